@@ -1,0 +1,28 @@
+"""vimpc: learning-based model-predictive control of mechanical systems.
+
+Importing vimpc registers its gymnasium environments (``vimpc/Pendulum-v0``,
+``vimpc/CartPole-v0``, ``vimpc/FourBar-v0``, ``vimpc/RollingDisk-v0``); it does not
+import torch.
+"""
+
+import vimpc_envs as _vimpc_envs  # noqa: F401  (registers the environment ids)
+from vimpc.dynamics import DiscreteModel as DiscreteModel
+from vimpc.errors import ConfigError as ConfigError
+from vimpc.errors import InputError as InputError
+from vimpc.errors import NotFittedError as NotFittedError
+from vimpc.errors import SolverError as SolverError
+from vimpc.errors import VimpcError as VimpcError
+from vimpc.models.nominal import NominalModel as NominalModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "DiscreteModel",
+    "InputError",
+    "NominalModel",
+    "NotFittedError",
+    "SolverError",
+    "VimpcError",
+    "__version__",
+]

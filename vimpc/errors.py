@@ -1,0 +1,26 @@
+"""The exceptions vimpc raises.
+
+Every message says the rule, what was received and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+
+class VimpcError(Exception):
+    """Base of every error raised by vimpc."""
+
+
+class InputError(VimpcError, ValueError):
+    """An argument has the wrong type, shape or value."""
+
+
+class ConfigError(VimpcError, ValueError):
+    """A scenario file or configuration mapping is invalid."""
+
+
+class NotFittedError(VimpcError, RuntimeError):
+    """A learned model was used before ``fit``."""
+
+
+class SolverError(VimpcError, RuntimeError):
+    """A numerical solve (Newton, NLP) failed where no fallback exists."""

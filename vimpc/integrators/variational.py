@@ -1,0 +1,163 @@
+"""Forced, constrained variational integrators in two forms.
+
+``form="position_momentum"`` (state ``x = (q, v)`` with ``v`` the continuous
+velocity, momentum ``p = dL/dv``; Marsden & West 2001, eq. 3.5.2 with forcing):
+
+    p0 + D1 L_d(q0, q1) + f-(q0, q1, u) = C(q0)^T lam,   c(q0, q1) = 0
+    dL/dv(q1, v1) - D2 L_d(q0, q1) - f+(q0, q1, u) = C(q1)^T mu,   C(q1) v1 = 0
+
+``form="del"`` (the GP-VI paper's eq. 6: state ``x_k = (q_k, v_k)`` with ``v_k`` the
+forward difference, so ``q_{k+1} = q_k + h v_k``; unknown ``v_{k+1}``):
+
+    D2 L_d(q_k, q_{k+1}) + D1 L_d(q_{k+1}, q_{k+2}) + f+ + f- = C(q_{k+1})^T lam,
+    c(q_{k+1}, q_{k+2}) = 0,   q_{k+2} = q_{k+1} + h v_{k+1}.
+
+Holonomic constraints ``g(q) = 0`` contribute ``G(q)`` rows to ``C`` and ``g(q1)``
+to ``c``; nonholonomic ones ``A(q) v = 0`` contribute ``A(q)`` rows and the
+discrete constraint ``A((q0 + q1)/2)(q1 - q0)/h`` (discrete Lagrange–d'Alembert).
+In the ``del`` form the right force of the previous step is evaluated with the
+current input (exact for the first-order rule, whose ``f+`` is zero).
+
+The multipliers are eliminated by projection, so the residual is a square system
+in ``x_next`` alone: with ``W = (C C^T)^{-1}``, an equation pair
+``e = C^T lam, c = 0`` is written ``r = e - C^T W (C e - c)``, which vanishes
+exactly when ``e`` lies in the range of ``C^T`` and ``c = 0`` (multiply by ``C``).
+The same residual serves the Newton step and the controller's implicit
+transcription.
+"""
+
+from __future__ import annotations
+
+import casadi as ca
+
+from vimpc import _checks
+from vimpc.integrators import _newton
+from vimpc.integrators.base import ImplicitIntegrator
+from vimpc.integrators.discrete_lagrangians import ORDER, RULES, discrete_forces, discrete_lagrangian
+from vimpc.mechanics.system import MechanicalSystem
+
+FORMS = ("position_momentum", "del")
+
+
+class VariationalIntegrator(ImplicitIntegrator):
+    """Variational integrator of a forced mechanical system.
+
+    Args:
+        system: the mechanics (Lagrangian, forces, constraints).
+        rule: ``"first_order"``, ``"midpoint"`` or ``"trapezoidal"`` discrete Lagrangian.
+        form: ``"position_momentum"`` (state ``(q, v)``, continuous velocity) or
+            ``"del"`` (state ``(q_k, (q_{k+1} - q_k)/h)``, the GP-VI paper's form).
+    """
+
+    def __init__(
+        self, system: MechanicalSystem, rule: str = "midpoint", form: str = "position_momentum"
+    ) -> None:
+        super().__init__(system)
+        self.rule = _checks.one_of("rule", rule, RULES)
+        self.form = _checks.one_of("form", form, FORMS)
+        self.order = ORDER[rule]
+        self._cache: dict[tuple, ca.Function] = {}
+
+    # -- building blocks on SX ---------------------------------------------------------
+    def _reactions(self, q):
+        s = self.system
+        blocks = []
+        if s.n_holonomic:
+            blocks.append(s.function("G")(q))
+        if s.n_nonholonomic:
+            blocks.append(s.nonholonomic(q))
+        return ca.vertcat(*blocks) if blocks else None
+
+    def _position_constraint(self, q0, q1, h):
+        s = self.system
+        parts = []
+        if s.n_holonomic:
+            parts.append(s.holonomic(q1))
+        if s.n_nonholonomic:
+            parts.append(ca.mtimes(s.nonholonomic(0.5 * (q0 + q1)), q1 - q0))
+        return ca.vertcat(*parts) / h
+
+    @staticmethod
+    def _project(e, C, c):
+        """``e - C^T (C C^T)^{-1} (C e - c)``; ``e`` unchanged without constraints."""
+        if C is None:
+            return e
+        return e - ca.mtimes(C.T, ca.solve(ca.mtimes(C, C.T), ca.mtimes(C, e) - c))
+
+    def _derivatives(self, h):
+        """SX functions ``D1 L_d``, ``D2 L_d``, ``f-``, ``f+`` and ``dL/dv``."""
+        s = self.system
+        qa, qb = ca.SX.sym("qa", s.nq), ca.SX.sym("qb", s.nq)
+        q, v, u = ca.SX.sym("q", s.nq), ca.SX.sym("v", s.nv), ca.SX.sym("u", s.nu)
+        Ld = discrete_lagrangian(self.rule, s.lagrangian, qa, qb, h)
+        fm, fp = discrete_forces(self.rule, s.generalized_force, qa, qb, u, h)
+        D1 = ca.Function("D1Ld", [qa, qb], [ca.gradient(Ld, qa)])
+        D2 = ca.Function("D2Ld", [qa, qb], [ca.gradient(Ld, qb)])
+        forces = ca.Function("fd", [qa, qb, u], [fm, fp])
+        dLdv = ca.Function("dLdv", [q, v], [ca.gradient(s.lagrangian(q, v), v)])
+        return D1, D2, forces, dLdv
+
+    def _residual_expr(self, x, u, xn, h):
+        s = self.system
+        n = s.nq
+        D1, D2, forces, dLdv = self._derivatives(h)
+        q0, v0 = x[:n], x[n:]
+        q1, v1 = xn[:n], xn[n:]
+        if self.form == "position_momentum":
+            fm, fp = forces(q0, q1, u)
+            e_q = dLdv(q0, v0) + D1(q0, q1) + fm
+            r_q = self._project(e_q, self._reactions(q0), self._position_constraint(q0, q1, h))
+            e_v = dLdv(q1, v1) - D2(q0, q1) - fp
+            C1 = self._reactions(q1)
+            r_v = self._project(e_v, C1, None if C1 is None else ca.mtimes(C1, v1))
+            return ca.vertcat(r_q, r_v)
+        # del form: q_{k+1} follows explicitly; the node equation at q_{k+1} fixes v_{k+1}
+        qk1 = q0 + h * v0
+        qk2 = qk1 + h * v1
+        _, fp = forces(q0, qk1, u)
+        fm, _ = forces(qk1, qk2, u)
+        e = D2(q0, qk1) + D1(qk1, qk2) + fp + fm
+        r = self._project(e, self._reactions(qk1), self._position_constraint(qk1, qk2, h))
+        return ca.vertcat(q1 - qk1, r)
+
+    # -- CasADi functions ----------------------------------------------------------------
+    def residual_function(self, h: float) -> ca.Function:
+        h = _checks.positive("h", h)
+        key = ("residual", h)
+        if key not in self._cache:
+            s = self.system
+            x, xn = ca.SX.sym("x", self.nx), ca.SX.sym("x_next", self.nx)
+            u = ca.SX.sym("u", s.nu)
+            r = self._residual_expr(x, u, xn, h)
+            self._cache[key] = ca.Function(
+                f"{s.name}_{self.rule}_residual", [x, u, xn], [r], ["x", "u", "x_next"], ["r"]
+            )
+        return self._cache[key]
+
+    def step_function(self, h: float, *, error_on_fail: bool = True) -> ca.Function:
+        h = _checks.positive("h", h)
+        key = ("step", h, error_on_fail)
+        if key not in self._cache:
+            s = self.system
+            n = s.nq
+            residual = self.residual_function(h)
+            xn, x, u = ca.SX.sym("x_next", self.nx), ca.SX.sym("x", self.nx), ca.SX.sym("u", s.nu)
+            implicit = ca.Function("G", [xn, x, u], [residual(x, u, xn)])
+            newton = _newton.solve(f"{s.name}_{self.rule}_newton", implicit, error_on_fail)
+            guess = ca.vertcat(x[:n] + h * x[n:], x[n:])
+            self._cache[key] = ca.Function(
+                f"{s.name}_{self.rule}_step", [x, u], [newton(guess, x, u)], ["x", "u"], ["x_next"]
+            )
+        return self._cache[key]
+
+    def discrete_momentum(self, h: float) -> ca.Function:
+        """``(q0, q1, u) -> (p0, p1)``: the discrete Legendre transforms
+        ``p0 = -D1 L_d - f-`` and ``p1 = D2 L_d + f+`` (used by Noether checks)."""
+        s = self.system
+        D1, D2, forces, _ = self._derivatives(_checks.positive("h", h))
+        q0, q1, u = ca.SX.sym("q0", s.nq), ca.SX.sym("q1", s.nq), ca.SX.sym("u", s.nu)
+        fm, fp = forces(q0, q1, u)
+        return ca.Function("discrete_momentum", [q0, q1, u], [-D1(q0, q1) - fm, D2(q0, q1) + fp])
+
+    def __repr__(self) -> str:
+        return f"VariationalIntegrator({self.system!r}, rule={self.rule!r}, form={self.form!r})"
