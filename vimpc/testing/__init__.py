@@ -1,0 +1,11 @@
+"""Contract test suites that every model and every environment inherits.
+
+``DiscreteModelContract`` checks a :class:`~vimpc.dynamics.DiscreteModel`; ``EnvContract``
+checks a gymnasium environment. Subclass one in a test module (class name starting with
+``Test``) and implement its ``make_*`` and ``sample_*`` methods.
+"""
+
+from vimpc.testing.env_contract import EnvContract as EnvContract
+from vimpc.testing.model_contract import DiscreteModelContract as DiscreteModelContract
+
+__all__ = ["DiscreteModelContract", "EnvContract"]
