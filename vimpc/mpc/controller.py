@@ -1,0 +1,222 @@
+"""The model-predictive controller: built once, then called every step."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import casadi as ca
+import numpy as np
+
+from vimpc import _checks
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
+from vimpc.mpc.problem import Constraints, Cost
+from vimpc.mpc.result import MPCResult, Status
+from vimpc.mpc.solvers import nlpsol_options
+from vimpc.mpc.transcription import transcribe
+
+
+class MPC:
+    """Model-predictive controller on a :class:`DiscreteModel`.
+
+    Args:
+        model: the prediction model (the controller sees nothing else).
+        horizon: number of steps ``N`` (each ``model.dt``).
+        cost: a :class:`Cost` on the observation.
+        constraints: a :class:`Constraints` (input bounds, observation bounds, path
+            constraints).
+        solver: ``"sqpmethod"`` (default, exact convexified Hessian with a QP
+            solver ``qpsol``), ``"fatrop"``, ``"ipopt"`` or ``"rti"`` (one SQP
+            iteration per call).
+        transcription: ``"step"`` (multiple shooting on ``model.step``) or
+            ``"implicit"`` (the model's residual as equality constraints).
+        qpsol: QP solver for ``sqpmethod``/``rti``: ``"qrqp"``, ``"osqp"``, ``"daqp"``,
+            ``"hpipm"``, ``"qpoases"``.
+        hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
+            least squares) or ``"exact"`` (convexified by eigenvalue reflection).
+        max_iter: iteration budget per solve; ``tol``: solver tolerance.
+        time_budget: seconds; a solve that takes longer reports ``Status.LATE``.
+        safe_input: the input applied when a solve fails and no previous plan
+            exists (default: zero clipped to the input bounds).
+
+    Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
+    (used by time-varying references) and returns an :class:`MPCResult`. A failed,
+    infeasible or late solve never raises: on failure the input is the next input
+    of the previous plan (shifted), or ``safe_input`` when there is none.
+    """
+
+    def __init__(
+        self,
+        model: DiscreteModel,
+        horizon: int,
+        cost: Cost,
+        constraints: Constraints | None = None,
+        *,
+        solver: str = "sqpmethod",
+        transcription: str = "step",
+        qpsol: str = "qrqp",
+        hessian: str = "gauss-newton",
+        max_iter: int = 50,
+        tol: float = 1e-6,
+        time_budget: float | None = None,
+        safe_input: Any = None,
+    ) -> None:
+        if not isinstance(model, DiscreteModel):
+            raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
+        if not isinstance(cost, Cost):
+            raise InputError(f"cost must be a vimpc.mpc.Cost, got {type(cost).__name__}")
+        constraints = Constraints() if constraints is None else constraints
+        if not isinstance(constraints, Constraints):
+            raise InputError(f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}")
+        self.model = model
+        self.horizon = _checks.positive_int("horizon", horizon)
+        self.max_iter = _checks.positive_int("max_iter", max_iter)
+        self.tol = _checks.positive("tol", tol)
+        self.time_budget = None if time_budget is None else _checks.positive("time_budget", time_budget)
+        self.solver_name = solver
+        self._cost = cost.resolved(model.nobs, model.nu)
+        self._cons = constraints.resolved(model.nobs, model.nu)
+        lo, hi = self._cons.u_min, self._cons.u_max
+        if safe_input is None:
+            safe_input = np.clip(np.zeros(model.nu), lo, hi)
+        self.safe_input = _checks.finite_vector("safe_input", safe_input, model.nu)
+
+        self._tr = transcribe(model, self.horizon, self._cost, self._cons, transcription)
+        plugin, opts = nlpsol_options(
+            solver,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            qpsol=qpsol,
+            expand=self._tr.expandable,
+            equality=(self._tr.lbg == self._tr.ubg).tolist(),
+            hessian=hessian,
+            gauss_newton=self._tr.gauss_newton,
+        )
+        self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+        L = self._tr.layout
+        self._to_obs_map = model.to_obs.map(self.horizon + 1)
+        self._w0: np.ndarray | None = None
+        self._lam_g0: np.ndarray | None = None
+        self._lam_x0: np.ndarray | None = None
+        self._plan_u: np.ndarray | None = None
+        self._u_prev = self.safe_input.copy()
+        self._layout = L
+
+    # -- one step -----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the warm start and the previous plan (call between episodes)."""
+        self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = None
+        self._u_prev = self.safe_input.copy()
+
+    def __call__(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
+        m, N, L = self.model, self.horizon, self._layout
+        obs = _checks.finite_vector("obs", obs, m.nobs)
+        p = m.p_default if p is None else _checks.finite_vector("p", p, m.np)
+        x0 = np.asarray(m.from_obs(obs), dtype=np.float64).reshape(-1)
+        refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
+        P = np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p])
+        w0 = self._initial_guess(x0)
+        args: dict[str, Any] = dict(
+            x0=w0, p=P, lbx=self._tr.lbw, ubx=self._tr.ubw, lbg=self._tr.lbg, ubg=self._tr.ubg
+        )
+        if self._lam_g0 is not None:
+            args.update(lam_g0=self._lam_g0, lam_x0=self._lam_x0)
+        start = time.perf_counter()
+        try:
+            sol = self._solver(**args)
+            error = None
+        except RuntimeError as exc:  # error_on_fail is off; this is a hard evaluation error
+            sol, error = None, exc
+        elapsed = time.perf_counter() - start
+        stats = self._stats()
+        status = self._status(sol, stats, elapsed, error)
+        iterations = int(stats.get("iter_count", 0))
+        if status.ok:
+            w = np.asarray(sol["x"]).reshape(-1)
+            u_plan = w[L.u]
+            x_plan = w[L.x]
+            slack = float(w[L.s].max()) if L.s.size else 0.0
+            cost = float(sol["f"])
+            self._w0 = w
+            self._lam_g0 = np.asarray(sol["lam_g"]).reshape(-1)
+            self._lam_x0 = np.asarray(sol["lam_x"]).reshape(-1)
+            self._plan_u = u_plan
+            u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
+            fallback = False
+        else:
+            u = self._fallback()
+            u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
+            x_plan = np.tile(x0, (N + 1, 1))
+            slack, cost, fallback = float("nan"), float("nan"), True
+            self._w0 = self._lam_g0 = self._lam_x0 = None
+        self._u_prev = u
+        obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
+        return MPCResult(
+            u=u,
+            status=status,
+            x=x_plan,
+            obs=obs_plan,
+            u_plan=u_plan,
+            iterations=iterations,
+            solve_time=elapsed,
+            slack=slack,
+            cost=cost,
+            fallback=fallback,
+        )
+
+    # -- helpers --------------------------------------------------------------------------
+    def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
+        L = self._layout
+        if self._w0 is None:
+            w = np.zeros(L.n_w)
+            w[L.x] = x0
+            if L.z.size:
+                w[L.z] = x0
+            w[L.u] = self.safe_input if self._plan_u is None else self._plan_u[0]
+            return w
+        # shift the previous solution one stage, repeat the last stage
+        w = self._w0.copy()
+        w[L.x[:-1]] = self._w0[L.x[1:]]
+        w[L.u[:-1]] = self._w0[L.u[1:]]
+        if L.z.size:
+            w[L.z[:-1]] = self._w0[L.z[1:]]
+        if L.s.size:
+            w[L.s[:-1]] = self._w0[L.s[1:]]
+        w[L.x[0]] = x0
+        return w
+
+    def _fallback(self) -> np.ndarray:
+        if self._plan_u is not None and len(self._plan_u) > 1:
+            u = self._plan_u[1]
+            self._plan_u = np.vstack([self._plan_u[1:], self._plan_u[-1:]])
+            return np.clip(u, self._cons.u_min, self._cons.u_max)
+        return self.safe_input.copy()
+
+    def _status(self, sol, stats: dict, elapsed: float, error: Exception | None) -> Status:
+        if error is not None or sol is None:
+            return Status.FAILED
+        w = np.asarray(sol["x"]).reshape(-1)
+        if not np.all(np.isfinite(w)):
+            return Status.FAILED
+        status = str(stats.get("return_status", ""))
+        success = bool(stats.get("success", False))
+        if "nfeasib" in status:
+            return Status.INFEASIBLE
+        if not success:
+            if self.solver_name == "rti" or "iter" in status.lower() or "Maximum" in status:
+                result = Status.ITERATION_LIMIT
+            else:
+                return Status.FAILED
+        else:
+            result = Status.SOLVED
+        if self.time_budget is not None and elapsed > self.time_budget:
+            return Status.LATE
+        return result
+
+    def _stats(self) -> dict:
+        try:
+            return dict(self._solver.stats())
+        except RuntimeError as exc:
+            # some plugins fail to report stats after an aborted solve
+            return {"success": False, "return_status": f"no statistics: {exc}"}

@@ -1,0 +1,52 @@
+"""What one controller call returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class Status(enum.Enum):
+    """Outcome of one solve; values read as messages."""
+
+    SOLVED = "solved to tolerance"
+    ITERATION_LIMIT = "stopped at the iteration limit; the iterate is used"
+    LATE = "solved, but after the time budget"
+    INFEASIBLE = "infeasible: fell back to the shifted previous plan"
+    FAILED = "solver failed: fell back to the shifted previous plan"
+
+    @property
+    def ok(self) -> bool:
+        """True when the input came from this solve rather than from the fallback."""
+        return self in (Status.SOLVED, Status.ITERATION_LIMIT, Status.LATE)
+
+
+@dataclass(frozen=True)
+class MPCResult:
+    """One control step.
+
+    Attributes:
+        u: the input to apply, shape ``(nu,)``.
+        status: the solve outcome; on a failure ``u`` is the fallback.
+        x: predicted model states, shape ``(N + 1, nx)``.
+        obs: predicted observations, shape ``(N + 1, nobs)``.
+        u_plan: planned inputs, shape ``(N, nu)``.
+        iterations: solver iterations.
+        solve_time: wall time of the solve [s].
+        slack: largest slack of the soft constraints (0 when all hold).
+        cost: optimal objective value (nan on failure).
+        fallback: True when ``u`` is the documented fallback.
+    """
+
+    u: np.ndarray
+    status: Status
+    x: np.ndarray
+    obs: np.ndarray
+    u_plan: np.ndarray
+    iterations: int
+    solve_time: float
+    slack: float
+    cost: float
+    fallback: bool

@@ -1,0 +1,206 @@
+"""Transcription of the optimal control problem into one CasADi NLP.
+
+Decision variables are laid out stage by stage, ``w = (x_0, u_0, s_0, x_1, u_1,
+s_1, ..., x_N, s_N)`` (``s`` the slacks of soft constraints), and constraints
+likewise: for each stage the dynamics gap, then the initial condition at stage 0,
+then the stage's path constraints. Structure-exploiting solvers (FATROP) read the
+stages off this layout.
+
+``"step"``: the gap is ``x_{k+1} - step(x_k, u_k)``.
+
+``"implicit"``: each stage also carries a copy ``z_k`` of the next state,
+``w = (x_0, u_0, z_0, s_0, x_1, ...)``; the gap is the linear ``x_{k+1} - z_k`` and
+the integrator's equations ``residual(x_k, u_k, z_k) = 0`` are a stage
+constraint. Without the copy the residual would couple neighbouring stages in
+the Hessian of the Lagrangian, which then has no block structure for SQP
+convexification or for FATROP's Riccati recursion.
+
+The NLP parameter vector is ``(x_init, reference_0..N, u_prev, p)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from vimpc import _checks
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
+from vimpc.mpc.problem import Constraints, _ResolvedCost
+
+TRANSCRIPTIONS = ("step", "implicit")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each stage's variables sit in ``w``."""
+
+    x: np.ndarray  # (N + 1, nx) indices
+    u: np.ndarray  # (N, nu) indices
+    z: np.ndarray  # (N, nx) indices of the next-state copies ("implicit"), else (N, 0)
+    s: np.ndarray  # (N + 1, ns) indices
+    n_w: int
+    n_p: int
+
+
+@dataclass(frozen=True)
+class Transcription:
+    nlp: dict
+    layout: Layout
+    lbw: np.ndarray
+    ubw: np.ndarray
+    lbg: np.ndarray
+    ubg: np.ndarray
+    g_dims: tuple[int, ...]  # constraints per stage, for structure information
+    expandable: bool
+    gauss_newton: ca.Function  # (x, p, lam_f, lam_g) -> Gauss–Newton Hessian of the Lagrangian
+
+
+def _soft_rows(cons: Constraints) -> tuple[np.ndarray, np.ndarray]:
+    """Finite observation-bound rows that are soft, as (lower indices, upper indices)."""
+    if not cons.soft_bounds:
+        return np.zeros(0, int), np.zeros(0, int)
+    return np.flatnonzero(np.isfinite(cons.obs_min)), np.flatnonzero(np.isfinite(cons.obs_max))
+
+
+def transcribe(
+    model: DiscreteModel, horizon: int, cost: _ResolvedCost, cons: Constraints, transcription: str
+) -> Transcription:
+    N = _checks.positive_int("horizon", horizon)
+    _checks.one_of("transcription", transcription, TRANSCRIPTIONS)
+    if transcription == "implicit" and model.residual is None:
+        raise InputError(
+            "transcription='implicit' needs a model with a residual (a variational model "
+            "with one substep per dt); use transcription='step' for this model"
+        )
+    nx, nu, nobs = model.nx, model.nu, model.nobs
+    soft_lo, soft_hi = _soft_rows(cons)
+    hard_lo = np.flatnonzero(np.isfinite(cons.obs_min)) if not cons.soft_bounds else np.zeros(0, int)
+    hard_hi = np.flatnonzero(np.isfinite(cons.obs_max)) if not cons.soft_bounds else np.zeros(0, int)
+    soft_path = [c for c in cons.path if c.soft]
+    hard_path = [c for c in cons.path if not c.soft]
+    n_soft_path = sum(c.function.numel_out(0) for c in soft_path)
+    ns = len(soft_lo) + len(soft_hi) + n_soft_path
+    slack_weights = np.concatenate(
+        [
+            np.full(len(soft_lo) + len(soft_hi), cons.bound_weight),
+            *[np.full(c.function.numel_out(0), c.weight) for c in soft_path],
+        ]
+    ) if ns else np.zeros(0)
+
+    x_init = ca.MX.sym("x_init", nx)
+    refs = ca.MX.sym("reference", nobs, N + 1)
+    u_prev = ca.MX.sym("u_prev", nu)
+    p = ca.MX.sym("p", model.np)
+
+    w, lbw, ubw, g, lbg, ubg, g_dims = [], [], [], [], [], [], []
+    idx_x, idx_u, idx_z, idx_s = [], [], [], []
+    implicit = transcription == "implicit"
+    count = 0
+
+    def add(sym, lo, hi, store):
+        nonlocal count
+        w.append(sym)
+        lbw.append(lo)
+        ubw.append(hi)
+        store.append(np.arange(count, count + sym.numel()))
+        count += sym.numel()
+
+    X = [ca.MX.sym(f"x{k}", nx) for k in range(N + 1)]
+    U = [ca.MX.sym(f"u{k}", nu) for k in range(N)]
+    Z = [ca.MX.sym(f"z{k}", nx) for k in range(N)]
+    S = [ca.MX.sym(f"s{k}", ns) for k in range(N + 1)]
+    residuals, J = [], 0
+    for k in range(N + 1):
+        add(X[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_x)
+        if k < N:
+            add(U[k], cons.u_min, cons.u_max, idx_u)
+            if implicit:
+                add(Z[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_z)
+        add(S[k], np.zeros(ns), np.full(ns, np.inf), idx_s)
+
+    for k in range(N + 1):
+        obs = model.to_obs(X[k])
+        rows_g, rows_lb, rows_ub = [], [], []
+        if k < N:
+            rows_g.append(X[k + 1] - (Z[k] if implicit else model.step(X[k], U[k], p)))
+            rows_lb.append(np.zeros(nx))
+            rows_ub.append(np.zeros(nx))
+        if k == 0:
+            rows_g.append(X[0] - x_init)
+            rows_lb.append(np.zeros(nx))
+            rows_ub.append(np.zeros(nx))
+        if implicit and k < N:
+            rows_g.append(model.residual(X[k], U[k], Z[k], p))
+            rows_lb.append(np.zeros(nx))
+            rows_ub.append(np.zeros(nx))
+        else:
+            if hard_lo.size or hard_hi.size:
+                rows_g.append(ca.vertcat(obs[hard_lo.tolist()], obs[hard_hi.tolist()]))
+                rows_lb.append(np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)]))
+                rows_ub.append(np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]]))
+            for c in hard_path:
+                rows_g.append(c.function(obs))
+                rows_lb.append(np.zeros(c.function.numel_out(0)))
+                rows_ub.append(np.full(c.function.numel_out(0), np.inf))
+            if ns:
+                soft = [obs[soft_lo.tolist()] - cons.obs_min[soft_lo], cons.obs_max[soft_hi] - obs[soft_hi.tolist()]]
+                soft += [c.function(obs) for c in soft_path]
+                rows_g.append(ca.vertcat(*soft) + S[k])
+                rows_lb.append(np.zeros(ns))
+                rows_ub.append(np.full(ns, np.inf))
+        if ns:
+            # exact L1 penalty plus a small quadratic that keeps the Hessian regular
+            J += ca.dot(slack_weights, S[k])
+            residuals.append(np.sqrt(1e-3) * S[k])
+        if k < N:
+            residuals.append(cost.stage_residual(obs, refs[:, k], U[k], u_prev if k == 0 else U[k - 1]))
+        else:
+            residuals.append(cost.terminal_residual(obs, refs[:, k]))
+        g.extend(rows_g)
+        lbg.extend(rows_lb)
+        ubg.extend(rows_ub)
+        g_dims.append(int(sum(r.numel() for r in rows_g)))
+
+    P = ca.vertcat(x_init, ca.vec(refs), u_prev, p)
+    W = ca.vertcat(*w)
+    rho = ca.vertcat(*residuals)
+    nlp = {"x": W, "p": P, "f": J + ca.sumsqr(rho), "g": ca.vertcat(*g)}
+    # Gauss–Newton Hessian 2 J_rho^T J_rho: positive semidefinite and stage-structured,
+    # it ignores the curvature of the constraints (acados' default for tracking costs)
+    J_rho = ca.jacobian(rho, W)
+    lam_f, lam_g = ca.MX.sym("lam_f"), ca.MX.sym("lam_g", nlp["g"].numel())
+    gauss_newton = ca.Function(
+        "gauss_newton",
+        [W, P, lam_f, lam_g],
+        [2 * lam_f * ca.mtimes(J_rho.T, J_rho)],
+        ["x", "p", "lam_f", "lam_g"],
+        ["hess_gamma_x_x"],
+    )
+    layout = Layout(
+        x=np.array(idx_x),
+        u=np.array(idx_u),
+        z=np.array(idx_z) if implicit else np.zeros((N, 0), int),
+        s=np.array(idx_s) if ns else np.zeros((N + 1, 0), int),
+        n_w=count,
+        n_p=int(P.numel()),
+    )
+    expandable = True
+    for fn in (model.step if transcription == "step" else model.residual, model.to_obs):
+        try:
+            fn.expand()
+        except RuntimeError:
+            expandable = False
+    return Transcription(
+        nlp=nlp,
+        layout=layout,
+        lbw=np.concatenate(lbw),
+        ubw=np.concatenate(ubw),
+        lbg=np.concatenate(lbg),
+        ubg=np.concatenate(ubg),
+        g_dims=tuple(g_dims),
+        expandable=expandable,
+        gauss_newton=gauss_newton.expand() if expandable else gauss_newton,
+    )
