@@ -17,6 +17,10 @@ from vimpc.mpc.solvers import nlpsol_options
 from vimpc.mpc.transcription import transcribe
 
 
+# constraint violation up to which an unconverged iterate is still used
+FEASIBILITY_TOL = 1e-6
+
+
 class MPC:
     """Model-predictive controller on a :class:`DiscreteModel`.
 
@@ -58,7 +62,7 @@ class MPC:
         qpsol: str = "qrqp",
         hessian: str = "gauss-newton",
         max_iter: int = 50,
-        tol: float = 1e-6,
+        tol: float = 1e-4,
         time_budget: float | None = None,
         safe_input: Any = None,
     ) -> None:
@@ -104,6 +108,10 @@ class MPC:
         self._layout = L
 
     # -- one step -----------------------------------------------------------------------
+    def reference(self, t: float) -> np.ndarray:
+        """The cost's observation reference at time ``t`` [s]."""
+        return np.asarray(self._cost.reference(t), dtype=np.float64)
+
     def reset(self) -> None:
         """Forget the warm start and the previous plan (call between episodes)."""
         self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = None
@@ -199,20 +207,25 @@ class MPC:
         w = np.asarray(sol["x"]).reshape(-1)
         if not np.all(np.isfinite(w)):
             return Status.FAILED
-        status = str(stats.get("return_status", ""))
-        success = bool(stats.get("success", False))
-        if "nfeasib" in status:
+        if "nfeasib" in str(stats.get("return_status", "")):
             return Status.INFEASIBLE
-        if not success:
-            if self.solver_name == "rti" or "iter" in status.lower() or "Maximum" in status:
-                result = Status.ITERATION_LIMIT
-            else:
-                return Status.FAILED
-        else:
+        if stats.get("success", False):
             result = Status.SOLVED
+        elif self.solver_name == "rti" or self._violation(sol) <= FEASIBILITY_TOL:
+            # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
+            # iteration is never converged by design
+            result = Status.ITERATION_LIMIT
+        else:
+            return Status.FAILED
         if self.time_budget is not None and elapsed > self.time_budget:
             return Status.LATE
         return result
+
+    def _violation(self, sol) -> float:
+        """Largest violation of the NLP's constraints at the returned iterate."""
+        g = np.asarray(sol["g"]).reshape(-1)
+        over = np.maximum(self._tr.lbg - g, g - self._tr.ubg)
+        return float(np.max(over, initial=0.0))
 
     def _stats(self) -> dict:
         try:

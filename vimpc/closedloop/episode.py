@@ -1,0 +1,123 @@
+"""Running a controller on an environment and recording what happened."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from vimpc import _checks
+from vimpc.errors import InputError
+from vimpc.mpc.result import MPCResult
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One closed-loop episode (``T`` steps).
+
+    Arrays: ``t (T+1,)`` [s]; ``obs``, ``states`` ``(T+1, nobs)`` (observed and
+    true); ``inputs (T, nu)`` (applied, after clipping); ``rewards (T,)``;
+    ``solve_times (T,)`` [s]; ``iterations (T,)``; ``status (T,)`` (names of
+    :class:`~vimpc.mpc.Status`); ``safety_margin (T+1, m)`` (>= 0 safe);
+    ``constraint_residual (T+1,)``; ``reference (T+1, nobs)`` (the controller's
+    reference, NaN when it has none); ``slack (T,)``.
+    """
+
+    t: np.ndarray
+    obs: np.ndarray
+    states: np.ndarray
+    inputs: np.ndarray
+    rewards: np.ndarray
+    solve_times: np.ndarray
+    iterations: np.ndarray
+    status: np.ndarray
+    safety_margin: np.ndarray
+    constraint_residual: np.ndarray
+    reference: np.ndarray
+    slack: np.ndarray
+    seed: int
+    metadata: dict = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays by name (for saving to ``.npz``)."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "t", "obs", "states", "inputs", "rewards", "solve_times", "iterations", "status",
+                "safety_margin", "constraint_residual", "reference", "slack",
+            )
+        }
+
+
+def run_episode(
+    env: gymnasium.Env,
+    controller: Callable[..., MPCResult],
+    steps: int,
+    seed: int,
+    *,
+    reset_options: dict[str, Any] | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> Trajectory:
+    """Run ``controller`` on ``env`` for ``steps`` steps from ``env.reset(seed=seed)``.
+
+    The controller is called as ``controller(obs, t)`` and must return an object
+    with ``u``, ``status``, ``solve_time``, ``iterations`` and ``slack`` (an
+    :class:`~vimpc.mpc.MPCResult`); a ``reset()`` method, if present, is called
+    first. ``on_step(k)`` is called after each step (progress bars).
+    """
+    steps = _checks.positive_int("steps", steps)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed must be an integer, got {seed!r}")
+    if hasattr(controller, "reset"):
+        controller.reset()
+    reference = getattr(controller, "reference", None)
+    obs, info = env.reset(seed=int(seed), options=reset_options)
+    dt = float(env.get_wrapper_attr("dt")) if hasattr(env, "get_wrapper_attr") else float(env.dt)
+    rec: dict[str, list] = {k: [] for k in (
+        "obs", "states", "inputs", "rewards", "solve_times", "iterations", "status",
+        "margin", "residual", "reference", "slack",
+    )}
+
+    def record_state(obs, info, t):
+        rec["obs"].append(np.asarray(obs, dtype=np.float64))
+        rec["states"].append(np.asarray(info["state"], dtype=np.float64))
+        rec["margin"].append(np.asarray(info["safety_margin"], dtype=np.float64))
+        rec["residual"].append(float(info["constraint_residual"]))
+        ref = reference(t) if reference is not None else np.full(len(obs), np.nan)
+        rec["reference"].append(np.asarray(ref, dtype=np.float64))
+
+    record_state(obs, info, 0.0)
+    for k in range(steps):
+        t = k * dt
+        result = controller(obs, t)
+        obs, reward, terminated, truncated, info = env.step(result.u)
+        rec["inputs"].append(np.asarray(info.get("applied_action", result.u), dtype=np.float64))
+        rec["rewards"].append(float(reward))
+        rec["solve_times"].append(float(result.solve_time))
+        rec["iterations"].append(int(result.iterations))
+        rec["status"].append(result.status.name)
+        rec["slack"].append(float(result.slack))
+        record_state(obs, info, (k + 1) * dt)
+        if on_step is not None:
+            on_step(k)
+        if terminated or truncated:
+            break
+    n = len(rec["inputs"])
+    return Trajectory(
+        t=np.arange(n + 1) * dt,
+        obs=np.array(rec["obs"]),
+        states=np.array(rec["states"]),
+        inputs=np.array(rec["inputs"]).reshape(n, -1),
+        rewards=np.array(rec["rewards"]),
+        solve_times=np.array(rec["solve_times"]),
+        iterations=np.array(rec["iterations"], dtype=np.int64),
+        status=np.array(rec["status"], dtype=str),
+        safety_margin=np.array(rec["margin"]).reshape(n + 1, -1),
+        constraint_residual=np.array(rec["residual"]),
+        reference=np.array(rec["reference"]),
+        slack=np.array(rec["slack"]),
+        seed=int(seed),
+    )
