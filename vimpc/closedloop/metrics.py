@@ -11,23 +11,33 @@ from vimpc.closedloop.episode import Trajectory
 FAILED_STATUSES = ("FAILED", "INFEASIBLE")
 
 
+def wrapped_error(traj: Trajectory, periodic: Sequence[int] = ()) -> np.ndarray:
+    """``states - reference`` with the entries in ``periodic`` (angles) wrapped to (-pi, pi]."""
+    err = traj.states - traj.reference
+    for i in periodic:
+        err[:, i] = np.angle(np.exp(1j * err[:, i]))
+    return err
+
+
 def episode_metrics(
-    traj: Trajectory, success: Callable[[Trajectory], bool] | None = None
+    traj: Trajectory,
+    success: Callable[[Trajectory], bool] | None = None,
+    periodic: Sequence[int] = (),
 ) -> dict[str, float]:
     """Per-episode metrics.
 
     ``cost``: sum of stage costs (minus the rewards). ``tracking_rmse``: RMS of
-    ``states - reference`` over the finite reference entries (NaN without a
-    reference). ``violations``: steps with a negative safety margin;
+    ``states - reference`` over the finite reference entries, angles listed in
+    ``periodic`` wrapped (NaN without a reference). ``violations``: steps with a negative safety margin;
     ``max_violation``: largest ``-margin``; ``min_slack``: smallest margin over
     the episode (the safety margin the controller really had; ``inf`` if the task
     has no safety constraint). Solve times in milliseconds.
     """
     margin = traj.safety_margin
     worst = margin.min(axis=1) if margin.shape[1] else np.full(len(traj.t), np.inf)
-    ref = traj.reference
-    mask = np.isfinite(ref)
-    rmse = float(np.sqrt(np.mean((traj.states[mask] - ref[mask]) ** 2))) if mask.any() else float("nan")
+    err = wrapped_error(traj, periodic)
+    mask = np.isfinite(err)
+    rmse = float(np.sqrt(np.mean(err[mask] ** 2))) if mask.any() else float("nan")
     times_ms = traj.solve_times * 1e3
     failed = np.isin(traj.status, FAILED_STATUSES)
     return {

@@ -65,6 +65,10 @@ class RollingDisk(NaturalSystem):
             [theta_rate, phi_rate, R * np.cos(phi) * theta_rate, R * np.sin(phi) * theta_rate]
         )
 
+    def marker(self, q) -> np.ndarray:
+        """The contact point ``(x, y)``."""
+        return np.array([float(q[2]), float(q[3])])
+
     def sketch(self, q) -> list[np.ndarray]:
         R, phi = self.params["R"], float(q[1])
         x, y = float(q[2]), float(q[3])

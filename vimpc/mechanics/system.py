@@ -211,6 +211,10 @@ class MechanicalSystem(abc.ABC):
         return []
 
     # -- CasADi functions ----------------------------------------------------------
+    def marker(self, q) -> np.ndarray:
+        """The point whose path plots follow: the end of the last sketched line [m]."""
+        return self.sketch(q)[-1][-1]
+
     def function(self, name: str) -> ca.Function:
         """A cached CasADi function of the system, on SX symbols.
 

@@ -1,0 +1,95 @@
+"""Figures of closed-loop runs (matplotlib's object API; no global state)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from vimpc.closedloop import Trajectory
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+def plot_states_inputs(
+    traj: Trajectory,
+    obs_names: Sequence[str],
+    input_names: Sequence[str],
+    u_min: np.ndarray,
+    u_max: np.ndarray,
+    path: Path,
+    obs_min: np.ndarray | None = None,
+    obs_max: np.ndarray | None = None,
+    periodic: Sequence[int] = (),
+) -> None:
+    """True states against the reference and bounds, and inputs against their limits.
+    Angles listed in ``periodic`` are drawn on the reference's branch."""
+    n, m = traj.states.shape[1], traj.inputs.shape[1]
+    states = traj.states.copy()
+    for i in periodic:
+        ref = np.nan_to_num(traj.reference[:, i])
+        states[:, i] = ref + np.angle(np.exp(1j * (states[:, i] - ref)))
+    fig = Figure(figsize=(8, 1.8 * (n + m)))
+    axes = fig.subplots(n + m, 1, sharex=True)
+    for i in range(n):
+        ax = axes[i]
+        ax.plot(traj.t, states[:, i], color="C0", label="true state")
+        if np.isfinite(traj.reference[:, i]).any():
+            ax.plot(traj.t, traj.reference[:, i], "--", color="C1", label="reference")
+        for bounds in (obs_min, obs_max):
+            if bounds is not None and np.isfinite(bounds[i]):
+                ax.axhline(bounds[i], color="C3", linewidth=1, label="limit")
+        ax.set_ylabel(obs_names[i])
+    for j in range(m):
+        ax = axes[n + j]
+        ax.step(traj.t[:-1], traj.inputs[:, j], where="post", color="C2")
+        ax.axhline(u_min[j], color="C3", linewidth=1)
+        ax.axhline(u_max[j], color="C3", linewidth=1)
+        ax.set_ylabel(input_names[j])
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[-1].set_xlabel("time [s]")
+    _save(fig, path)
+
+
+def plot_solve_times(trajectories: Sequence[Trajectory], path: Path) -> None:
+    """Solve time per step for each episode, failures marked."""
+    fig = Figure(figsize=(8, 3))
+    ax = fig.subplots()
+    for k, traj in enumerate(trajectories):
+        ax.plot(traj.t[:-1], traj.solve_times * 1e3, linewidth=1, label=f"episode {k}")
+        bad = np.isin(traj.status, ("FAILED", "INFEASIBLE"))
+        if bad.any():
+            ax.plot(traj.t[:-1][bad], traj.solve_times[bad] * 1e3, "x", color="C3")
+    ax.set_yscale("log")
+    ax.set_xlabel("time [s]")
+    ax.set_ylabel("solve time [ms]")
+    if len(trajectories) <= 8:
+        ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_mechanism(traj: Trajectory, system, path: Path, snapshots: int = 8, decorate=None) -> None:
+    """The mechanism drawn at evenly spaced times, and the path of its last drawn point."""
+    nq = system.nq
+    fig = Figure(figsize=(6, 6))
+    ax = fig.subplots()
+    idx = np.linspace(0, len(traj.t) - 1, snapshots).astype(int)
+    for j, k in enumerate(idx):
+        shade = 0.25 + 0.75 * j / max(1, snapshots - 1)
+        for line in system.sketch(traj.states[k, :nq]):
+            ax.plot(line[:, 0], line[:, 1], color=(0.1, 0.3, 0.7, shade), linewidth=2)
+    tips = np.array([system.marker(traj.states[k, :nq]) for k in range(len(traj.t))])
+    ax.plot(tips[:, 0], tips[:, 1], color="C1", linewidth=1, label="path")
+    if decorate is not None:
+        decorate(ax)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x [m]")
+    ax.set_ylabel("y [m]")
+    ax.legend(fontsize=8)
+    _save(fig, path)
