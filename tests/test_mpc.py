@@ -125,3 +125,17 @@ def test_bad_input_is_named():
         ctrl(np.array([np.nan, 0.0]))
     with pytest.raises(InputError, match=r"obs must have shape \(2,\)"):
         ctrl(np.zeros(3))
+
+
+@pytest.mark.parametrize("transcription", ["step", "implicit"])
+def test_hard_path_constraint_holds_along_the_plan(transcription):
+    model, _, _ = _linear_model(implicit=True)
+    obs = ca.SX.sym("obs", 2)
+    wall = ca.Function("wall", [obs], [0.5 - obs[0]])  # s <= 0.5
+    ctrl = MPC(model, 15, Cost(Q=[10.0, 0.1], R=[1e-3], reference=[2.0, 0.0]),
+               Constraints(u_min=[-1.0], u_max=[1.0], path=[PathConstraint("wall", wall)]),
+               transcription=transcription)
+    result = ctrl(np.array([0.0, 0.0]))
+    assert result.status.ok
+    assert result.obs[:, 0].max() <= 0.5 + 1e-6  # pushed against the wall, not through it
+    assert result.obs[:, 0].max() > 0.45

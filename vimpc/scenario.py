@@ -52,6 +52,7 @@ SCHEMA: dict[str, Any] = {
             "Q_terminal": (list, None),
             "reference": (list, None),
             "reference_from_env": (bool, False),
+            "reference_index": (int, 0),
             "periodic": (list, []),
             "R_rate": (list, None),
             "energy_weight": (float, 0.0),
@@ -314,7 +315,16 @@ def build_controller(cfg: dict[str, Any], model, env):
     if cost_cfg["reference_from_env"]:
         if not hasattr(env, "reference"):
             raise ConfigError(f"controller.cost.reference_from_env: {cfg['env']['id']} has no reference(t)")
-        reference = env.reference
+        base = np.zeros(model.nobs) if cost_cfg["reference"] is None else np.asarray(cost_cfg["reference"], float)
+        index = cost_cfg["reference_index"]
+
+        def reference(t, env=env, base=base, index=index):
+            value = np.asarray(env.reference(t), dtype=float)
+            if value.shape == (model.nobs,):
+                return value
+            out = base.copy()
+            out[index] = float(value)  # a scalar reference fills one observation entry
+            return out
     energy = None
     if cost_cfg["energy_weight"] > 0:
         if cost_cfg["reference"] is None:

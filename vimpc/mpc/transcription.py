@@ -136,7 +136,7 @@ def transcribe(
             rows_g.append(model.residual(X[k], U[k], Z[k], p))
             rows_lb.append(np.zeros(nx))
             rows_ub.append(np.zeros(nx))
-        else:
+        if k > 0:  # the initial state is given: no path constraints on it
             if hard_lo.size or hard_hi.size:
                 rows_g.append(ca.vertcat(obs[hard_lo.tolist()], obs[hard_hi.tolist()]))
                 rows_lb.append(np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)]))
