@@ -80,13 +80,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     controller = scenario.build_controller(cfg, model, env)
     success = scenario.success_test(cfg)
     periodic = tuple(cfg["controller"]["cost"]["periodic"])
+    tracked = np.flatnonzero(np.diag(controller.cost.Q)).tolist()
     ep = cfg["episodes"]
     trajectories, per_episode = [], []
     with tqdm(total=ep["count"] * ep["steps"], desc="episodes", unit="step", disable=args.quiet) as bar:
         for k in range(ep["count"]):
             traj = run_episode(env, controller, ep["steps"], ep["seed"] + k, on_step=lambda _: bar.update())
             trajectories.append(traj)
-            per_episode.append(episode_metrics(traj, success, periodic))
+            per_episode.append(episode_metrics(traj, success, periodic, tracked))
     summary = summarize(per_episode, trajectories)
 
     stage_dir.mkdir(parents=True)
@@ -96,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         np.savez(stage_dir / f"episode_{k:03d}.npz", **traj.arrays())
     if not args.no_plots:
         names = [*env.nominal_system.coordinate_names, *(f"{n}_dot" for n in env.nominal_system.coordinate_names)]
-        cons = controller._cons
+        cons = controller.constraints
         plotting.plot_states_inputs(
             trajectories[0], names, env.nominal_system.input_names, cons.u_min, cons.u_max,
             stage_dir / "states_inputs.png", cons.obs_min, cons.obs_max, periodic,

@@ -74,8 +74,14 @@ def run_episode(
     if hasattr(controller, "reset"):
         controller.reset()
     reference = getattr(controller, "reference", None)
-    obs, info = env.reset(seed=int(seed), options=reset_options)
     dt = float(env.get_wrapper_attr("dt")) if hasattr(env, "get_wrapper_attr") else float(env.dt)
+    model = getattr(controller, "model", None)
+    if model is not None and abs(model.dt - dt) > 1e-12 * max(1.0, dt):
+        raise InputError(
+            f"the controller's model steps dt = {model.dt} s but the environment's control step "
+            f"is {dt} s; build the model with the env's dt"
+        )
+    obs, info = env.reset(seed=int(seed), options=reset_options)
     rec: dict[str, list] = {k: [] for k in (
         "obs", "states", "inputs", "rewards", "solve_times", "iterations", "status",
         "margin", "residual", "reference", "slack",

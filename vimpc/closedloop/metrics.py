@@ -23,12 +23,14 @@ def episode_metrics(
     traj: Trajectory,
     success: Callable[[Trajectory], bool] | None = None,
     periodic: Sequence[int] = (),
+    tracked: Sequence[int] | None = None,
 ) -> dict[str, float]:
     """Per-episode metrics.
 
     ``cost``: sum of stage costs (minus the rewards). ``tracking_rmse``: RMS of
-    ``states - reference`` over the finite reference entries, angles listed in
-    ``periodic`` wrapped (NaN without a reference). ``violations``: steps with a negative safety margin;
+    ``states - reference`` over the finite reference entries of the ``tracked``
+    observations (all by default), angles listed in ``periodic`` wrapped (NaN
+    without a reference). ``violations``: steps with a negative safety margin;
     ``max_violation``: largest ``-margin``; ``min_slack``: smallest margin over
     the episode (the safety margin the controller really had; ``inf`` if the task
     has no safety constraint). Solve times in milliseconds.
@@ -36,6 +38,8 @@ def episode_metrics(
     margin = traj.safety_margin
     worst = margin.min(axis=1) if margin.shape[1] else np.full(len(traj.t), np.inf)
     err = wrapped_error(traj, periodic)
+    if tracked is not None:
+        err = err[:, list(tracked)]
     mask = np.isfinite(err)
     rmse = float(np.sqrt(np.mean(err[mask] ** 2))) if mask.any() else float("nan")
     times_ms = traj.solve_times * 1e3

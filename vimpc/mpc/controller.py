@@ -108,6 +108,16 @@ class MPC:
         self._layout = L
 
     # -- one step -----------------------------------------------------------------------
+    @property
+    def cost(self):
+        """The resolved cost (weight matrices, reference function)."""
+        return self._cost
+
+    @property
+    def constraints(self) -> Constraints:
+        """The resolved constraints (bounds as arrays, ``+-inf`` where none)."""
+        return self._cons
+
     def reference(self, t: float) -> np.ndarray:
         """The cost's observation reference at time ``t`` [s]."""
         return np.asarray(self._cost.reference(t), dtype=np.float64)

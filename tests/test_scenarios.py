@@ -1,0 +1,143 @@
+"""Scenario files, the CLI and the results it writes."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vimpc import cli, scenario
+from vimpc.closedloop import run_episode
+from vimpc.errors import ConfigError, InputError
+from vimpc.mechanics import Pendulum
+from vimpc.models import NominalModel
+from vimpc.mpc import MPC, Cost
+
+SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.toml"))
+REQUIRED_METRICS = (
+    "episodes", "success_rate", "mean_cost", "violations", "max_violation", "min_slack",
+    "solve_time_median_ms", "solve_time_p95_ms", "failed_solves",
+)
+
+
+def _run(args: list[str]) -> int:
+    return cli.main(["run", *args, "--quiet"])
+
+
+def _only_run(root: Path) -> Path:
+    runs = [p for p in root.glob("*/*") if p.is_dir()]
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_the_four_scenarios_exist():
+    names = {p.stem for p in SCENARIOS}
+    assert {"pendulum_swingup", "cartpole_swingup", "fourbar_tracking", "rollingdisk_parking"} <= names
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_regression_short_run(path, tmp_path):
+    # every scenario runs end to end with a short horizon and few steps
+    code = _run([str(path), "--out", str(tmp_path), "--no-plots",
+                 "--set", "controller.horizon=5", "--set", "episodes.steps=8"])
+    assert code == 0
+    run = _only_run(tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    for key in REQUIRED_METRICS:
+        assert key in metrics
+    assert metrics["episodes"] == 1 and len(metrics["per_episode"]) == 1
+    resolved = tomllib.loads((run / "config.resolved.toml").read_text())
+    assert resolved["controller"]["horizon"] == 5 and resolved["episodes"]["steps"] == 8
+    episode = np.load(run / "episode_000.npz")
+    assert episode["inputs"].shape[0] == 8 and np.all(np.isfinite(episode["states"]))
+
+
+def test_main_job_swings_the_pendulum_up(tmp_path):
+    # the README's main job, in full: it must succeed (and it takes about a second)
+    assert _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path)]) == 0
+    run = _only_run(tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["success_rate"] == 1.0
+    assert metrics["failed_solves"] == 0
+    for name in ("states_inputs.png", "solve_times.png", "mechanism.png", "versions.json"):
+        assert (run / name).stat().st_size > 0
+    assert not list(tmp_path.glob("*/*.partial"))
+
+
+def test_runs_never_overwrite_each_other(tmp_path):
+    args = ["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), "--no-plots",
+            "--set", "episodes.steps=3", "--set", "controller.horizon=5"]
+    assert _run(args) == 0 and _run(args) == 0
+    runs = sorted(p for p in (tmp_path / "pendulum_swingup").iterdir())
+    assert len(runs) == 2 and all((r / "metrics.json").exists() for r in runs)
+
+
+def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatch):
+    import vimpc.closedloop as closedloop
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(closedloop, "run_episode", interrupted)
+    code = _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), "--set", "episodes.steps=3"])
+    assert code == 130
+    assert not list(tmp_path.rglob("metrics.json"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("controller.cost.Qq=[1.0]", "unknown key 'controller.cost.Qq' in the scenario; did you mean 'Q'"),
+        ("controller.horizon=0", "controller.horizon must be a positive integer, got 0"),
+        ("controller.horizon=2.5", "controller.horizon must be an integer, got 2.5"),
+        ('env.dt="fast"', "env.dt must be a number, got 'fast'"),
+        ("controller.constraints.u_min=[3.0]", None),  # checked below together with u_max
+        ('controller.solver="fatrob"', "did you mean 'fatrop'"),
+        ('env.id="vimpc/Pendulum-v1"', "did you mean 'vimpc/Pendulum-v0'"),
+    ],
+)
+def test_bad_scenarios_are_named_before_any_work(override, message, tmp_path, capsys):
+    sets = ["--set", override]
+    if message is None:
+        sets += ["--set", "controller.constraints.u_max=[1.0]"]
+        message = "controller.constraints.u_min[0] = 3.0 exceeds controller.constraints.u_max[0] = 1.0"
+    code = _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), *sets])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_missing_field_and_missing_file(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[env]\nid = "vimpc/Pendulum-v0"\n[controller.cost]\nQ = [1.0, 1.0]\nR = [1.0]\n')
+    with pytest.raises(ConfigError, match="missing required key 'controller.horizon'"):
+        scenario.load_scenario(broken)
+    with pytest.raises(ConfigError, match="does not exist"):
+        scenario.load_scenario(tmp_path / "nope.toml")
+
+
+def test_model_with_another_dt_than_the_env_is_refused():
+    import gymnasium
+
+    env = gymnasium.make("vimpc/Pendulum-v0", dt=0.05).unwrapped
+    model = NominalModel(Pendulum(), dt=0.02).discrete_model()
+    ctrl = MPC(model, 5, Cost(Q=[1.0, 0.1], R=[0.01]))
+    with pytest.raises(InputError, match="model steps dt = 0.02 s but the environment's control step is 0.05 s"):
+        run_episode(env, ctrl, 3, seed=0)
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = scenario.load_scenario("scenarios/cartpole_swingup.toml")
+    text = scenario.dump_toml(cfg)
+    (tmp_path / "again.toml").write_text(text)
+    again = scenario.load_scenario(tmp_path / "again.toml")
+    assert again == cfg
+
+
+def test_list_shows_scenarios(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "pendulum_swingup.toml" in out and "vimpc/RollingDisk-v0" in out
