@@ -24,18 +24,36 @@ def _linear_model(implicit: bool) -> DiscreteModel:
     A, B = M[:2, :2], M[:2, 2:]
     x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
     ident = ca.Function("id", [x], [x])
-    return DiscreteModel(
-        dt=DT, nx=2, nu=1, np=0, nobs=2,
-        step=ca.Function("step", [x, u, p], [ca.mtimes(A, x) + ca.mtimes(B, u)]),
-        residual=ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A, x) - ca.mtimes(B, u)]) if implicit else None,
-        from_obs=ident, to_obs=ident,
-        state_names=("s", "v"), input_names=("f",),
-    ), A, B
+    return (
+        DiscreteModel(
+            dt=DT,
+            nx=2,
+            nu=1,
+            np=0,
+            nobs=2,
+            step=ca.Function("step", [x, u, p], [ca.mtimes(A, x) + ca.mtimes(B, u)]),
+            residual=ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A, x) - ca.mtimes(B, u)])
+            if implicit
+            else None,
+            from_obs=ident,
+            to_obs=ident,
+            state_names=("s", "v"),
+            input_names=("f",),
+        ),
+        A,
+        B,
+    )
 
 
 @pytest.mark.parametrize(
     "solver, transcription",
-    [("sqpmethod", "step"), ("sqpmethod", "implicit"), ("ipopt", "step"), ("fatrop", "implicit"), ("rti", "step")],
+    [
+        ("sqpmethod", "step"),
+        ("sqpmethod", "implicit"),
+        ("ipopt", "step"),
+        ("fatrop", "implicit"),
+        ("rti", "step"),
+    ],
 )
 def test_mpc_with_riccati_terminal_cost_reproduces_lqr(solver, transcription):
     # With a linear model, quadratic cost and the DARE solution P as terminal cost,
@@ -45,7 +63,14 @@ def test_mpc_with_riccati_terminal_cost_reproduces_lqr(solver, transcription):
     Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
     P = scipy.linalg.solve_discrete_are(A, B, Q, R)
     K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
-    ctrl = MPC(model, 8, Cost(Q=Q, R=R, Q_terminal=P), solver=solver, transcription=transcription, tol=1e-10)
+    ctrl = MPC(
+        model,
+        8,
+        Cost(Q=Q, R=R, Q_terminal=P),
+        solver=solver,
+        transcription=transcription,
+        tol=1e-10,
+    )
     for x0 in ([1.0, -0.5], [-2.0, 0.3], [0.4, 1.7]):
         result = ctrl(np.array(x0))
         ctrl.reset()
@@ -61,7 +86,9 @@ def test_input_bounds_hold_and_plan_is_consistent():
     assert np.all(np.abs(result.u_plan) <= 0.5 + 1e-9)
     assert np.isclose(abs(result.u[0]), 0.5)  # far from the origin the bound is active
     for k in range(10):  # the predicted states follow the model
-        np.testing.assert_allclose(result.x[k + 1], A @ result.x[k] + B @ result.u_plan[k], atol=1e-8)
+        np.testing.assert_allclose(
+            result.x[k + 1], A @ result.x[k] + B @ result.u_plan[k], atol=1e-8
+        )
 
 
 def test_soft_constraint_reports_slack_and_hard_infeasibility_falls_back():
@@ -69,11 +96,21 @@ def test_soft_constraint_reports_slack_and_hard_infeasibility_falls_back():
     obs = ca.SX.sym("obs", 2)
     wall = ca.Function("wall", [obs], [1.0 - obs[0]])  # s <= 1
     cost = Cost(Q=[1.0, 0.1], R=[1e-2])
-    soft = MPC(model, 10, cost, Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall, soft=True)]))
+    soft = MPC(
+        model,
+        10,
+        cost,
+        Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall, soft=True)]),
+    )
     result = soft(np.array([0.9, 2.0]))  # moving too fast to stop before the wall
     assert result.status.ok and result.slack > 1e-3
-    hard = MPC(model, 10, cost, Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall)]),
-               safe_input=[-0.1])
+    hard = MPC(
+        model,
+        10,
+        cost,
+        Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall)]),
+        safe_input=[-0.1],
+    )
     result = hard(np.array([0.9, 2.0]))
     assert not result.status.ok and result.fallback
     np.testing.assert_array_equal(result.u, [-0.1])
@@ -83,8 +120,12 @@ def test_fallback_uses_the_shifted_previous_plan():
     model, _, _ = _linear_model(implicit=False)
     obs = ca.SX.sym("obs", 2)
     wall = ca.Function("wall", [obs], [1.0 - obs[0]])
-    ctrl = MPC(model, 10, Cost(Q=[1.0, 0.1], R=[1e-2]),
-               Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall)]))
+    ctrl = MPC(
+        model,
+        10,
+        Cost(Q=[1.0, 0.1], R=[1e-2]),
+        Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall)]),
+    )
     first = ctrl(np.array([0.0, 0.0]))
     assert first.status.ok
     failed = ctrl(np.array([0.9, 2.0]))
@@ -95,12 +136,28 @@ def test_fallback_uses_the_shifted_previous_plan():
 def test_cartpole_nominal_variational_model_swings_up():
     dt = 0.05
     model = NominalModel(CartPole(), dt).discrete_model()
-    plant = NominalModel(CartPole(friction=[0.5, 0.1], m=1.05, mc=0.95), dt, substeps=50).discrete_model()
-    ctrl = MPC(model, 20, Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], Q_terminal=[50, 100, 5, 5],
-                               reference=[0, np.pi, 0, 0], periodic=(1,)),
-               Constraints(u_min=[-30], u_max=[30], obs_min=[-1, -np.inf, -np.inf, -np.inf],
-                           obs_max=[1, np.inf, np.inf, np.inf], soft_bounds=True),
-               transcription="implicit")
+    plant = NominalModel(
+        CartPole(friction=[0.5, 0.1], m=1.05, mc=0.95), dt, substeps=50
+    ).discrete_model()
+    ctrl = MPC(
+        model,
+        20,
+        Cost(
+            Q=[10, 20, 0.1, 0.1],
+            R=[0.01],
+            Q_terminal=[50, 100, 5, 5],
+            reference=[0, np.pi, 0, 0],
+            periodic=(1,),
+        ),
+        Constraints(
+            u_min=[-30],
+            u_max=[30],
+            obs_min=[-1, -np.inf, -np.inf, -np.inf],
+            obs_max=[1, np.inf, np.inf, np.inf],
+            soft_bounds=True,
+        ),
+        transcription="implicit",
+    )
     x = np.array([0.0, 0.1, 0.0, 0.0])
     for _ in range(60):
         result = ctrl(x)
@@ -132,9 +189,13 @@ def test_hard_path_constraint_holds_along_the_plan(transcription):
     model, _, _ = _linear_model(implicit=True)
     obs = ca.SX.sym("obs", 2)
     wall = ca.Function("wall", [obs], [0.5 - obs[0]])  # s <= 0.5
-    ctrl = MPC(model, 15, Cost(Q=[10.0, 0.1], R=[1e-3], reference=[2.0, 0.0]),
-               Constraints(u_min=[-1.0], u_max=[1.0], path=[PathConstraint("wall", wall)]),
-               transcription=transcription)
+    ctrl = MPC(
+        model,
+        15,
+        Cost(Q=[10.0, 0.1], R=[1e-3], reference=[2.0, 0.0]),
+        Constraints(u_min=[-1.0], u_max=[1.0], path=[PathConstraint("wall", wall)]),
+        transcription=transcription,
+    )
     result = ctrl(np.array([0.0, 0.0]))
     assert result.status.ok
     assert result.obs[:, 0].max() <= 0.5 + 1e-6  # pushed against the wall, not through it

@@ -18,8 +18,15 @@ from vimpc.mpc import MPC, Cost
 
 SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.toml"))
 REQUIRED_METRICS = (
-    "episodes", "success_rate", "mean_cost", "violations", "max_violation", "min_slack",
-    "solve_time_median_ms", "solve_time_p95_ms", "failed_solves",
+    "episodes",
+    "success_rate",
+    "mean_cost",
+    "violations",
+    "max_violation",
+    "min_slack",
+    "solve_time_median_ms",
+    "solve_time_p95_ms",
+    "failed_solves",
 )
 
 
@@ -35,14 +42,29 @@ def _only_run(root: Path) -> Path:
 
 def test_the_four_scenarios_exist():
     names = {p.stem for p in SCENARIOS}
-    assert {"pendulum_swingup", "cartpole_swingup", "fourbar_tracking", "rollingdisk_parking"} <= names
+    assert {
+        "pendulum_swingup",
+        "cartpole_swingup",
+        "fourbar_tracking",
+        "rollingdisk_parking",
+    } <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_scenario_regression_short_run(path, tmp_path):
     # every scenario runs end to end with a short horizon and few steps
-    code = _run([str(path), "--out", str(tmp_path), "--no-plots",
-                 "--set", "controller.horizon=5", "--set", "episodes.steps=8"])
+    code = _run(
+        [
+            str(path),
+            "--out",
+            str(tmp_path),
+            "--no-plots",
+            "--set",
+            "controller.horizon=5",
+            "--set",
+            "episodes.steps=8",
+        ]
+    )
     assert code == 0
     run = _only_run(tmp_path)
     metrics = json.loads((run / "metrics.json").read_text())
@@ -68,8 +90,16 @@ def test_main_job_swings_the_pendulum_up(tmp_path):
 
 
 def test_runs_never_overwrite_each_other(tmp_path):
-    args = ["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), "--no-plots",
-            "--set", "episodes.steps=3", "--set", "controller.horizon=5"]
+    args = [
+        "scenarios/pendulum_swingup.toml",
+        "--out",
+        str(tmp_path),
+        "--no-plots",
+        "--set",
+        "episodes.steps=3",
+        "--set",
+        "controller.horizon=5",
+    ]
     assert _run(args) == 0 and _run(args) == 0
     runs = sorted(p for p in (tmp_path / "pendulum_swingup").iterdir())
     assert len(runs) == 2 and all((r / "metrics.json").exists() for r in runs)
@@ -82,7 +112,9 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(closedloop, "run_episode", interrupted)
-    code = _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), "--set", "episodes.steps=3"])
+    code = _run(
+        ["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), "--set", "episodes.steps=3"]
+    )
     assert code == 130
     assert not list(tmp_path.rglob("metrics.json"))
 
@@ -90,7 +122,10 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatc
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("controller.cost.Qq=[1.0]", "unknown key 'controller.cost.Qq' in the scenario; did you mean 'Q'"),
+        (
+            "controller.cost.Qq=[1.0]",
+            "unknown key 'controller.cost.Qq' in the scenario; did you mean 'Q'",
+        ),
         ("controller.horizon=0", "controller.horizon must be a positive integer, got 0"),
         ("controller.horizon=2.5", "controller.horizon must be an integer, got 2.5"),
         ('env.dt="fast"', "env.dt must be a number, got 'fast'"),
@@ -103,7 +138,9 @@ def test_bad_scenarios_are_named_before_any_work(override, message, tmp_path, ca
     sets = ["--set", override]
     if message is None:
         sets += ["--set", "controller.constraints.u_max=[1.0]"]
-        message = "controller.constraints.u_min[0] = 3.0 exceeds controller.constraints.u_max[0] = 1.0"
+        message = (
+            "controller.constraints.u_min[0] = 3.0 exceeds controller.constraints.u_max[0] = 1.0"
+        )
     code = _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), *sets])
     assert code == 2
     assert message in capsys.readouterr().err
@@ -112,7 +149,9 @@ def test_bad_scenarios_are_named_before_any_work(override, message, tmp_path, ca
 
 def test_missing_field_and_missing_file(tmp_path):
     broken = tmp_path / "broken.toml"
-    broken.write_text('[env]\nid = "vimpc/Pendulum-v0"\n[controller.cost]\nQ = [1.0, 1.0]\nR = [1.0]\n')
+    broken.write_text(
+        '[env]\nid = "vimpc/Pendulum-v0"\n[controller.cost]\nQ = [1.0, 1.0]\nR = [1.0]\n'
+    )
     with pytest.raises(ConfigError, match="missing required key 'controller.horizon'"):
         scenario.load_scenario(broken)
     with pytest.raises(ConfigError, match="does not exist"):
@@ -125,7 +164,9 @@ def test_model_with_another_dt_than_the_env_is_refused():
     env = gymnasium.make("vimpc/Pendulum-v0", dt=0.05).unwrapped
     model = NominalModel(Pendulum(), dt=0.02).discrete_model()
     ctrl = MPC(model, 5, Cost(Q=[1.0, 0.1], R=[0.01]))
-    with pytest.raises(InputError, match="model steps dt = 0.02 s but the environment's control step is 0.05 s"):
+    with pytest.raises(
+        InputError, match="model steps dt = 0.02 s but the environment's control step is 0.05 s"
+    ):
         run_episode(env, ctrl, 3, seed=0)
 
 

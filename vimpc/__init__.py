@@ -6,6 +6,7 @@ import torch.
 """
 
 import vimpc_envs as _vimpc_envs  # noqa: F401  (registers the environment ids)
+
 from vimpc.dynamics import DiscreteModel as DiscreteModel
 from vimpc.errors import ConfigError as ConfigError
 from vimpc.errors import InputError as InputError

@@ -55,8 +55,11 @@ def _summary_table(summary: dict[str, Any]) -> str:
         ("safety violations", f"{summary['violations']} (max {summary['max_violation']:.3g})"),
         ("min safety slack", f"{summary['min_slack']:.4g}"),
         ("constraint residual (max)", f"{summary['max_constraint_residual']:.2e}"),
-        ("solve time median / p95 / max", f"{summary['solve_time_median_ms']:.2f} / "
-         f"{summary['solve_time_p95_ms']:.2f} / {summary['solve_time_max_ms']:.2f} ms"),
+        (
+            "solve time median / p95 / max",
+            f"{summary['solve_time_median_ms']:.2f} / "
+            f"{summary['solve_time_p95_ms']:.2f} / {summary['solve_time_max_ms']:.2f} ms",
+        ),
         ("failed solves", f"{summary['failed_solves']}"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -83,9 +86,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     tracked = np.flatnonzero(np.diag(controller.cost.Q)).tolist()
     ep = cfg["episodes"]
     trajectories, per_episode = [], []
-    with tqdm(total=ep["count"] * ep["steps"], desc="episodes", unit="step", disable=args.quiet) as bar:
+    with tqdm(
+        total=ep["count"] * ep["steps"], desc="episodes", unit="step", disable=args.quiet
+    ) as bar:
         for k in range(ep["count"]):
-            traj = run_episode(env, controller, ep["steps"], ep["seed"] + k, on_step=lambda _: bar.update())
+            traj = run_episode(
+                env, controller, ep["steps"], ep["seed"] + k, on_step=lambda _: bar.update()
+            )
             trajectories.append(traj)
             per_episode.append(episode_metrics(traj, success, periodic, tracked))
     summary = summarize(per_episode, trajectories)
@@ -96,15 +103,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     for k, traj in enumerate(trajectories):
         np.savez(stage_dir / f"episode_{k:03d}.npz", **traj.arrays())
     if not args.no_plots:
-        names = [*env.nominal_system.coordinate_names, *(f"{n}_dot" for n in env.nominal_system.coordinate_names)]
+        names = [
+            *env.nominal_system.coordinate_names,
+            *(f"{n}_dot" for n in env.nominal_system.coordinate_names),
+        ]
         cons = controller.constraints
         plotting.plot_states_inputs(
-            trajectories[0], names, env.nominal_system.input_names, cons.u_min, cons.u_max,
-            stage_dir / "states_inputs.png", cons.obs_min, cons.obs_max, periodic,
+            trajectories[0],
+            names,
+            env.nominal_system.input_names,
+            cons.u_min,
+            cons.u_max,
+            stage_dir / "states_inputs.png",
+            cons.obs_min,
+            cons.obs_max,
+            periodic,
         )
         plotting.plot_solve_times(trajectories, stage_dir / "solve_times.png")
         plotting.plot_mechanism(
-            trajectories[0], env.nominal_system, stage_dir / "mechanism.png",
+            trajectories[0],
+            env.nominal_system,
+            stage_dir / "mechanism.png",
             decorate=getattr(env, "decorate_plan_view", None),
         )
     metrics = {**summary, "per_episode": per_episode, "wall_time_s": time.perf_counter() - started}
@@ -143,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario file")
     run.add_argument("scenario", help="path to a scenario .toml file")
-    run.add_argument("--set", action="append", metavar="KEY.SUB=VALUE", help="override one key (repeatable)")
+    run.add_argument(
+        "--set", action="append", metavar="KEY.SUB=VALUE", help="override one key (repeatable)"
+    )
     run.add_argument("--out", default="results/runs", help="results root (default: results/runs)")
     run.add_argument("--no-plots", action="store_true", help="skip the figures")
     run.add_argument("--quiet", action="store_true", help="no progress bar")

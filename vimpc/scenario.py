@@ -83,8 +83,14 @@ SCHEMA: dict[str, Any] = {
 
 CIRCLE_KEYS = {"center": list, "radius": float, "indices": list, "soft": bool, "weight": float}
 
-_TYPE_NAMES = {str: "a string", float: "a number", int: "an integer", bool: "true or false",
-               list: "an array", dict: "a table"}
+_TYPE_NAMES = {
+    str: "a string",
+    float: "a number",
+    int: "an integer",
+    bool: "true or false",
+    list: "an array",
+    dict: "a table",
+}
 
 
 def _fail_unknown(path: str, key: str, allowed) -> None:
@@ -177,7 +183,9 @@ def _check_values(cfg: dict[str, Any]) -> None:
         positive(f"{where}.radius", circle["radius"])
     metrics = cfg["metrics"]
     if (metrics["success_index"] is None) != (metrics["success_target"] is None):
-        raise ConfigError("metrics.success_index and metrics.success_target go together; set both or neither")
+        raise ConfigError(
+            "metrics.success_index and metrics.success_target go together; set both or neither"
+        )
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -239,7 +247,9 @@ def dump_toml(cfg: dict[str, Any]) -> str:
     lines: list[str] = []
 
     def table(prefix: str, d: dict[str, Any]) -> None:
-        scalars = {k: v for k, v in d.items() if not isinstance(v, dict) or not _is_schema_table(prefix, k)}
+        scalars = {
+            k: v for k, v in d.items() if not isinstance(v, dict) or not _is_schema_table(prefix, k)
+        }
         if prefix:
             lines.append(f"[{prefix}]")
         for k, v in scalars.items():
@@ -275,7 +285,9 @@ def build_env(cfg: dict[str, Any]):
         ids = [k for k in gymnasium.registry if k.startswith("vimpc/")]
         hint = difflib.get_close_matches(env_cfg["id"], ids, n=1)
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise ConfigError(f"env.id {env_cfg['id']!r} is not a registered environment{extra} (vimpc ids: {ids})")
+        raise ConfigError(
+            f"env.id {env_cfg['id']!r} is not a registered environment{extra} (vimpc ids: {ids})"
+        )
     kwargs = dict(env_cfg["kwargs"])
     if "dt" in kwargs:
         raise ConfigError("set the control step as env.dt, not env.kwargs.dt")
@@ -314,8 +326,14 @@ def build_controller(cfg: dict[str, Any], model, env):
     reference: Any = cost_cfg["reference"]
     if cost_cfg["reference_from_env"]:
         if not hasattr(env, "reference"):
-            raise ConfigError(f"controller.cost.reference_from_env: {cfg['env']['id']} has no reference(t)")
-        base = np.zeros(model.nobs) if cost_cfg["reference"] is None else np.asarray(cost_cfg["reference"], float)
+            raise ConfigError(
+                f"controller.cost.reference_from_env: {cfg['env']['id']} has no reference(t)"
+            )
+        base = (
+            np.zeros(model.nobs)
+            if cost_cfg["reference"] is None
+            else np.asarray(cost_cfg["reference"], float)
+        )
         index = cost_cfg["reference_index"]
 
         def reference(t, env=env, base=base, index=index):
@@ -325,10 +343,13 @@ def build_controller(cfg: dict[str, Any], model, env):
             out = base.copy()
             out[index] = float(value)  # a scalar reference fills one observation entry
             return out
+
     energy = None
     if cost_cfg["energy_weight"] > 0:
         if cost_cfg["reference"] is None:
-            raise ConfigError("controller.cost.energy_weight needs controller.cost.reference (its energy is the target)")
+            raise ConfigError(
+                "controller.cost.energy_weight needs controller.cost.reference (its energy is the target)"
+            )
         system = env.nominal_system
         nq = system.nq
         E = ca.Function("energy", [obs], [system.function("E")(obs[:nq], obs[nq:])])
@@ -349,7 +370,9 @@ def build_controller(cfg: dict[str, Any], model, env):
         ix, iy = c["indices"]
         (cx, cy), r = c["center"], c["radius"]
         h = ca.Function(f"circle{i}", [obs], [(obs[ix] - cx) ** 2 + (obs[iy] - cy) ** 2 - r**2])
-        circles.append(PathConstraint(f"circle{i}", h, soft=c.get("soft", True), weight=c.get("weight", 1e3)))
+        circles.append(
+            PathConstraint(f"circle{i}", h, soft=c.get("soft", True), weight=c.get("weight", 1e3))
+        )
     constraints = Constraints(
         u_min=low if cons_cfg["u_min"] is None else cons_cfg["u_min"],
         u_max=high if cons_cfg["u_max"] is None else cons_cfg["u_max"],
@@ -381,7 +404,12 @@ def success_test(cfg: dict[str, Any]):
     m = cfg["metrics"]
     if m["success_index"] is None:
         return None
-    i, target, tol, window = m["success_index"], m["success_target"], m["success_tolerance"], m["success_window"]
+    i, target, tol, window = (
+        m["success_index"],
+        m["success_target"],
+        m["success_tolerance"],
+        m["success_window"],
+    )
 
     def success(traj) -> bool:
         tail = traj.states[traj.t >= traj.t[-1] - window, i] - target

@@ -46,8 +46,18 @@ class Trajectory:
         return {
             name: getattr(self, name)
             for name in (
-                "t", "obs", "states", "inputs", "rewards", "solve_times", "iterations", "status",
-                "safety_margin", "constraint_residual", "reference", "slack",
+                "t",
+                "obs",
+                "states",
+                "inputs",
+                "rewards",
+                "solve_times",
+                "iterations",
+                "status",
+                "safety_margin",
+                "constraint_residual",
+                "reference",
+                "slack",
             )
         }
 
@@ -82,10 +92,22 @@ def run_episode(
             f"is {dt} s; build the model with the env's dt"
         )
     obs, info = env.reset(seed=int(seed), options=reset_options)
-    rec: dict[str, list] = {k: [] for k in (
-        "obs", "states", "inputs", "rewards", "solve_times", "iterations", "status",
-        "margin", "residual", "reference", "slack",
-    )}
+    rec: dict[str, list] = {
+        k: []
+        for k in (
+            "obs",
+            "states",
+            "inputs",
+            "rewards",
+            "solve_times",
+            "iterations",
+            "status",
+            "margin",
+            "residual",
+            "reference",
+            "slack",
+        )
+    }
 
     def record_state(obs, info, t):
         rec["obs"].append(np.asarray(obs, dtype=np.float64))

@@ -21,5 +21,10 @@ def solve(name: str, residual: ca.Function, error_on_fail: bool) -> ca.Function:
         name,
         "fast_newton",
         residual,
-        {"abstol": ABSTOL, "abstolStep": 1e-14, "max_iter": MAX_ITER, "error_on_fail": error_on_fail},
+        {
+            "abstol": ABSTOL,
+            "abstolStep": 1e-14,
+            "max_iter": MAX_ITER,
+            "error_on_fail": error_on_fail,
+        },
     )

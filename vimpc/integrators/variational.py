@@ -33,7 +33,12 @@ import casadi as ca
 from vimpc import _checks
 from vimpc.integrators import _newton
 from vimpc.integrators.base import ImplicitIntegrator
-from vimpc.integrators.discrete_lagrangians import ORDER, RULES, discrete_forces, discrete_lagrangian
+from vimpc.integrators.discrete_lagrangians import (
+    ORDER,
+    RULES,
+    discrete_forces,
+    discrete_lagrangian,
+)
 from vimpc.mechanics.system import MechanicalSystem
 
 FORMS = ("position_momentum", "del")

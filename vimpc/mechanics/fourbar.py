@@ -13,8 +13,8 @@ import numpy as np
 
 from vimpc.errors import InputError
 from vimpc.mechanics import _ops as ops
-from vimpc.mechanics.planar import BodySpec, PlanarBodies, Revolute, chain_pose, unit
 from vimpc.mechanics.pendulums import _hanging, _hanging_rate
+from vimpc.mechanics.planar import BodySpec, PlanarBodies, Revolute, chain_pose, unit
 
 
 def _unit_rate(angle):
@@ -86,7 +86,9 @@ class FourBar(PlanarBodies):
         a, b, c, d = (self.params[k] for k in "abcd")
         t1, t2, t3 = q[0], q[1], q[2]
         return [
-            chain_pose(a / 2 * unit(t1), [a / 2 * _unit_rate(t1), None, None], t1, [1.0, 0.0, 0.0], q),
+            chain_pose(
+                a / 2 * unit(t1), [a / 2 * _unit_rate(t1), None, None], t1, [1.0, 0.0, 0.0], q
+            ),
             chain_pose(
                 a * unit(t1) + b / 2 * unit(t2),
                 [a * _unit_rate(t1), b / 2 * _unit_rate(t2), None],

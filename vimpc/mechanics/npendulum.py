@@ -78,7 +78,11 @@ class NPendulum(NaturalSystem):
         rows = []
         for i in range(self._n):
             p = ops.vector([q[2 * i], q[2 * i + 1]])
-            prev = ops.vector([0.0 * q[0], 0.0 * q[0]]) if i == 0 else ops.vector([q[2 * i - 2], q[2 * i - 1]])
+            prev = (
+                ops.vector([0.0 * q[0], 0.0 * q[0]])
+                if i == 0
+                else ops.vector([q[2 * i - 2], q[2 * i - 1]])
+            )
             rows.append(ops.sumsqr(p - prev) - self.params[f"l{i + 1}"] ** 2)
         return ops.vector(rows)
 

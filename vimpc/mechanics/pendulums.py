@@ -65,7 +65,11 @@ class Pendulum(PlanarBodies):
     def poses(self, q):
         half = self.params["l"] / 2
         theta = q[0]
-        return [chain_pose(half * _hanging(theta), [half * _hanging_rate(theta)], theta + _DOWN, [1.0], q)]
+        return [
+            chain_pose(
+                half * _hanging(theta), [half * _hanging_rate(theta)], theta + _DOWN, [1.0], q
+            )
+        ]
 
 
 class DoublePendulum(PlanarBodies):
@@ -111,7 +115,9 @@ class DoublePendulum(PlanarBodies):
         t1, t12 = q[0], q[0] + q[1]
         elbow_rate = l1 * _hanging_rate(t1)
         return [
-            chain_pose(l1 / 2 * _hanging(t1), [l1 / 2 * _hanging_rate(t1), None], t1 + _DOWN, [1.0, 0.0], q),
+            chain_pose(
+                l1 / 2 * _hanging(t1), [l1 / 2 * _hanging_rate(t1), None], t1 + _DOWN, [1.0, 0.0], q
+            ),
             chain_pose(
                 l1 * _hanging(t1) + l2 / 2 * _hanging(t12),
                 [elbow_rate + l2 / 2 * _hanging_rate(t12), l2 / 2 * _hanging_rate(t12)],
@@ -161,7 +167,9 @@ class CartPole(PlanarBodies):
     def poses(self, q):
         half = self.params["l"] / 2
         s, theta = q[0], q[1]
-        cart = chain_pose(ops.vector([s, 0.0 * s]), [ops.vector([1.0, 0.0]), None], 0.0 * s, [0.0, 0.0], q)
+        cart = chain_pose(
+            ops.vector([s, 0.0 * s]), [ops.vector([1.0, 0.0]), None], 0.0 * s, [0.0, 0.0], q
+        )
         pole = chain_pose(
             ops.vector([s, 0.0 * s]) + half * _hanging(theta),
             [ops.vector([1.0, 0.0]), half * _hanging_rate(theta)],
@@ -203,8 +211,14 @@ class CartPendulum(PlanarBodies):
         s, phi = q[0], q[1]
         up = ops.vector([ops.sin(phi), ops.cos(phi)])
         up_rate = ops.vector([ops.cos(phi), -ops.sin(phi)])
-        cart = chain_pose(ops.vector([s, 0.0 * s]), [ops.vector([1.0, 0.0]), None], 0.0 * s, [0.0, 0.0], q)
+        cart = chain_pose(
+            ops.vector([s, 0.0 * s]), [ops.vector([1.0, 0.0]), None], 0.0 * s, [0.0, 0.0], q
+        )
         bob = chain_pose(
-            ops.vector([s, 0.0 * s]) + l * up, [ops.vector([1.0, 0.0]), l * up_rate], phi, [0.0, 1.0], q
+            ops.vector([s, 0.0 * s]) + l * up,
+            [ops.vector([1.0, 0.0]), l * up_rate],
+            phi,
+            [0.0, 1.0],
+            q,
         )
         return [cart, bob]

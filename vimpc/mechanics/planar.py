@@ -182,7 +182,13 @@ class PlanarBodies(NaturalSystem):
             if body.length > 0:
                 ends = [self.point(pose, (-half, 0.0)), self.point(pose, (half, 0.0))]
             else:  # a cart or a point mass: a small box around the centre
-                corners = [(-half, -0.05), (half, -0.05), (half, 0.05), (-half, 0.05), (-half, -0.05)]
+                corners = [
+                    (-half, -0.05),
+                    (half, -0.05),
+                    (half, 0.05),
+                    (-half, 0.05),
+                    (-half, -0.05),
+                ]
                 ends = [self.point(pose, c) for c in corners]
             lines.append(np.array(ends, dtype=np.float64))
         return lines

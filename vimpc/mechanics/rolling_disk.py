@@ -50,7 +50,9 @@ class RollingDisk(NaturalSystem):
 
     def nonholonomic(self, q):
         R, phi = self.params["R"], q[1]
-        return ops.matrix([[-R * ops.cos(phi), 0.0, 1.0, 0.0], [-R * ops.sin(phi), 0.0, 0.0, 1.0]], like=q)
+        return ops.matrix(
+            [[-R * ops.cos(phi), 0.0, 1.0, 0.0], [-R * ops.sin(phi), 0.0, 0.0, 1.0]], like=q
+        )
 
     def input_map(self, q):
         return ops.matrix([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]], like=q)

@@ -53,9 +53,7 @@ class MechanicalSystem(abc.ABC):
                         f"{type(self).__name__}.{name} must be a number, got {value!r}"
                     ) from None
                 if not np.isfinite(values[name]):
-                    raise InputError(
-                        f"{type(self).__name__}.{name} must be finite, got {value!r}"
-                    )
+                    raise InputError(f"{type(self).__name__}.{name} must be finite, got {value!r}")
         values = self._derive(values)
         self._params = MappingProxyType({k: float(v) for k, v in values.items()})
         self._validate()
@@ -79,7 +77,7 @@ class MechanicalSystem(abc.ABC):
             raise InputError(f"{type(self).__name__} needs values for {missing}")
         return values  # type: ignore[return-value]
 
-    def _validate(self) -> None:
+    def _validate(self) -> None:  # noqa: B027  (an optional hook)
         """Check relations between parameters; override where a geometry needs it."""
 
     @property
@@ -195,7 +193,9 @@ class MechanicalSystem(abc.ABC):
     def generalized_force(self, q, v, u):
         """Non-conservative generalized force ``B(q) u - dR/dv``."""
         W = self.rate_map(q)
-        damping = ops.matvec(W.T, ops.matvec(ops.diag(list(self._friction), like=v), ops.matvec(W, v)))
+        damping = ops.matvec(
+            W.T, ops.matvec(ops.diag(list(self._friction), like=v), ops.matvec(W, v))
+        )
         return ops.matvec(self.input_map(q), u) - damping
 
     def holonomic_jacobian(self, q):

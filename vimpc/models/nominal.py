@@ -6,7 +6,14 @@ import casadi as ca
 
 from vimpc import _checks
 from vimpc.dynamics import DiscreteModel
-from vimpc.integrators import FORMS, METHODS, RULES, ExplicitIntegrator, ImplicitIntegrator, VariationalIntegrator
+from vimpc.integrators import (
+    FORMS,
+    METHODS,
+    RULES,
+    ExplicitIntegrator,
+    ImplicitIntegrator,
+    VariationalIntegrator,
+)
 from vimpc.mechanics.system import MechanicalSystem
 
 

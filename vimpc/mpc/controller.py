@@ -16,7 +16,6 @@ from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import nlpsol_options
 from vimpc.mpc.transcription import transcribe
 
-
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
 
@@ -72,12 +71,16 @@ class MPC:
             raise InputError(f"cost must be a vimpc.mpc.Cost, got {type(cost).__name__}")
         constraints = Constraints() if constraints is None else constraints
         if not isinstance(constraints, Constraints):
-            raise InputError(f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}")
+            raise InputError(
+                f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}"
+            )
         self.model = model
         self.horizon = _checks.positive_int("horizon", horizon)
         self.max_iter = _checks.positive_int("max_iter", max_iter)
         self.tol = _checks.positive("tol", tol)
-        self.time_budget = None if time_budget is None else _checks.positive("time_budget", time_budget)
+        self.time_budget = (
+            None if time_budget is None else _checks.positive("time_budget", time_budget)
+        )
         self.solver_name = solver
         self._cost = cost.resolved(model.nobs, model.nu)
         self._cons = constraints.resolved(model.nobs, model.nu)

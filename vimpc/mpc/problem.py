@@ -27,8 +27,14 @@ def _weights(name: str, value: Any, size: int) -> np.ndarray:
             raise InputError(f"{name} must be finite and >= 0, got {w.tolist()}")
         return np.diag(w)
     if w.shape != (size, size):
-        raise InputError(f"{name} must be a scalar, a vector of {size} or a {size}x{size} matrix, got shape {w.shape}")
-    if not np.all(np.isfinite(w)) or not np.allclose(w, w.T) or np.linalg.eigvalsh(w).min() < -1e-12:
+        raise InputError(
+            f"{name} must be a scalar, a vector of {size} or a {size}x{size} matrix, got shape {w.shape}"
+        )
+    if (
+        not np.all(np.isfinite(w))
+        or not np.allclose(w, w.T)
+        or np.linalg.eigvalsh(w).min() < -1e-12
+    ):
         raise InputError(f"{name} must be a finite symmetric positive semidefinite matrix")
     return w
 
@@ -74,25 +80,40 @@ class Cost:
         R_rate = None if self.R_rate is None else _weights("cost.R_rate", self.R_rate, nu)
         for i in self.periodic:
             if not (isinstance(i, (int, np.integer)) and 0 <= i < nobs):
-                raise InputError(f"cost.periodic entries must be observation indices in [0, {nobs}), got {i!r}")
+                raise InputError(
+                    f"cost.periodic entries must be observation indices in [0, {nobs}), got {i!r}"
+                )
             if np.any(Q[i, np.arange(nobs) != i]) or np.any(QN[i, np.arange(nobs) != i]):
-                raise InputError(f"cost.periodic index {i} must have no cross weights in Q and Q_terminal")
+                raise InputError(
+                    f"cost.periodic index {i} must have no cross weights in Q and Q_terminal"
+                )
         if callable(self.reference):
             reference = self.reference
             probe = np.asarray(reference(0.0), dtype=np.float64)
             if probe.shape != (nobs,):
-                raise InputError(f"cost.reference(t) must return shape ({nobs},), got {probe.shape}")
+                raise InputError(
+                    f"cost.reference(t) must return shape ({nobs},), got {probe.shape}"
+                )
         else:
-            value = np.zeros(nobs) if self.reference is None else _checks.finite_vector(
-                "cost.reference", self.reference, nobs
+            value = (
+                np.zeros(nobs)
+                if self.reference is None
+                else _checks.finite_vector("cost.reference", self.reference, nobs)
             )
             reference = lambda t, value=value: value  # noqa: E731
-        u_ref = np.zeros(nu) if self.u_reference is None else _checks.finite_vector(
-            "cost.u_reference", self.u_reference, nu
+        u_ref = (
+            np.zeros(nu)
+            if self.u_reference is None
+            else _checks.finite_vector("cost.u_reference", self.u_reference, nu)
         )
         if self.energy is not None:
-            if not isinstance(self.energy.energy, ca.Function) or self.energy.energy.numel_in(0) != nobs:
-                raise InputError(f"cost.energy.energy must be a casadi.Function of the {nobs} observations")
+            if (
+                not isinstance(self.energy.energy, ca.Function)
+                or self.energy.energy.numel_in(0) != nobs
+            ):
+                raise InputError(
+                    f"cost.energy.energy must be a casadi.Function of the {nobs} observations"
+                )
             _checks.nonnegative("cost.energy.weight", self.energy.weight)
         return _ResolvedCost(Q, R, QN, reference, u_ref, R_rate, tuple(self.periodic), self.energy)
 
@@ -118,17 +139,24 @@ class _ResolvedCost:
 
     def stage_residual(self, obs, ref, u, u_prev):
         """``rho`` with stage cost ``rho^T rho`` (least squares, for Gauss–Newton)."""
-        parts = [ca.mtimes(_sqrt_psd(self.Q), self.error(obs, ref)), ca.mtimes(_sqrt_psd(self.R), u - self.u_reference)]
+        parts = [
+            ca.mtimes(_sqrt_psd(self.Q), self.error(obs, ref)),
+            ca.mtimes(_sqrt_psd(self.R), u - self.u_reference),
+        ]
         if self.R_rate is not None:
             parts.append(ca.mtimes(_sqrt_psd(self.R_rate), u - u_prev))
         if self.energy is not None:
-            parts.append(np.sqrt(self.energy.weight) * (self.energy.energy(obs) - self.energy.target))
+            parts.append(
+                np.sqrt(self.energy.weight) * (self.energy.energy(obs) - self.energy.target)
+            )
         return ca.vertcat(*parts)
 
     def terminal_residual(self, obs, ref):
         parts = [ca.mtimes(_sqrt_psd(self.Q_terminal), self.error(obs, ref))]
         if self.energy is not None:
-            parts.append(np.sqrt(self.energy.weight) * (self.energy.energy(obs) - self.energy.target))
+            parts.append(
+                np.sqrt(self.energy.weight) * (self.energy.energy(obs) - self.energy.target)
+            )
         return ca.vertcat(*parts)
 
 
@@ -174,11 +202,21 @@ class Constraints:
 
     def resolved(self, nobs: int, nu: int) -> Constraints:
         def bounds(name_lo, lo, name_hi, hi, size):
-            lo = np.full(size, -np.inf) if lo is None else np.asarray(lo, dtype=np.float64).reshape(-1)
-            hi = np.full(size, np.inf) if hi is None else np.asarray(hi, dtype=np.float64).reshape(-1)
+            lo = (
+                np.full(size, -np.inf)
+                if lo is None
+                else np.asarray(lo, dtype=np.float64).reshape(-1)
+            )
+            hi = (
+                np.full(size, np.inf)
+                if hi is None
+                else np.asarray(hi, dtype=np.float64).reshape(-1)
+            )
             for name, b in ((name_lo, lo), (name_hi, hi)):
                 if b.shape != (size,) or np.any(np.isnan(b)):
-                    raise InputError(f"constraints.{name} must be {size} numbers (inf allowed), got {b.tolist()}")
+                    raise InputError(
+                        f"constraints.{name} must be {size} numbers (inf allowed), got {b.tolist()}"
+                    )
             bad = np.flatnonzero(lo > hi)
             if bad.size:
                 i = int(bad[0])
@@ -192,9 +230,13 @@ class Constraints:
         obs_min, obs_max = bounds("obs_min", self.obs_min, "obs_max", self.obs_max, nobs)
         for c in self.path:
             if not isinstance(c, PathConstraint):
-                raise InputError(f"constraints.path entries must be PathConstraint, got {type(c).__name__}")
+                raise InputError(
+                    f"constraints.path entries must be PathConstraint, got {type(c).__name__}"
+                )
             if c.function.numel_in(0) != nobs:
                 raise InputError(f"path constraint {c.name!r} must take the {nobs} observations")
             _checks.positive(f"path constraint {c.name!r} weight", c.weight)
         _checks.positive("constraints.bound_weight", self.bound_weight)
-        return Constraints(u_min, u_max, obs_min, obs_max, self.soft_bounds, self.bound_weight, tuple(self.path))
+        return Constraints(
+            u_min, u_max, obs_min, obs_max, self.soft_bounds, self.bound_weight, tuple(self.path)
+        )

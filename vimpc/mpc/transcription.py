@@ -77,18 +77,26 @@ def transcribe(
         )
     nx, nu, nobs = model.nx, model.nu, model.nobs
     soft_lo, soft_hi = _soft_rows(cons)
-    hard_lo = np.flatnonzero(np.isfinite(cons.obs_min)) if not cons.soft_bounds else np.zeros(0, int)
-    hard_hi = np.flatnonzero(np.isfinite(cons.obs_max)) if not cons.soft_bounds else np.zeros(0, int)
+    hard_lo = (
+        np.flatnonzero(np.isfinite(cons.obs_min)) if not cons.soft_bounds else np.zeros(0, int)
+    )
+    hard_hi = (
+        np.flatnonzero(np.isfinite(cons.obs_max)) if not cons.soft_bounds else np.zeros(0, int)
+    )
     soft_path = [c for c in cons.path if c.soft]
     hard_path = [c for c in cons.path if not c.soft]
     n_soft_path = sum(c.function.numel_out(0) for c in soft_path)
     ns = len(soft_lo) + len(soft_hi) + n_soft_path
-    slack_weights = np.concatenate(
-        [
-            np.full(len(soft_lo) + len(soft_hi), cons.bound_weight),
-            *[np.full(c.function.numel_out(0), c.weight) for c in soft_path],
-        ]
-    ) if ns else np.zeros(0)
+    slack_weights = (
+        np.concatenate(
+            [
+                np.full(len(soft_lo) + len(soft_hi), cons.bound_weight),
+                *[np.full(c.function.numel_out(0), c.weight) for c in soft_path],
+            ]
+        )
+        if ns
+        else np.zeros(0)
+    )
 
     x_init = ca.MX.sym("x_init", nx)
     refs = ca.MX.sym("reference", nobs, N + 1)
@@ -139,14 +147,21 @@ def transcribe(
         if k > 0:  # the initial state is given: no path constraints on it
             if hard_lo.size or hard_hi.size:
                 rows_g.append(ca.vertcat(obs[hard_lo.tolist()], obs[hard_hi.tolist()]))
-                rows_lb.append(np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)]))
-                rows_ub.append(np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]]))
+                rows_lb.append(
+                    np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)])
+                )
+                rows_ub.append(
+                    np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]])
+                )
             for c in hard_path:
                 rows_g.append(c.function(obs))
                 rows_lb.append(np.zeros(c.function.numel_out(0)))
                 rows_ub.append(np.full(c.function.numel_out(0), np.inf))
             if ns:
-                soft = [obs[soft_lo.tolist()] - cons.obs_min[soft_lo], cons.obs_max[soft_hi] - obs[soft_hi.tolist()]]
+                soft = [
+                    obs[soft_lo.tolist()] - cons.obs_min[soft_lo],
+                    cons.obs_max[soft_hi] - obs[soft_hi.tolist()],
+                ]
                 soft += [c.function(obs) for c in soft_path]
                 rows_g.append(ca.vertcat(*soft) + S[k])
                 rows_lb.append(np.zeros(ns))
@@ -156,7 +171,9 @@ def transcribe(
             J += ca.dot(slack_weights, S[k])
             residuals.append(np.sqrt(1e-3) * S[k])
         if k < N:
-            residuals.append(cost.stage_residual(obs, refs[:, k], U[k], u_prev if k == 0 else U[k - 1]))
+            residuals.append(
+                cost.stage_residual(obs, refs[:, k], U[k], u_prev if k == 0 else U[k - 1])
+            )
         else:
             residuals.append(cost.terminal_residual(obs, refs[:, k]))
         g.extend(rows_g)
