@@ -1,0 +1,408 @@
+"""The shared ground truth of vimpc's environments.
+
+:class:`MechanicalEnv` turns a catalog system of :mod:`vimpc.mechanics` into a
+gymnasium environment: the TRUE system is the catalog system with perturbed masses
+and inertias and viscous friction (both drawn from ``param_seed``), integrated by
+the midpoint variational integrator at a fine substep, and observed with
+Gaussian noise. Subclasses add only the task (stage cost, safety margin, start
+distribution), the spaces and the drawing.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium
+import numpy as np
+
+from vimpc import _checks
+from vimpc.errors import InputError, SolverError
+from vimpc.mechanics import MechanicalSystem
+
+from . import _truth
+from ._render import Renderer
+
+# Tolerance on the constraint residual of a state given in ``reset(options=...)``.
+STATE_TOLERANCE = 1e-8
+# Largest integrator residual accepted after a step. Newton stops at 1e-12 (momentum units);
+# a solve that did not converge leaves residuals orders of magnitude above this.
+INTEGRATOR_TOLERANCE = 1e-8
+
+
+class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
+    """Abstract gymnasium environment whose ground truth is a :class:`MechanicalSystem`.
+
+    Subclasses declare ``system_type`` (the catalog class), ``friction_max`` (upper
+    ends of the uniform friction draws, one per dissipation rate, named in
+    ``friction_rates``), ``action_limit`` (symmetric bounds of the Box action space,
+    physical units), ``observation_limit`` (symmetric bounds of each ``(q, v)``
+    entry), the task methods :meth:`stage_cost`, :meth:`safety_margin`,
+    :meth:`_sample_state` and the drawing (:meth:`_view`, :meth:`_decorate`).
+
+    Observation ``(q, v)`` plus ``N(0, obs_noise^2)`` noise on every entry; the
+    reward of a step is ``-stage_cost(x_next, u, t_next)`` on the noise-free state
+    after the step. Actions outside the Box are clipped (reported in ``info``).
+    The environment never terminates or truncates by itself.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 100}
+
+    system_type: ClassVar[type[MechanicalSystem]]
+    friction_max: ClassVar[tuple[float, ...]]
+    friction_rates: ClassVar[tuple[str, ...]]
+    action_limit: ClassVar[tuple[float, ...]]
+    observation_limit: ClassVar[tuple[float, ...]]
+
+    def __init__(
+        self,
+        *,
+        dt: float,
+        substep: float,
+        perturbation: float,
+        friction: Any,
+        obs_noise: float,
+        param_seed: int,
+        params: Mapping[str, float] | None,
+        jit: bool,
+        render_mode: str | None,
+    ) -> None:
+        # Every argument is checked before the integrator is built.
+        self._substeps = _checks.steps_per("dt", dt, substep)
+        self._dt = float(dt)
+        self._substep = float(substep)
+        self._perturbation = _checks.nonnegative("perturbation", perturbation)
+        if self._perturbation >= 1.0:
+            raise InputError(
+                f"perturbation must be in [0, 1) so masses stay positive, got {perturbation!r}"
+            )
+        self._obs_noise = _checks.nonnegative("obs_noise", obs_noise)
+        if isinstance(param_seed, bool) or not isinstance(param_seed, (int, np.integer)):
+            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
+        if param_seed < 0:
+            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
+        self._param_seed = int(param_seed)
+        if render_mode is not None:
+            _checks.one_of("render_mode", render_mode, self.metadata["render_modes"])
+        self.render_mode = render_mode
+        self._params_override = self._check_params(params)
+        if not isinstance(jit, (bool, np.bool_)):
+            raise InputError(f"jit must be True or False, got {jit!r}")
+
+        self._nominal = self.system_type(**self._params_override)
+        rng = np.random.default_rng(self._param_seed)
+        # perturbation first, so the masses do not depend on whether friction is given
+        perturbed = self._nominal.perturbed(self._perturbation, rng)
+        drawn = rng.uniform(0.0, np.asarray(self.friction_max, dtype=np.float64))
+        if friction is None:
+            coefficients = drawn
+        else:
+            coefficients = _checks.finite_vector("friction", friction, self._nominal.n_rates)
+            if np.any(coefficients < 0.0):
+                raise InputError(
+                    f"friction must be >= 0 (viscous coefficients, one per rate "
+                    f"{self._rate_units()}), got {coefficients.tolist()}"
+                )
+        self._true = perturbed.with_params(friction=coefficients)
+
+        system = self._true
+        self._nq, self._nv = system.nq, system.nv
+        self._nx = system.nq + system.nv
+        limit = np.asarray(self.action_limit, dtype=np.float64)
+        self.action_space = gymnasium.spaces.Box(-limit, limit, dtype=np.float64)
+        bound = np.asarray(self.observation_limit, dtype=np.float64)
+        self.observation_space = gymnasium.spaces.Box(-bound, bound, dtype=np.float64)
+        self._action_low, self._action_high = -limit, limit.copy()
+        self.metadata = {**type(self).metadata, "render_fps": 1.0 / self._dt}
+
+        # One CasADi call per step: the flow over dt, the constraint residual after it and
+        # the integrator's own residual (a Newton failure check that also holds compiled).
+        self._step_fn, self._compiled = _truth.step_function(
+            system, self._dt, self._substep, self._substeps, jit=bool(jit)
+        )
+        self._residual_fn = _truth.constraint_residual_function(system)
+
+        self._x: np.ndarray | None = None  # set by reset
+        self._residual = 0.0
+        self._steps = 0
+        self._renderer = None
+
+    # -- arguments ---------------------------------------------------------------------
+    def _check_params(self, params: Mapping[str, float] | None) -> dict[str, float]:
+        if params is None:
+            return {}
+        if not isinstance(params, Mapping):
+            raise InputError(f"params must be a dict of parameter values, got {params!r}")
+        cls = self.system_type
+        _checks.known_keys("params", params, cls.defaults)
+        checked = dict(params)
+        for key in (*cls.inertial, *cls.lengths):
+            if key in checked:
+                checked[key] = _checks.positive(f"params[{key!r}]", checked[key])
+        return checked
+
+    def _rate_units(self) -> str:
+        return "(" + ", ".join(self.friction_rates) + ")"
+
+    # -- the ground truth ------------------------------------------------------------------
+    @property
+    def dt(self) -> float:
+        """Control step [s]: one :meth:`step` advances the true system by ``dt``."""
+        return self._dt
+
+    @property
+    def substep(self) -> float:
+        """Integrator substep [s] of the ground truth."""
+        return self._substep
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the step function runs as compiled C (``jit=True`` and a C compiler
+        found); either way the numbers are the same."""
+        return self._compiled
+
+    @property
+    def true_system(self) -> MechanicalSystem:
+        """The simulated system: perturbed masses and inertias, drawn (or given) friction."""
+        return self._true
+
+    @property
+    def nominal_system(self) -> MechanicalSystem:
+        """The catalog system with the nominal parameters (defaults updated by
+        ``params``), unperturbed and frictionless: what a nominal model believes."""
+        return self._nominal
+
+    # -- the task (subclasses) -------------------------------------------------------------
+    @abc.abstractmethod
+    def stage_cost(self, obs: Any, u: Any, t: float = 0.0) -> float:
+        """Stage cost of observation ``obs = (q, v)`` and input ``u`` at time ``t`` [s]."""
+
+    @abc.abstractmethod
+    def safety_margin(self, obs: Any) -> np.ndarray:
+        """Safety margins of ``obs``: a 1-D array, ``>= 0`` where the constraint holds."""
+
+    @abc.abstractmethod
+    def _sample_state(self) -> np.ndarray:
+        """A random start state ``(q, v)`` on the constraints, drawn from ``self.np_random``."""
+
+    def _on_reset(self) -> None:
+        """Hook run after the start state is set (e.g. to anchor a reference)."""
+
+    def _task_metadata(self) -> dict[str, Any]:
+        """Task arguments recorded with datasets."""
+        return {}
+
+    # -- gymnasium API ---------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = {} if options is None else options
+        if not isinstance(options, Mapping):
+            raise InputError(f"options must be a dict or None, got {options!r}")
+        _checks.known_keys("options", options, ("state",))
+        if "state" in options:
+            x = self._check_state(options["state"])
+        else:
+            x = np.asarray(self._sample_state(), dtype=np.float64)
+        self._x = x
+        self._residual = float(self._residual_fn(x))
+        self._steps = 0
+        self._on_reset()
+        return self._observe(), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._x is None:
+            raise self._reset_needed("step")
+        u = self._check_action(action)
+        applied = np.minimum(np.maximum(u, self._action_low), self._action_high)
+        clipped = bool(np.any(applied != u))
+        try:
+            x_next, residual, integrator_residual = self._step_fn(self._x, applied)
+        except RuntimeError as error:
+            raise self._newton_failure(applied) from error
+        if not float(integrator_residual) <= INTEGRATOR_TOLERANCE:
+            if np.isnan(float(integrator_residual)):
+                raise self._nonfinite(applied, np.asarray(x_next).ravel())
+            raise self._newton_failure(applied, float(integrator_residual))
+        x_next = np.asarray(x_next).ravel()
+        if not np.all(np.isfinite(x_next)):
+            raise self._nonfinite(applied, x_next)
+        self._x = x_next
+        self._residual = float(residual)
+        self._steps += 1
+        cost = float(self.stage_cost(x_next, applied, self.time))
+        info = self._info()
+        info["applied_action"] = applied
+        info["action_clipped"] = clipped
+        info["stage_cost"] = cost
+        return self._observe(), -cost, False, False, info
+
+    def _newton_failure(self, applied: np.ndarray, residual: float | None = None) -> SolverError:
+        detail = "" if residual is None else f" (largest residual {residual:.3e})"
+        return SolverError(
+            f"{type(self).__name__}: the Newton solve of the midpoint variational integrator "
+            f"failed{detail} at t = {self.time:.6g} s from state {self._x.tolist()} with action "
+            f"{applied.tolist()}; try a smaller substep (now {self._substep:g} s)"
+        )
+
+    def _nonfinite(self, applied: np.ndarray, x_next: np.ndarray) -> SolverError:
+        return SolverError(
+            f"{type(self).__name__}: the true state became non-finite at t = "
+            f"{self.time + self._dt:.6g} s (from state {self._x.tolist()} with action "
+            f"{applied.tolist()}): {x_next.tolist()}"
+        )
+
+    @property
+    def time(self) -> float:
+        """Time since the last reset [s]."""
+        return self._steps * self._dt
+
+    @property
+    def state(self) -> np.ndarray:
+        """The noise-free true state ``(q, v)`` (a copy)."""
+        if self._x is None:
+            raise self._reset_needed("state")
+        return self._x.copy()
+
+    def _reset_needed(self, what: str) -> InputError:
+        return InputError(f"{type(self).__name__}.{what} needs a state: call reset() first")
+
+    def _observe(self) -> np.ndarray:
+        noise = self.np_random.standard_normal(self._nx)
+        return self._x + self._obs_noise * noise
+
+    def _info(self) -> dict[str, Any]:
+        margin = np.asarray(self.safety_margin(self._x), dtype=np.float64).reshape(-1)
+        violation = max(0.0, -float(margin.min())) if margin.size else 0.0
+        return {
+            "state": self._x.copy(),
+            "safety_margin": margin,
+            "constraint_violation": violation,
+            "constraint_residual": self._residual,
+            "time": self.time,
+        }
+
+    def _check_action(self, action: Any) -> np.ndarray:
+        expected = (
+            f"expected shape {self.action_space.shape} with values in "
+            f"[{self._action_low.tolist()}, {self._action_high.tolist()}] "
+            f"{self._action_doc()} (values outside are clipped)"
+        )
+        try:
+            u = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"action must be numeric, got {action!r}; {expected}") from None
+        if u.shape != self.action_space.shape:
+            raise InputError(f"action has the wrong shape {u.shape}, got {action!r}; {expected}")
+        if not np.all(np.isfinite(u)):
+            raise InputError(f"action must be finite (no NaN or inf), got {u.tolist()}; {expected}")
+        return u
+
+    def _state_names(self) -> tuple[str, ...]:
+        names = self._true.coordinate_names
+        return (*names, *(f"{n}_dot" for n in names))
+
+    def _action_doc(self) -> str:
+        return "(" + ", ".join(self._true.input_names) + ")"
+
+    def _check_state(self, state: Any) -> np.ndarray:
+        x = _checks.finite_vector("options['state']", state, self._nx)
+        bound = self.observation_space.high
+        outside = np.flatnonzero(np.abs(x) > bound)
+        if outside.size:
+            i = int(outside[0])
+            raise InputError(
+                f"options['state'] must lie inside the observation bounds: entry {i} "
+                f"({self._state_names()[i]}) is {x[i]!r}, expected |value| <= {bound[i]:g}"
+            )
+        s = self._true
+        q, v = x[: self._nq], x[self._nq :]
+        checks = []
+        if s.n_holonomic:
+            checks.append(("holonomic residual ||g(q)||", s.holonomic(q)))
+            checks.append(("velocity residual ||G(q) v||", s.holonomic_jacobian(q) @ v))
+        if s.n_nonholonomic:
+            checks.append(("nonholonomic residual ||A(q) v||", s.nonholonomic(q) @ v))
+        for what, value in checks:
+            norm = float(np.linalg.norm(value))
+            if not norm <= STATE_TOLERANCE:
+                raise InputError(
+                    f"options['state'] must lie on the constraints: its {what} is {norm:.3e}, "
+                    f"expected <= {STATE_TOLERANCE:g}; {self._consistent_state_hint()}"
+                )
+        return x.copy()
+
+    def _consistent_state_hint(self) -> str:
+        return "build the state from the system's consistent-state helper"
+
+    # -- rendering -------------------------------------------------------------------------
+    def render(self) -> np.ndarray | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn(
+                f"{type(self).__name__}.render() needs render_mode='rgb_array' at construction"
+            )
+            return None
+        if self._x is None:
+            raise self._reset_needed("render()")
+        if self._renderer is None:
+            self._renderer = Renderer(*self._view())
+        q = self._x[: self._nq]
+        return self._renderer.draw(
+            self._true.sketch(q),
+            lambda ax: self._decorate(ax, self._x),
+            caption=f"t = {self.time:.2f} s",
+        )
+
+    @abc.abstractmethod
+    def _view(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """``(xlim, ylim)`` of the drawing, in metres."""
+
+    def _decorate(self, ax: Any, state: np.ndarray) -> None:
+        """Draw task elements (limits, references, obstacles) on a matplotlib Axes."""
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    # -- provenance ------------------------------------------------------------------------
+    def metadata_for_dataset(self) -> dict[str, Any]:
+        """JSON-serialisable description of the ground truth, recorded with datasets."""
+        return {
+            "env_class": type(self).__name__,
+            "system": self._true.name,
+            "true_params": {k: float(v) for k, v in self._true.params.items()},
+            "nominal_params": {k: float(v) for k, v in self._nominal.params.items()},
+            "friction": [float(c) for c in self._true.friction],
+            "friction_rates": list(self.friction_rates),
+            "perturbation": self._perturbation,
+            "param_seed": self._param_seed,
+            "obs_noise": self._obs_noise,
+            "dt": self._dt,
+            "substep": self._substep,
+            "integrator": "midpoint variational, position-momentum form",
+            "coordinate_names": list(self._true.coordinate_names),
+            "input_names": list(self._true.input_names),
+            "action_limit": [float(a) for a in self.action_limit],
+            "task": self._task_metadata(),
+        }
+
+
+def finite_number(name: str, value: Any) -> float:
+    """Return ``value`` as a finite float or raise :class:`InputError` naming ``name``."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise InputError(f"{name} must be a finite number, got {value!r}")
+    return x
+
+
+def angle_cost(angle: float, target: float) -> float:
+    """``2 (1 - cos(angle - target))``: ``(angle - target)^2`` near the target, smooth
+    and periodic, so no wrapping of the continuous angle is needed."""
+    return 2.0 * (1.0 - math.cos(angle - target))

@@ -1,0 +1,117 @@
+"""The ground truth's step function: the true system's flow over one control step.
+
+Built from :class:`vimpc.integrators.VariationalIntegrator` (midpoint rule,
+position-momentum form, ``dt / substep`` Newton-solved substeps) and, by default,
+compiled to C by CasADi's JIT. The compiled function runs the same operations in
+the same order (no fused multiply-adds), so it gives bit-identical states, 3-6x
+faster (the four-bar's 100 substeps: ~1.8 ms interpreted, ~0.3 ms compiled).
+
+Compiled code does not honour the rootfinder's ``error_on_fail``, so the function
+also returns the largest integrator residual over the substeps: a step whose
+Newton solve did not converge is caught from that number in either mode.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+
+import casadi as ca
+
+from vimpc.integrators import VariationalIntegrator
+from vimpc.mechanics import MechanicalSystem
+
+# Compiled functions are kept per true system and step, so envs made again with the same
+# arguments (tests, vectorised envs, episodes in a scenario) compile once per process.
+_CACHE: OrderedDict[tuple, ca.Function] = OrderedDict()
+_CACHE_SIZE = 32
+_JIT_DIR: str | None = None
+# -O2 compiles ~50 % longer for no measurable speed-up; no FMA contraction keeps the
+# compiled arithmetic identical to CasADi's interpreter.
+JIT_FLAGS = ["-O1", "-ffp-contract=off"]
+
+
+def _cache_key(system: MechanicalSystem, dt: float, substep: float) -> tuple:
+    return (
+        type(system).__qualname__,
+        tuple(system.params.items()),
+        tuple(float(c) for c in system.friction),
+        dt,
+        substep,
+    )
+
+
+def _jit_directory() -> str:
+    global _JIT_DIR
+    if _JIT_DIR is None:
+        # CasADi's own cleanup is off (it would run after this directory is gone when an
+        # env outlives the exit handlers); the process removes the directory at exit.
+        _JIT_DIR = tempfile.mkdtemp(prefix="vimpc_jit_")
+        atexit.register(shutil.rmtree, _JIT_DIR, ignore_errors=True)
+    return _JIT_DIR + os.sep
+
+
+def _residual_norm(system: MechanicalSystem, x):
+    """Norm of the holonomic residual ``g(q)`` and the nonholonomic ``A(q) v``."""
+    q, v = x[: system.nq], x[system.nq :]
+    parts = []
+    if system.n_holonomic:
+        parts.append(system.function("g")(q))
+    if system.n_nonholonomic:
+        parts.append(ca.mtimes(system.function("A")(q), v))
+    return ca.norm_2(ca.vertcat(*parts)) if parts else ca.MX(0.0)
+
+
+def constraint_residual_function(system: MechanicalSystem) -> ca.Function:
+    """``x -> ||(g(q), A(q) v)||``, 0 for an unconstrained system."""
+    x = ca.MX.sym("x", system.nq + system.nv)
+    return ca.Function("constraint_residual", [x], [_residual_norm(system, x)])
+
+
+def step_function(
+    system: MechanicalSystem, dt: float, substep: float, n_substeps: int, *, jit: bool
+) -> tuple[ca.Function, bool]:
+    """``(x, u) -> (x_next, constraint_residual, integrator_residual)`` and whether it is
+    compiled. ``jit`` asks for compilation; without a working C compiler the interpreted
+    function is returned (same numbers, slower)."""
+    key = _cache_key(system, dt, substep)
+    if jit and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key], True
+    integrator = VariationalIntegrator(system, "midpoint")
+    step = integrator.step_function(substep, error_on_fail=True)
+    residual = integrator.residual_function(substep)
+    nx = integrator.nx
+    x = ca.MX.sym("x", nx)
+    u = ca.MX.sym("u", system.nu)
+    us = ca.repmat(u, 1, n_substeps)
+    xs = step.mapaccum("substeps", n_substeps)(x, us)
+    previous = ca.horzcat(x, xs[:, : n_substeps - 1])
+    errors = residual.map(n_substeps)(previous, us, xs)
+    outputs = [xs[:, -1], _residual_norm(system, xs[:, -1]), ca.mmax(ca.fabs(errors))]
+    names = (["x", "u"], ["x_next", "constraint_residual", "integrator_residual"])
+    function = ca.Function(f"{system.name}_env_step", [x, u], outputs, *names)
+    if not jit:
+        return function, False
+    options = {
+        "jit": True,
+        "compiler": "shell",
+        "jit_cleanup": False,
+        "jit_options": {
+            "flags": JIT_FLAGS,
+            "directory": _jit_directory(),
+            "cleanup": False,
+            "verbose": False,
+        },
+    }
+    try:
+        compiled = ca.Function(f"{system.name}_env_step_c", [x, u], function(x, u), *names, options)
+    except RuntimeError:  # no C compiler, or it failed: fall back to the interpreter
+        return function, False
+    _CACHE[key] = compiled
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return compiled, True
