@@ -12,7 +12,7 @@ import pytest
 from vimpc import cli, scenario
 from vimpc.closedloop import run_episode
 from vimpc.errors import ConfigError, InputError
-from vimpc.mechanics import Pendulum
+from vimpc.mechanics import CartPole, Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Cost
 
@@ -182,3 +182,17 @@ def test_list_shows_scenarios(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
     assert "pendulum_swingup.toml" in out and "vimpc/RollingDisk-v0" in out
+
+
+def test_export_writes_a_loadable_model(tmp_path, capsys):
+    from vimpc.dynamics import DiscreteModel
+
+    out = tmp_path / "cartpole.vimpc"
+    assert cli.main(["export", "scenarios/cartpole_swingup.toml", "-o", str(out)]) == 0
+    model = DiscreteModel.load(out)
+    assert model.dt == 0.05 and model.implicit and model.info["system"] == "CartPole"
+    x = np.array([0.1, 0.5, 0.0, -0.2])
+    again = NominalModel(CartPole(), 0.05).discrete_model()
+    np.testing.assert_array_equal(np.asarray(model.step(x, [1.0], [])), np.asarray(again.step(x, [1.0], [])))
+    assert cli.main(["export", "scenarios/cartpole_swingup.toml", "-o", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from vimpc.errors import VimpcError
+from vimpc.errors import ConfigError, VimpcError
 
 
 def _versions() -> dict[str, str]:
@@ -157,6 +157,26 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from vimpc import scenario
+
+    cfg = scenario.load_scenario(args.scenario, args.set or [])
+    out = Path(args.output)
+    if out.suffix != ".vimpc":
+        raise ConfigError(f"--output must end in .vimpc, got {str(out)!r}")
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"{str(out)!r} exists; choose another path or pass --overwrite")
+    env = scenario.build_env(cfg)
+    model = scenario.build_model(cfg, env)
+    path = model.save(out, overwrite=args.overwrite)
+    print(
+        f"wrote {path}: {model.info.get('system', '?')} model, dt = {model.dt} s, "
+        f"nx = {model.nx}, nu = {model.nu}, residual: {'yes' if model.implicit else 'no'}"
+    )
+    print("load it with vimpc.DiscreteModel.load(path), or read the JSON and casadi.Function.deserialize")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vimpc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-plots", action="store_true", help="skip the figures")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
+    exp = sub.add_parser("export", help="save a scenario's model to a .vimpc file")
+    exp.add_argument("scenario", help="path to a scenario .toml file")
+    exp.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
+    exp.add_argument("--set", action="append", metavar="KEY.SUB=VALUE", help="override one key")
+    exp.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    exp.set_defaults(func=cmd_export)
     lst = sub.add_parser("list", help="list scenario files and environments")
     lst.add_argument("--dir", default="scenarios", help="folder of scenario files")
     lst.set_defaults(func=cmd_list)
