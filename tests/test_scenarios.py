@@ -193,6 +193,8 @@ def test_export_writes_a_loadable_model(tmp_path, capsys):
     assert model.dt == 0.05 and model.implicit and model.info["system"] == "CartPole"
     x = np.array([0.1, 0.5, 0.0, -0.2])
     again = NominalModel(CartPole(), 0.05).discrete_model()
-    np.testing.assert_array_equal(np.asarray(model.step(x, [1.0], [])), np.asarray(again.step(x, [1.0], [])))
+    np.testing.assert_array_equal(
+        np.asarray(model.step(x, [1.0], [])), np.asarray(again.step(x, [1.0], []))
+    )
     assert cli.main(["export", "scenarios/cartpole_swingup.toml", "-o", str(out)]) == 2
     assert "exists" in capsys.readouterr().err

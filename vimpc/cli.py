@@ -173,7 +173,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"wrote {path}: {model.info.get('system', '?')} model, dt = {model.dt} s, "
         f"nx = {model.nx}, nu = {model.nu}, residual: {'yes' if model.implicit else 'no'}"
     )
-    print("load it with vimpc.DiscreteModel.load(path), or read the JSON and casadi.Function.deserialize")
+    print(
+        "load it with vimpc.DiscreteModel.load(path), or read the JSON and casadi.Function.deserialize"
+    )
     return 0
 
 

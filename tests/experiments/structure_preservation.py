@@ -40,7 +40,9 @@ def energy_runs(n=100_000):
     E = system.function("E")
     runs = {
         "midpoint VI": VariationalIntegrator(system, "midpoint").step_function(H),
-        "first-order VI (GP-VI eq. 6)": VariationalIntegrator(system, "first_order", "del").step_function(H),
+        "first-order VI (GP-VI eq. 6)": VariationalIntegrator(
+            system, "first_order", "del"
+        ).step_function(H),
         "RK4": ExplicitIntegrator(system, "rk4").step_function(H),
         "explicit Euler": ExplicitIntegrator(system, "euler").step_function(H),
     }
@@ -48,7 +50,9 @@ def energy_runs(n=100_000):
     for name, step in runs.items():
         n_run = n if name != "explicit Euler" else 20_000  # Euler's energy explodes
         xs = rollout(step, x0, n_run, 1)
-        out[name] = np.abs(np.asarray(E.map(len(xs))(xs[:, :1].T, xs[:, 1:].T)).ravel() - E0) / scale
+        out[name] = (
+            np.abs(np.asarray(E.map(len(xs))(xs[:, :1].T, xs[:, 1:].T)).ravel() - E0) / scale
+        )
     return out
 
 
@@ -78,12 +82,26 @@ def main():
     rows = []
     for name, err in energy.items():
         half = len(err) // 2
-        rows.append(("pendulum energy error / (m g l / 2)", name, len(err) - 1,
-                     float(np.nanmax(err[:half])), float(np.nanmax(err[half:]))))
+        rows.append(
+            (
+                "pendulum energy error / (m g l / 2)",
+                name,
+                len(err) - 1,
+                float(np.nanmax(err[:half])),
+                float(np.nanmax(err[half:])),
+            )
+        )
     for name, res in cons.items():
         half = len(res) // 2
-        rows.append(("four-bar (maximal) max abs g(q) [m]", name, len(res) - 1,
-                     float(np.nanmax(res[:half])), float(np.nanmax(res[half:]))))
+        rows.append(
+            (
+                "four-bar (maximal) max abs g(q) [m]",
+                name,
+                len(res) - 1,
+                float(np.nanmax(res[:half])),
+                float(np.nanmax(res[half:])),
+            )
+        )
     header = ("quantity", "integrator", "steps", "max over first half", "max over second half")
     with open(OUT / "summary.csv", "w", newline="") as f:
         csv.writer(f).writerows([header, *rows])
