@@ -16,7 +16,10 @@ from vimpc.mechanics import CartPole, Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Cost
 
-SCENARIOS = sorted((Path(__file__).parents[1] / "scenarios").glob("*.toml"))
+ROOT = Path(__file__).parents[1]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
+PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
+CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 REQUIRED_METRICS = (
     "episodes",
     "success_rate",
@@ -79,7 +82,7 @@ def test_scenario_regression_short_run(path, tmp_path):
 
 def test_main_job_swings_the_pendulum_up(tmp_path):
     # the README's main job, in full: it must succeed (and it takes about a second)
-    assert _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path)]) == 0
+    assert _run([PENDULUM, "--out", str(tmp_path)]) == 0
     run = _only_run(tmp_path)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["success_rate"] == 1.0
@@ -91,7 +94,7 @@ def test_main_job_swings_the_pendulum_up(tmp_path):
 
 def test_runs_never_overwrite_each_other(tmp_path):
     args = [
-        "scenarios/pendulum_swingup.toml",
+        PENDULUM,
         "--out",
         str(tmp_path),
         "--no-plots",
@@ -113,7 +116,7 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatc
 
     monkeypatch.setattr(closedloop, "run_episode", interrupted)
     code = _run(
-        ["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), "--set", "episodes.steps=3"]
+        [PENDULUM, "--out", str(tmp_path), "--set", "episodes.steps=3"]
     )
     assert code == 130
     assert not list(tmp_path.rglob("metrics.json"))
@@ -141,7 +144,7 @@ def test_bad_scenarios_are_named_before_any_work(override, message, tmp_path, ca
         message = (
             "controller.constraints.u_min[0] = 3.0 exceeds controller.constraints.u_max[0] = 1.0"
         )
-    code = _run(["scenarios/pendulum_swingup.toml", "--out", str(tmp_path), *sets])
+    code = _run([PENDULUM, "--out", str(tmp_path), *sets])
     assert code == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.rglob("*"))
@@ -171,7 +174,7 @@ def test_model_with_another_dt_than_the_env_is_refused():
 
 
 def test_resolved_config_round_trips(tmp_path):
-    cfg = scenario.load_scenario("scenarios/cartpole_swingup.toml")
+    cfg = scenario.load_scenario(CARTPOLE)
     text = scenario.dump_toml(cfg)
     (tmp_path / "again.toml").write_text(text)
     again = scenario.load_scenario(tmp_path / "again.toml")
@@ -179,7 +182,7 @@ def test_resolved_config_round_trips(tmp_path):
 
 
 def test_list_shows_scenarios(capsys):
-    assert cli.main(["list"]) == 0
+    assert cli.main(["list", "--dir", str(ROOT / "scenarios")]) == 0
     out = capsys.readouterr().out
     assert "pendulum_swingup.toml" in out and "vimpc/RollingDisk-v0" in out
 
@@ -188,7 +191,7 @@ def test_export_writes_a_loadable_model(tmp_path, capsys):
     from vimpc.dynamics import DiscreteModel
 
     out = tmp_path / "cartpole.vimpc"
-    assert cli.main(["export", "scenarios/cartpole_swingup.toml", "-o", str(out)]) == 0
+    assert cli.main(["export", CARTPOLE, "-o", str(out)]) == 0
     model = DiscreteModel.load(out)
     assert model.dt == 0.05 and model.implicit and model.info["system"] == "CartPole"
     x = np.array([0.1, 0.5, 0.0, -0.2])
@@ -196,5 +199,5 @@ def test_export_writes_a_loadable_model(tmp_path, capsys):
     np.testing.assert_array_equal(
         np.asarray(model.step(x, [1.0], [])), np.asarray(again.step(x, [1.0], []))
     )
-    assert cli.main(["export", "scenarios/cartpole_swingup.toml", "-o", str(out)]) == 2
+    assert cli.main(["export", CARTPOLE, "-o", str(out)]) == 2
     assert "exists" in capsys.readouterr().err
