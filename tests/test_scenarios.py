@@ -115,9 +115,7 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(closedloop, "run_episode", interrupted)
-    code = _run(
-        [PENDULUM, "--out", str(tmp_path), "--set", "episodes.steps=3"]
-    )
+    code = _run([PENDULUM, "--out", str(tmp_path), "--set", "episodes.steps=3"])
     assert code == 130
     assert not list(tmp_path.rglob("metrics.json"))
 

@@ -46,6 +46,7 @@ SCHEMA: dict[str, Any] = {
         "max_iter": (int, 30),
         "tol": (float, 1e-4),
         "time_budget": (float, None),
+        "jit": (bool, False),
         "cost": {
             "Q": (list, REQUIRED),
             "R": (list, REQUIRED),
@@ -394,6 +395,7 @@ def build_controller(cfg: dict[str, Any], model, env):
         max_iter=ccfg["max_iter"],
         tol=ccfg["tol"],
         time_budget=ccfg["time_budget"],
+        jit=ccfg["jit"],
     )
 
 

@@ -30,9 +30,7 @@ def nlpsol_options(
     eigenvalue reflection; a backtracking line search globalises it. ``rti`` is
     the same with one iteration per call (real-time iteration).
     ``fatrop`` detects the stage structure from the stage-wise variable layout;
-    it needs ``equality``, one flag per constraint row. Its barrier starts at
-    ``mu_init = 1e-3``: warm-started MPC iterates sit near the solution, and a
-    small initial barrier saves iterations (about 20 % on the cart-pole swing-up).
+    it needs ``equality``, one flag per constraint row.
     """
     _checks.one_of("solver", solver, SOLVERS)
     _checks.one_of("qpsol", qpsol, QP_SOLVERS)
@@ -71,7 +69,7 @@ def nlpsol_options(
             **common,
             "structure_detection": "auto",
             "equality": equality,
-            "fatrop": {"print_level": 0, "max_iter": max_iter, "tol": tol, "mu_init": 1e-3},
+            "fatrop": {"print_level": 0, "max_iter": max_iter, "tol": tol},
         }
     return "ipopt", {
         **common,
@@ -83,6 +81,5 @@ def nlpsol_options(
             "warm_start_init_point": "yes",
             "warm_start_bound_push": 1e-6,
             "warm_start_mult_bound_push": 1e-6,
-            "mu_init": 1e-3,
         },
     }

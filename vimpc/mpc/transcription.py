@@ -58,11 +58,14 @@ class Transcription:
     gauss_newton: ca.Function  # (x, p, lam_f, lam_g) -> Gauss–Newton Hessian of the Lagrangian
 
 
-def _soft_rows(cons: Constraints) -> tuple[np.ndarray, np.ndarray]:
-    """Finite observation-bound rows that are soft, as (lower indices, upper indices)."""
+def _soft_bounds(cons: Constraints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Soft observation bounds: the entries that have a finite bound (one slack each, shared
+    by their lower and upper rows), and the entries with a finite lower / upper bound."""
     if not cons.soft_bounds:
-        return np.zeros(0, int), np.zeros(0, int)
-    return np.flatnonzero(np.isfinite(cons.obs_min)), np.flatnonzero(np.isfinite(cons.obs_max))
+        empty = np.zeros(0, int)
+        return empty, empty, empty
+    lo, hi = np.isfinite(cons.obs_min), np.isfinite(cons.obs_max)
+    return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
 
 
 def transcribe(
@@ -76,7 +79,7 @@ def transcribe(
             "with one substep per dt); use transcription='step' for this model"
         )
     nx, nu, nobs = model.nx, model.nu, model.nobs
-    soft_lo, soft_hi = _soft_rows(cons)
+    soft_entries, soft_lo, soft_hi = _soft_bounds(cons)
     hard_lo = (
         np.flatnonzero(np.isfinite(cons.obs_min)) if not cons.soft_bounds else np.zeros(0, int)
     )
@@ -86,11 +89,16 @@ def transcribe(
     soft_path = [c for c in cons.path if c.soft]
     hard_path = [c for c in cons.path if not c.soft]
     n_soft_path = sum(c.function.numel_out(0) for c in soft_path)
-    ns = len(soft_lo) + len(soft_hi) + n_soft_path
+    ns = len(soft_entries) + n_soft_path
+    # rows of the soft constraints -> their slacks: a bounded entry's two rows share one slack
+    slack_of_row = [int(np.searchsorted(soft_entries, i)) for i in (*soft_lo, *soft_hi)]
+    slack_of_row += list(range(len(soft_entries), ns))
+    slack_map = np.zeros((len(slack_of_row), ns))
+    slack_map[np.arange(len(slack_of_row)), slack_of_row] = 1.0
     slack_weights = (
         np.concatenate(
             [
-                np.full(len(soft_lo) + len(soft_hi), cons.bound_weight),
+                np.full(len(soft_entries), cons.bound_weight),
                 *[np.full(c.function.numel_out(0), c.weight) for c in soft_path],
             ]
         )
@@ -163,9 +171,9 @@ def transcribe(
                     cons.obs_max[soft_hi] - obs[soft_hi.tolist()],
                 ]
                 soft += [c.function(obs) for c in soft_path]
-                rows_g.append(ca.vertcat(*soft) + S[k])
-                rows_lb.append(np.zeros(ns))
-                rows_ub.append(np.full(ns, np.inf))
+                rows_g.append(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k]))
+                rows_lb.append(np.zeros(len(slack_of_row)))
+                rows_ub.append(np.full(len(slack_of_row), np.inf))
         if ns:
             # exact L1 penalty plus a small quadratic that keeps the Hessian regular
             J += ca.dot(slack_weights, S[k])

@@ -1,0 +1,144 @@
+"""Closed-loop solve times of the cart-pole swing-up for each solver configuration.
+
+Run from the repository root::
+
+    python tests/benchmarks/bench_mpc_cartpole.py [--seeds 0 1 2]
+
+The scenario ``scenarios/cartpole_swingup.toml`` (horizon 20, dt 0.05 s, nominal
+midpoint variational model, perturbed true cart-pole with friction and observation
+noise) is built through ``vimpc.scenario`` and run with ``run_episode`` for 160 steps
+from each seed, once per solver configuration (only ``controller.solver`` and
+``controller.transcription`` change). Episodes are interleaved (seed by seed, every
+configuration) so machine-load drift hits all configurations alike; solve times
+(``MPCResult.solve_time``, the wall time of the NLP solver call) are pooled over the
+seeds. Issue targets: median <= 1 ms, p95 <= 2 ms, no failed solve (FAILED or
+INFEASIBLE) over the episodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from _common import CARTPOLE, TimedController, met, ms_stats, write_results
+
+from vimpc.closedloop import episode_metrics, run_episode
+from vimpc.scenario import build_controller, build_env, build_model, load_scenario, success_test
+
+CONFIGS = {  # label -> scenario overrides
+    "fatrop / implicit (default)": [
+        "controller.solver=fatrop",
+        "controller.transcription=implicit",
+    ],
+    "fatrop / implicit, jit (opt-in)": [
+        "controller.solver=fatrop",
+        "controller.transcription=implicit",
+        "controller.jit=true",
+    ],
+    "sqpmethod+qrqp GN / implicit": [
+        "controller.solver=sqpmethod",
+        "controller.transcription=implicit",
+        "controller.qpsol=qrqp",
+        "controller.hessian=gauss-newton",
+    ],
+    "rti (qrqp GN) / implicit": ["controller.solver=rti", "controller.transcription=implicit"],
+    "ipopt / implicit": ["controller.solver=ipopt", "controller.transcription=implicit"],
+    "fatrop / step": ["controller.solver=fatrop", "controller.transcription=step"],
+    "ipopt / step": ["controller.solver=ipopt", "controller.transcription=step"],
+}
+MEDIAN_MS, P95_MS = 1.0, 2.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+
+    cfgs = {label: load_scenario(CARTPOLE, ov) for label, ov in CONFIGS.items()}
+    base = next(iter(cfgs.values()))
+    env = build_env(base)
+    model = build_model(base, env)
+    steps, success = base["episodes"]["steps"], success_test(base)
+    controllers = {
+        label: TimedController(build_controller(cfg, model, env)) for label, cfg in cfgs.items()
+    }
+    runs: dict[str, list] = {label: [] for label in cfgs}
+    for seed in args.seeds:
+        for label, ctl in controllers.items():
+            traj = run_episode(env, ctl, steps, seed)
+            runs[label].append((traj, episode_metrics(traj, success, periodic=(1,))))
+            print(
+                f"seed {seed} {label}: {runs[label][-1][1]['solve_time_median_ms']:.2f} ms median"
+            )
+
+    rows = []
+    ref_median = None
+    for label, episodes in runs.items():
+        trajs = [t for t, _ in episodes]
+        mets = [m for _, m in episodes]
+        status = np.concatenate([t.status for t in trajs])
+        solve_s = np.concatenate([t.solve_times for t in trajs])
+        overhead = np.asarray(controllers[label].call_times) - solve_s
+        solve = ms_stats(solve_s)
+        failed = sum(m["failed_solves"] for m in mets)
+        ref_median = ref_median or solve["median_ms"]
+        rows.append(
+            {
+                "config": label,
+                "steps": int(status.size),
+                **solve,
+                "vs_default": solve["median_ms"] / ref_median,
+                "overhead_median_ms": float(np.median(overhead)) * 1e3,
+                "iter_median": float(np.median(np.concatenate([t.iterations for t in trajs]))),
+                "failed": failed,
+                "iter_limit": int(np.count_nonzero(status == "ITERATION_LIMIT")),
+                "success": f"{sum(int(m['success']) for m in mets)}/{len(mets)}",
+                "violations": sum(m["violations"] for m in mets),
+                "min_margin_m": min(m["min_slack"] for m in mets),
+                "median_target": met(solve["median_ms"] <= MEDIAN_MS),
+                "p95_target": met(solve["p95_ms"] <= P95_MS),
+                "no_fail_target": met(failed == 0),
+            }
+        )
+    columns = [
+        ("config", "solver / transcription", "s"),
+        ("median_ms", "median [ms]", ".2f"),
+        ("p95_ms", "p95 [ms]", ".2f"),
+        ("max_ms", "max [ms]", ".1f"),
+        ("vs_default", "median / default", ".2f"),
+        ("overhead_median_ms", "call overhead [ms]", ".2f"),
+        ("iter_median", "iters (median)", ".0f"),
+        ("failed", "failed solves", "d"),
+        ("iter_limit", "iter-limit solves", "d"),
+        ("success", "success", "s"),
+        ("violations", "rail violations [steps]", "d"),
+        ("min_margin_m", "min rail margin [m]", ".3f"),
+        ("median_target", "median <= 1 ms", "s"),
+        ("p95_target", "p95 <= 2 ms", "s"),
+        ("no_fail_target", "no failed solve", "s"),
+    ]
+    notes = f"""
+Cart-pole swing-up, `scenarios/cartpole_swingup.toml`: horizon 20, dt 0.05 s, nominal
+midpoint variational model, true `vimpc/CartPole-v0` with 10 % mass/inertia perturbation,
+friction [0.3, 0.1] and observation noise 1e-3; max_iter 100, tol 1e-4. Only
+`controller.solver` and `controller.transcription` differ between rows ("implicit": the
+integrator residual as constraints; "step": multiple shooting on the model's Newton-solved
+step). {steps} steps per episode, seeds {args.seeds}, pooled ({len(args.seeds) * steps} solves
+per row); episodes interleaved across configurations. Times are `MPCResult.solve_time`
+(wall time of the NLP solver call); "call overhead" is the median of (wall time of the whole
+`controller(obs, t)` call - solve_time), the controller's Python work around the solve.
+"median / default" compares with the first row measured in the same run (absolute times on
+this shared 2-core machine vary about 20 % between runs). Failed solves: status FAILED or
+INFEASIBLE (the controller then applies its fallback input); iter-limit solves stopped at
+the iteration limit (rti: always, one iteration) and were used. Success: |wrap(theta - pi)|
+< 0.1 rad over the last 2 s of the true state. Rail violations: steps with |s| > 1 m (true
+state); the min margin is min(1 - |s|) over the episodes.
+Targets (issue): median <= {MEDIAN_MS} ms, p95 <= {P95_MS} ms, no failed solve.
+"""
+    write_results(
+        "mpc_cartpole", "Cart-pole swing-up: closed-loop MPC solve times", rows, columns, notes
+    )
+
+
+if __name__ == "__main__":
+    main()
