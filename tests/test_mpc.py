@@ -200,3 +200,24 @@ def test_hard_path_constraint_holds_along_the_plan(transcription):
     assert result.status.ok
     assert result.obs[:, 0].max() <= 0.5 + 1e-6  # pushed against the wall, not through it
     assert result.obs[:, 0].max() > 0.45
+
+
+def test_input_rate_penalty_smooths_the_first_move():
+    # with a heavy weight on u_0 - u_prev the first input stays near the previous one
+    model, _, _ = _linear_model(implicit=False)
+    free = MPC(model, 10, Cost(Q=[10.0, 1.0], R=[1e-3]))
+    smooth = MPC(model, 10, Cost(Q=[10.0, 1.0], R=[1e-3], R_rate=[100.0]))
+    x0 = np.array([2.0, 0.0])
+    jump = free(x0).u[0]
+    held = smooth(x0).u[0]  # u_prev is the safe input 0 before the first call
+    assert abs(jump) > 1.0
+    assert abs(held) < 0.2 * abs(jump)
+
+
+def test_time_varying_reference_is_queried_per_stage():
+    model, _, _ = _linear_model(implicit=False)
+    ctrl = MPC(model, 10, Cost(Q=[1.0, 0.0], R=[1e-4], reference=lambda t: np.array([t, 0.0])))
+    result = ctrl(np.array([0.0, 1.0]), t=2.0)
+    assert result.status.ok
+    np.testing.assert_allclose(ctrl.reference(2.5), [2.5, 0.0])
+    assert result.obs[-1, 0] > 1.0  # the plan moves toward the reference 2 .. 3

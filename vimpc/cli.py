@@ -124,7 +124,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             trajectories[0],
             env.nominal_system,
             stage_dir / "mechanism.png",
-            decorate=getattr(env, "decorate_plan_view", None),
+            circles=[
+                (c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]
+            ],
         )
     metrics = {**summary, "per_episode": per_episode, "wall_time_s": time.perf_counter() - started}
     # metrics.json is written last: its presence marks a complete run

@@ -74,8 +74,15 @@ def plot_solve_times(trajectories: Sequence[Trajectory], path: Path) -> None:
     _save(fig, path)
 
 
-def plot_mechanism(traj: Trajectory, system, path: Path, snapshots: int = 8, decorate=None) -> None:
-    """The mechanism drawn at evenly spaced times, and the path of its last drawn point."""
+def plot_mechanism(
+    traj: Trajectory,
+    system,
+    path: Path,
+    snapshots: int = 8,
+    circles: Sequence[tuple[Sequence[float], float]] = (),
+) -> None:
+    """The mechanism drawn at evenly spaced times, the path of its marker point, and
+    keep-out circles ``(center, radius)`` [m]."""
     nq = system.nq
     fig = Figure(figsize=(6, 6))
     ax = fig.subplots()
@@ -86,8 +93,15 @@ def plot_mechanism(traj: Trajectory, system, path: Path, snapshots: int = 8, dec
             ax.plot(line[:, 0], line[:, 1], color=(0.1, 0.3, 0.7, shade), linewidth=2)
     tips = np.array([system.marker(traj.states[k, :nq]) for k in range(len(traj.t))])
     ax.plot(tips[:, 0], tips[:, 1], color="C1", linewidth=1, label="path")
-    if decorate is not None:
-        decorate(ax)
+    for center, radius in circles:
+        angle = np.linspace(0.0, 2 * np.pi, 100)
+        ax.fill(
+            center[0] + radius * np.cos(angle),
+            center[1] + radius * np.sin(angle),
+            color="C3",
+            alpha=0.3,
+            label="keep-out",
+        )
     ax.set_aspect("equal")
     ax.set_xlabel("x [m]")
     ax.set_ylabel("y [m]")
