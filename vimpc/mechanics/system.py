@@ -247,12 +247,12 @@ class MechanicalSystem(abc.ABC):
         args, expr = table[name]
         return ca.Function(f"{self.name}_{name}", args, [expr()])
 
-    def _evaluate(self, name: str, *args):
+    def _evaluate(self, name: str, q):
+        """A matrix function of ``q``: CasADi on symbols, a 2-D float64 array on numbers."""
         fn = self.function(name)
-        if ops.symbolic(*args):
-            return fn(*args)
-        out = np.asarray(fn(*[np.asarray(a, dtype=np.float64) for a in args]))
-        return out.reshape(-1) if fn.size2_out(0) == 1 and name in ("g", "p", "F") else out
+        if ops.symbolic(q):
+            return fn(q)
+        return np.asarray(fn(np.asarray(q, dtype=np.float64)), dtype=np.float64)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v:.6g}" for k, v in self._params.items())

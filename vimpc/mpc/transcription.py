@@ -42,7 +42,6 @@ class Layout:
     z: np.ndarray  # (N, nx) indices of the next-state copies ("implicit"), else (N, 0)
     s: np.ndarray  # (N + 1, ns) indices
     n_w: int
-    n_p: int
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,6 @@ class Transcription:
     ubw: np.ndarray
     lbg: np.ndarray
     ubg: np.ndarray
-    g_dims: tuple[int, ...]  # constraints per stage, for structure information
     expandable: bool
     gauss_newton: ca.Function  # (x, p, lam_f, lam_g) -> Gauss–Newton Hessian of the Lagrangian
 
@@ -111,7 +109,7 @@ def transcribe(
     u_prev = ca.MX.sym("u_prev", nu)
     p = ca.MX.sym("p", model.np)
 
-    w, lbw, ubw, g, lbg, ubg, g_dims = [], [], [], [], [], [], []
+    w, lbw, ubw, g, lbg, ubg = [], [], [], [], [], []
     idx_x, idx_u, idx_z, idx_s = [], [], [], []
     implicit = transcription == "implicit"
     count = 0
@@ -187,7 +185,6 @@ def transcribe(
         g.extend(rows_g)
         lbg.extend(rows_lb)
         ubg.extend(rows_ub)
-        g_dims.append(int(sum(r.numel() for r in rows_g)))
 
     P = ca.vertcat(x_init, ca.vec(refs), u_prev, p)
     W = ca.vertcat(*w)
@@ -210,7 +207,6 @@ def transcribe(
         z=np.array(idx_z) if implicit else np.zeros((N, 0), int),
         s=np.array(idx_s) if ns else np.zeros((N + 1, 0), int),
         n_w=count,
-        n_p=int(P.numel()),
     )
     expandable = True
     for fn in (model.step if transcription == "step" else model.residual, model.to_obs):
@@ -225,7 +221,6 @@ def transcribe(
         ubw=np.concatenate(ubw),
         lbg=np.concatenate(lbg),
         ubg=np.concatenate(ubg),
-        g_dims=tuple(g_dims),
         expandable=expandable,
         gauss_newton=gauss_newton.expand() if expandable else gauss_newton,
     )
