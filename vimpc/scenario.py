@@ -76,6 +76,7 @@ SCHEMA: dict[str, Any] = {
     "metrics": {
         "success_index": (int, None),
         "success_target": (float, None),
+        "success_against_reference": (bool, False),
         "success_tolerance": (float, 0.1),
         "success_window": (float, 1.0),
         "success_periodic": (bool, False),
@@ -183,9 +184,11 @@ def _check_values(cfg: dict[str, Any]) -> None:
                 circle[key] = _check_type(f"{where}.{key}", circle[key], expected)
         positive(f"{where}.radius", circle["radius"])
     metrics = cfg["metrics"]
-    if (metrics["success_index"] is None) != (metrics["success_target"] is None):
+    has_target = metrics["success_target"] is not None or metrics["success_against_reference"]
+    if (metrics["success_index"] is None) == has_target:
         raise ConfigError(
-            "metrics.success_index and metrics.success_target go together; set both or neither"
+            "metrics.success_index goes with metrics.success_target or "
+            "metrics.success_against_reference = true; set both or neither"
         )
 
 
@@ -414,7 +417,9 @@ def success_test(cfg: dict[str, Any]):
     )
 
     def success(traj) -> bool:
-        tail = traj.states[traj.t >= traj.t[-1] - window, i] - target
+        recent = traj.t >= traj.t[-1] - window
+        goal = traj.reference[recent, i] if m["success_against_reference"] else target
+        tail = traj.states[recent, i] - goal
         if m["success_periodic"]:
             tail = np.angle(np.exp(1j * tail))
         return bool(np.all(np.abs(tail) <= tol))
