@@ -59,15 +59,15 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
     def __init__(
         self,
         *,
-        dt: float,
-        substep: float,
-        perturbation: float,
-        friction: Any,
-        obs_noise: float,
-        param_seed: int,
-        params: Mapping[str, float] | None,
-        jit: bool,
-        render_mode: str | None,
+        dt: float = 0.01,
+        substep: float = 1e-4,
+        perturbation: float = 0.1,
+        friction: Any = None,
+        obs_noise: float = 1e-3,
+        param_seed: int = 0,
+        params: Mapping[str, float] | None = None,
+        jit: bool = True,
+        render_mode: str | None = None,
     ) -> None:
         # Every argument is checked before the integrator is built.
         self._substeps = _checks.steps_per("dt", dt, substep)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, final
 
 import numpy as np
@@ -90,29 +89,12 @@ class CartPoleEnv(MechanicalEnv):
     def __init__(
         self,
         *,
-        dt: float = 0.01,
-        substep: float = 1e-4,
-        perturbation: float = 0.1,
-        friction: Any = None,
-        obs_noise: float = 1e-3,
-        param_seed: int = 0,
-        params: Mapping[str, float] | None = None,
-        jit: bool = True,
         s_max: float = 1.0,
-        render_mode: str | None = None,
+        **common: Any,
     ) -> None:
         self.s_max = _checks.positive("s_max", s_max)
-        super().__init__(
-            dt=dt,
-            substep=substep,
-            perturbation=perturbation,
-            friction=friction,
-            obs_noise=obs_noise,
-            param_seed=param_seed,
-            params=params,
-            jit=jit,
-            render_mode=render_mode,
-        )
+        # the arguments every env shares (dt, substep, perturbation, friction, ...)
+        super().__init__(**common)
 
     def stage_cost(self, obs: Any, u: Any, t: float = 0.0) -> float:
         """``2 (1 + cos theta) + 0.5 s^2 + 0.01 (s_dot^2 + theta_dot^2) + 1e-4 u^2``."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, final
 
 import numpy as np
@@ -103,32 +102,15 @@ class FourBarEnv(MechanicalEnv):
     def __init__(
         self,
         *,
-        dt: float = 0.01,
-        substep: float = 1e-4,
-        perturbation: float = 0.1,
-        friction: Any = None,
-        obs_noise: float = 1e-3,
-        param_seed: int = 0,
-        params: Mapping[str, float] | None = None,
-        jit: bool = True,
         reference_speed: float = 2.0 * math.pi / 3.0,
         max_crank_speed: float = 8.0,
-        render_mode: str | None = None,
+        **common: Any,
     ) -> None:
         self.reference_speed = finite_number("reference_speed", reference_speed)
         self.max_crank_speed = _checks.positive("max_crank_speed", max_crank_speed)
         self._crank_start = 0.0
-        super().__init__(
-            dt=dt,
-            substep=substep,
-            perturbation=perturbation,
-            friction=friction,
-            obs_noise=obs_noise,
-            param_seed=param_seed,
-            params=params,
-            jit=jit,
-            render_mode=render_mode,
-        )
+        # the arguments every env shares (dt, substep, perturbation, friction, ...)
+        super().__init__(**common)
 
     def reference(self, t: Any) -> Any:
         """Reference crank angle [rad] at time ``t`` [s] since reset (array-friendly)."""

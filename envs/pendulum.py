@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, final
 
 import numpy as np
@@ -87,29 +86,12 @@ class PendulumEnv(MechanicalEnv):
     def __init__(
         self,
         *,
-        dt: float = 0.01,
-        substep: float = 1e-4,
-        perturbation: float = 0.1,
-        friction: Any = None,
-        obs_noise: float = 1e-3,
-        param_seed: int = 0,
-        params: Mapping[str, float] | None = None,
-        jit: bool = True,
         max_speed: float = 10.0,
-        render_mode: str | None = None,
+        **common: Any,
     ) -> None:
         self.max_speed = _checks.positive("max_speed", max_speed)
-        super().__init__(
-            dt=dt,
-            substep=substep,
-            perturbation=perturbation,
-            friction=friction,
-            obs_noise=obs_noise,
-            param_seed=param_seed,
-            params=params,
-            jit=jit,
-            render_mode=render_mode,
-        )
+        # the arguments every env shares (dt, substep, perturbation, friction, ...)
+        super().__init__(**common)
 
     def stage_cost(self, obs: Any, u: Any, t: float = 0.0) -> float:
         """``2 (1 + cos theta) + 0.01 theta_dot^2 + 0.001 u^2`` (time-invariant)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, final
 
 import numpy as np
@@ -106,18 +105,10 @@ class RollingDiskEnv(MechanicalEnv):
     def __init__(
         self,
         *,
-        dt: float = 0.01,
-        substep: float = 1e-4,
-        perturbation: float = 0.1,
-        friction: Any = None,
-        obs_noise: float = 1e-3,
-        param_seed: int = 0,
-        params: Mapping[str, float] | None = None,
-        jit: bool = True,
         target: Any = (2.0, 0.0, 0.0),
         obstacle_center: Any = (1.0, 0.0),
         obstacle_radius: float = 0.3,
-        render_mode: str | None = None,
+        **common: Any,
     ) -> None:
         self.target = _checks.finite_vector("target", target, 3)
         self.obstacle_center = _checks.finite_vector("obstacle_center", obstacle_center, 2)
@@ -134,17 +125,8 @@ class RollingDiskEnv(MechanicalEnv):
                 f"target {self.target.tolist()} must lie outside the obstacle (centre "
                 f"{self.obstacle_center.tolist()}, radius {self.obstacle_radius:g})"
             )
-        super().__init__(
-            dt=dt,
-            substep=substep,
-            perturbation=perturbation,
-            friction=friction,
-            obs_noise=obs_noise,
-            param_seed=param_seed,
-            params=params,
-            jit=jit,
-            render_mode=render_mode,
-        )
+        # the arguments every env shares (dt, substep, perturbation, friction, ...)
+        super().__init__(**common)
 
     def _margin(self, x: float, y: float) -> float:
         cx, cy = self.obstacle_center

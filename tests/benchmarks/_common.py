@@ -161,3 +161,19 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+# solver configurations compared by the MPC benchmarks: label -> scenario overrides
+SOLVER_CONFIGS = {
+    "fatrop / implicit": ["controller.solver=fatrop", "controller.transcription=implicit"],
+    "sqpmethod+qrqp GN / implicit": [
+        "controller.solver=sqpmethod",
+        "controller.transcription=implicit",
+        "controller.qpsol=qrqp",
+        "controller.hessian=gauss-newton",
+    ],
+    "rti (qrqp GN) / implicit": ["controller.solver=rti", "controller.transcription=implicit"],
+    "ipopt / implicit": ["controller.solver=ipopt", "controller.transcription=implicit"],
+    "fatrop / step": ["controller.solver=fatrop", "controller.transcription=step"],
+    "ipopt / step": ["controller.solver=ipopt", "controller.transcription=step"],
+}

@@ -20,31 +20,19 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import CARTPOLE, TimedController, met, ms_stats, write_results
+from _common import CARTPOLE, SOLVER_CONFIGS, TimedController, met, ms_stats, write_results
 
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.scenario import build_controller, build_env, build_model, load_scenario, success_test
 
-CONFIGS = {  # label -> scenario overrides
-    "fatrop / implicit (default)": [
-        "controller.solver=fatrop",
-        "controller.transcription=implicit",
-    ],
+# the default first, then the opt-in compiled NLP, then the other solver configurations
+CONFIGS = {
+    "fatrop / implicit (default)": SOLVER_CONFIGS["fatrop / implicit"],
     "fatrop / implicit, jit (opt-in)": [
-        "controller.solver=fatrop",
-        "controller.transcription=implicit",
+        *SOLVER_CONFIGS["fatrop / implicit"],
         "controller.jit=true",
     ],
-    "sqpmethod+qrqp GN / implicit": [
-        "controller.solver=sqpmethod",
-        "controller.transcription=implicit",
-        "controller.qpsol=qrqp",
-        "controller.hessian=gauss-newton",
-    ],
-    "rti (qrqp GN) / implicit": ["controller.solver=rti", "controller.transcription=implicit"],
-    "ipopt / implicit": ["controller.solver=ipopt", "controller.transcription=implicit"],
-    "fatrop / step": ["controller.solver=fatrop", "controller.transcription=step"],
-    "ipopt / step": ["controller.solver=ipopt", "controller.transcription=step"],
+    **{label: ov for label, ov in SOLVER_CONFIGS.items() if label != "fatrop / implicit"},
 }
 MEDIAN_MS, P95_MS = 1.0, 2.0
 

@@ -20,23 +20,10 @@ import argparse
 import time
 
 import numpy as np
-from _common import CARTPOLE, PENDULUM, met, write_results
+from _common import CARTPOLE, PENDULUM, SOLVER_CONFIGS, met, write_results
 
 from vimpc.scenario import build_controller, build_env, build_model, load_scenario
 
-SOLVERS = {  # label -> scenario overrides
-    "fatrop / implicit": ["controller.solver=fatrop", "controller.transcription=implicit"],
-    "sqpmethod+qrqp GN / implicit": [
-        "controller.solver=sqpmethod",
-        "controller.transcription=implicit",
-        "controller.qpsol=qrqp",
-        "controller.hessian=gauss-newton",
-    ],
-    "rti (qrqp GN) / implicit": ["controller.solver=rti", "controller.transcription=implicit"],
-    "ipopt / implicit": ["controller.solver=ipopt", "controller.transcription=implicit"],
-    "fatrop / step": ["controller.solver=fatrop", "controller.transcription=step"],
-    "ipopt / step": ["controller.solver=ipopt", "controller.transcription=step"],
-}
 TARGET_S = 0.5
 
 
@@ -47,7 +34,7 @@ def main() -> None:
 
     cases = {}
     for scenario in (CARTPOLE, PENDULUM):
-        for label, overrides in SOLVERS.items():
+        for label, overrides in SOLVER_CONFIGS.items():
             cfg = load_scenario(scenario, overrides)
             cases[(cfg["scenario"]["name"], label)] = (cfg, build_env(cfg))
     times = {key: {"model": [], "build": [], "first": [], "failed": 0} for key in cases}

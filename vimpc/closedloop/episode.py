@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gymnasium
@@ -44,21 +44,9 @@ class Trajectory:
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays by name (for saving to ``.npz``)."""
         return {
-            name: getattr(self, name)
-            for name in (
-                "t",
-                "obs",
-                "states",
-                "inputs",
-                "rewards",
-                "solve_times",
-                "iterations",
-                "status",
-                "safety_margin",
-                "constraint_residual",
-                "reference",
-                "slack",
-            )
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("seed", "metadata")
         }
 
 
@@ -92,60 +80,48 @@ def run_episode(
             f"is {dt} s; build the model with the env's dt"
         )
     obs, info = env.reset(seed=int(seed), options=reset_options)
-    rec: dict[str, list] = {
-        k: []
-        for k in (
-            "obs",
-            "states",
-            "inputs",
-            "rewards",
-            "solve_times",
-            "iterations",
-            "status",
-            "margin",
-            "residual",
-            "reference",
-            "slack",
-        )
-    }
+    floats = (
+        "obs",
+        "states",
+        "safety_margin",
+        "constraint_residual",
+        "reference",  # per state
+        "inputs",
+        "rewards",
+        "solve_times",
+        "slack",  # per step
+    )
+    rec: dict[str, list] = {name: [] for name in (*floats, "iterations", "status")}
 
     def record_state(obs, info, t):
-        rec["obs"].append(np.asarray(obs, dtype=np.float64))
-        rec["states"].append(np.asarray(info["state"], dtype=np.float64))
-        rec["margin"].append(np.asarray(info["safety_margin"], dtype=np.float64))
-        rec["residual"].append(float(info["constraint_residual"]))
-        ref = reference(t) if reference is not None else np.full(len(obs), np.nan)
-        rec["reference"].append(np.asarray(ref, dtype=np.float64))
+        rec["obs"].append(obs)
+        rec["states"].append(info["state"])
+        rec["safety_margin"].append(info["safety_margin"])
+        rec["constraint_residual"].append(info["constraint_residual"])
+        rec["reference"].append(
+            reference(t) if reference is not None else np.full(len(obs), np.nan)
+        )
 
     record_state(obs, info, 0.0)
     for k in range(steps):
         t = k * dt
         result = controller(obs, t)
         obs, reward, terminated, truncated, info = env.step(result.u)
-        rec["inputs"].append(np.asarray(info.get("applied_action", result.u), dtype=np.float64))
-        rec["rewards"].append(float(reward))
-        rec["solve_times"].append(float(result.solve_time))
-        rec["iterations"].append(int(result.iterations))
+        rec["inputs"].append(info.get("applied_action", result.u))
+        rec["rewards"].append(reward)
+        rec["solve_times"].append(result.solve_time)
+        rec["iterations"].append(result.iterations)
         rec["status"].append(result.status.name)
-        rec["slack"].append(float(result.slack))
+        rec["slack"].append(result.slack)
         record_state(obs, info, (k + 1) * dt)
         if on_step is not None:
             on_step(k)
         if terminated or truncated:
             break
-    n = len(rec["inputs"])
     return Trajectory(
-        t=np.arange(n + 1) * dt,
-        obs=np.array(rec["obs"]),
-        states=np.array(rec["states"]),
-        inputs=np.array(rec["inputs"]).reshape(n, -1),
-        rewards=np.array(rec["rewards"]),
-        solve_times=np.array(rec["solve_times"]),
+        t=np.arange(len(rec["inputs"]) + 1) * dt,
+        **{name: np.array(rec[name], dtype=np.float64) for name in floats},
         iterations=np.array(rec["iterations"], dtype=np.int64),
         status=np.array(rec["status"], dtype=str),
-        safety_margin=np.array(rec["margin"]).reshape(n + 1, -1),
-        constraint_residual=np.array(rec["residual"]),
-        reference=np.array(rec["reference"]),
-        slack=np.array(rec["slack"]),
         seed=int(seed),
     )

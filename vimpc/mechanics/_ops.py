@@ -80,12 +80,6 @@ def diag(entries: Sequence[Any], like: Any = None):
     return np.diag(np.array([float(np.asarray(e).reshape(())) for e in entries]))
 
 
-def dot(a, b):
-    if symbolic(a, b):
-        return ca.dot(a, b)
-    return float(np.dot(np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)))
-
-
 def sumsqr(a):
     return ca.sumsqr(a) if symbolic(a) else float(np.sum(np.square(a)))
 
@@ -102,12 +96,3 @@ def matvec(M, v):
     if symbolic(M, v):
         return ca.mtimes(M, v)
     return np.asarray(M) @ np.asarray(v).reshape(-1)
-
-
-def at(x, i: int):
-    """Element ``i`` of a vector."""
-    return x[i]
-
-
-def segment(x, start: int, stop: int):
-    return x[start:stop]
