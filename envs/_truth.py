@@ -88,9 +88,10 @@ def step_function(
     x = ca.MX.sym("x", nx)
     u = ca.MX.sym("u", system.nu)
     us = ca.repmat(u, 1, n_substeps)
-    xs = step.mapaccum("substeps", n_substeps)(x, us)
+    no_theta = ca.DM.zeros(0, n_substeps)  # the true system's own Lagrangian: no parameters
+    xs = step.mapaccum("substeps", n_substeps)(x, us, no_theta)
     previous = ca.horzcat(x, xs[:, : n_substeps - 1])
-    errors = residual.map(n_substeps)(previous, us, xs)
+    errors = residual.map(n_substeps)(previous, us, xs, no_theta)
     outputs = [xs[:, -1], _residual_norm(system, xs[:, -1]), ca.mmax(ca.fabs(errors))]
     names = (["x", "u"], ["x_next", "constraint_residual", "integrator_residual"])
     function = ca.Function(f"{system.name}_env_step", [x, u], outputs, *names)

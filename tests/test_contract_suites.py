@@ -75,6 +75,7 @@ def carts(b: tuple[float, ...] = (1.0,), *, quantise: bool = False) -> DiscreteM
         step=ca.Function("step", [x, u, m], [step]),
         residual=ca.Function("residual", [x, u, x_next, m], [residual]),
         bound=ca.Function("bound", [x, u, m], [1e-3 * ca.DM.ones(2 * n)]),
+        delta=0.05,
         constraint=(
             ca.Function("constraint", [x], [ca.vertcat(x[0] - x[1], x[2] - x[3])])
             if n == 2
@@ -125,6 +126,9 @@ class _Flaky(ca.Callback):
 _FLAKY = _Flaky(2)  # a Callback must outlive every Function that calls it
 
 
+MEASUREMENT_NOISE = 3e-4
+
+
 class TestCartContract(DiscreteModelContract):
     def make_model(self) -> DiscreteModel:
         return carts()
@@ -134,6 +138,16 @@ class TestCartContract(DiscreteModelContract):
 
     def sample_inputs(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.uniform(-1.0, 1.0, size=(n, 1))
+
+    def heldout_transitions(self, rng: np.random.Generator):
+        # exact cart steps measured with 3e-4 noise: the 1e-3 bound is 3.3 standard
+        # deviations per entry, so about 0.2 % of transitions leave it (delta = 5 %)
+        X, U = self.sample_states(rng, 400), self.sample_inputs(rng, 400)
+        model = carts()
+        exact = np.array(
+            [np.asarray(model.step(x, u, 2.0)).ravel() for x, u in zip(X, U, strict=True)]
+        )
+        return X, U, exact + MEASUREMENT_NOISE * rng.standard_normal(exact.shape)
 
 
 class TestLinkedCartsContract(DiscreteModelContract):
@@ -174,17 +188,32 @@ _BROKEN_MODELS = {
     "NaN in step": (
         _replace(
             residual=None,
+            bound=None,
+            delta=None,
             step=_fn("step", [2, 1, 1], lambda x, u, m: x + u + ca.sqrt(x[0] - 10.0)),
         ),
         {"test_outputs_are_finite", "test_jacobians_match_finite_differences"},
     ),
     "NaN in bound": (
         _replace(bound=_fn("bound", [2, 1, 1], lambda x, u, m: ca.sqrt(x - 10.0))),
-        {"test_outputs_are_finite", "test_bound_is_nonnegative"},
+        {
+            "test_outputs_are_finite",
+            "test_bound_is_nonnegative",
+            "test_bound_covers_heldout_transitions",
+        },
     ),
     "negative bound": (
         _replace(bound=_fn("bound", [2, 1, 1], lambda x, u, m: -1e-3 * ca.DM.ones(2))),
-        {"test_bound_is_nonnegative"},
+        {"test_bound_is_nonnegative", "test_bound_covers_heldout_transitions"},
+    ),
+    "bound too tight for its delta": (
+        # 1.5 noise deviations per entry: about 25 % of transitions leave it, delta is 5 %
+        _replace(bound=_fn("bound", [2, 1, 1], lambda x, u, m: 4.5e-4 * ca.DM.ones(2))),
+        {"test_bound_covers_heldout_transitions"},
+    ),
+    "energy not finite": (
+        _replace(energy=_fn("energy", [2, 1], lambda x, m: ca.log(x[0] - 10.0))),
+        {"test_outputs_are_finite"},
     ),
     "from_obs off by 1e-8": (
         _replace(from_obs=_fn("from_obs", [2], lambda o: o + 1e-8)),
@@ -192,11 +221,21 @@ _BROKEN_MODELS = {
     ),
     "names not strings": (_replace(state_names=("q", 1)), {"test_shapes_and_names"}),
     "step a row vector": (
-        _replace(residual=None, step=_fn("step", [2, 1, 1], lambda x, u, m: (x + u).T)),
+        _replace(
+            residual=None,
+            bound=None,
+            delta=None,
+            step=_fn("step", [2, 1, 1], lambda x, u, m: (x + u).T),
+        ),
         {"test_shapes_and_names"},
     ),
     "nondeterministic step": (
-        _replace(residual=None, step=_fn("step", [2, 1, 1], lambda x, u, m: _FLAKY(x) + u)),
+        _replace(
+            residual=None,
+            bound=None,
+            delta=None,
+            step=_fn("step", [2, 1, 1], lambda x, u, m: _FLAKY(x) + u),
+        ),
         {"test_step_is_deterministic"},
     ),
 }
@@ -223,19 +262,43 @@ def test_off_manifold_samples_are_reported() -> None:
     suite = _broken(TestLinkedCartsContract, lambda: carts((1.0, 1.0)))()
     suite.sample_states = lambda rng, n: rng.uniform(-1.0, 1.0, size=(n, 4))
     assert (
-        "sample_states must return states on the constraint manifold"
+        "sample_states must return states that satisfy the constraint,"
         in (contract_failures(suite)["test_step_preserves_constraint"])
     )
 
 
+def test_velocity_constraint_drift_fails_its_check() -> None:
+    # carts((1, 0)) separates the carts: read (v_1 - v_2) as a nonholonomic residual
+    def drifting() -> DiscreteModel:
+        model = carts((1.0, 0.0))
+        return dataclasses.replace(
+            model,
+            constraint=None,
+            velocity_constraint=_fn("velocity_constraint", [4], lambda x: x[2] - x[3]),
+        )
+
+    suite = _broken(TestLinkedCartsContract, drifting)()
+    suite.constraint_preserving, suite.velocity_constraint_preserving = False, True
+    assert set(contract_failures(suite)) == {"test_step_preserves_velocity_constraint"}
+    linked = carts((1.0, 1.0))
+    kept = _broken(
+        TestLinkedCartsContract,
+        lambda: dataclasses.replace(drifting(), step=linked.step, residual=linked.residual),
+    )()
+    kept.constraint_preserving, kept.velocity_constraint_preserving = False, True
+    assert contract_failures(kept) == {}
+
+
 def test_absent_parts_are_skipped_not_passed() -> None:
-    bare = dataclasses.replace(carts(), residual=None, bound=None)
+    bare = dataclasses.replace(carts(), residual=None, bound=None, delta=None)
     suite = _broken(TestCartContract, lambda: bare)()
     for name in (
         "test_step_satisfies_residual",
         "test_residual_is_not_trivial",
         "test_bound_is_nonnegative",
+        "test_bound_covers_heldout_transitions",
         "test_step_preserves_constraint",
+        "test_step_preserves_velocity_constraint",
     ):
         with pytest.raises(unittest.SkipTest):
             getattr(suite, name)()

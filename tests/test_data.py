@@ -232,6 +232,7 @@ def test_save_refuses_overwrite_and_leaves_no_temp_file(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
 
+    monkeypatch.setattr(os, "link", boom)
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
         d.save(tmp_path / "e.npz")

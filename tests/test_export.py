@@ -1,4 +1,4 @@
-"""DiscreteModel files: save, load, read from plain CasADi, and C code from the step."""
+"""DiscreteModel files (vimpc.model_file): save, load, read from plain CasADi, and C code."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import casadi as ca
 import numpy as np
 import pytest
 
-from vimpc.dynamics import FILE_FORMAT, DiscreteModel
+from vimpc.dynamics import FUNCTION_FIELDS, DiscreteModel
 from vimpc.mechanics import CartPole, FourBar
+from vimpc.model_file import FILE_FORMAT, load, save
 from vimpc.models import NominalModel
 
 DT = 0.05
@@ -46,8 +47,12 @@ def _fourbar_states(rng, n):
 
 
 CASES = {
-    "cartpole": (lambda: NominalModel(CartPole(), DT, "midpoint"), _cartpole_states, 10.0),
-    "fourbar": (lambda: NominalModel(FOURBAR, DT, "midpoint"), _fourbar_states, 2.0),
+    "cartpole": (
+        lambda: NominalModel(CartPole(), DT, integrator="midpoint"),
+        _cartpole_states,
+        10.0,
+    ),
+    "fourbar": (lambda: NominalModel(FOURBAR, DT, integrator="midpoint"), _fourbar_states, 2.0),
 }
 
 
@@ -57,16 +62,16 @@ def case(request, tmp_path_factory):
     build, states, u_max = CASES[request.param]
     model = build().discrete_model()
     model = dataclasses.replace(model, info={**model.info, **PROVENANCE})
-    path = model.save(tmp_path_factory.mktemp("export") / f"{request.param}.vimpc")
+    path = save(model, tmp_path_factory.mktemp("export") / f"{request.param}.vimpc")
     rng = np.random.default_rng(7)
     xs = states(rng, 6)
     us = rng.uniform(-u_max, u_max, size=(6, model.nu))
-    return model, DiscreteModel.load(path), xs, us
+    return model, load(path), xs, us
 
 
 @pytest.fixture(scope="module")
 def cartpole():
-    return NominalModel(CartPole(), DT, "midpoint").discrete_model()
+    return NominalModel(CartPole(), DT, integrator="midpoint").discrete_model()
 
 
 # -- round trip ------------------------------------------------------------------------
@@ -84,7 +89,8 @@ def test_round_trip_keeps_every_field(case):
         loaded.info["data"] == PROVENANCE["data"] and loaded.info["system"] == model.info["system"]
     )
     assert loaded.implicit == model.implicit
-    for name in ("step", "residual", "bound", "from_obs", "to_obs", "constraint"):
+    assert loaded.delta == model.delta
+    for name in FUNCTION_FIELDS:
         mine, theirs = getattr(model, name), getattr(loaded, name)
         assert (mine is None) == (theirs is None), name
         if mine is not None:
@@ -152,7 +158,7 @@ _PLAIN_CASADI = textwrap.dedent(
     path, x, u = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    assert doc["format"] == "vimpc.DiscreteModel/1", doc["format"]
+    assert doc["format"] == "vimpc.DiscreteModel/2", doc["format"]
     step = casadi.Function.deserialize(doc["functions"]["step"]["serialized"])
     p = doc["p_default"]
     x_next = step(x, u, p).full().ravel().tolist()
@@ -165,7 +171,7 @@ _PLAIN_CASADI = textwrap.dedent(
 
 def test_a_fresh_casadi_program_evaluates_the_step(case, tmp_path):
     model, _, xs, us = case
-    path = model.save(tmp_path / "model.vimpc")
+    path = save(model, tmp_path / "model.vimpc")
     x, u = xs[1], us[1]
     proc = subprocess.run(
         [
@@ -196,7 +202,7 @@ def test_a_fresh_casadi_program_evaluates_the_step(case, tmp_path):
 
 
 def test_save_returns_the_path_and_writes_json(cartpole, tmp_path):
-    path = cartpole.save(str(tmp_path / "m.vimpc"))
+    path = save(cartpole, str(tmp_path / "m.vimpc"))
     assert path == tmp_path / "m.vimpc"
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["format"] == FILE_FORMAT and doc["dt"] == DT and doc["nx"] == 4
@@ -210,11 +216,11 @@ def test_refuses_to_overwrite(cartpole, tmp_path):
     path = tmp_path / "m.vimpc"
     path.write_text("keep me", encoding="utf-8")
     with pytest.raises(FileExistsError, match=str(path)):
-        cartpole.save(path)
+        save(cartpole, path)
     assert path.read_text(encoding="utf-8") == "keep me"
     assert os.listdir(tmp_path) == ["m.vimpc"]
-    cartpole.save(path, overwrite=True)
-    assert DiscreteModel.load(path).nx == 4
+    save(cartpole, path, overwrite=True)
+    assert load(path).nx == 4
     assert os.listdir(tmp_path) == ["m.vimpc"]
 
 
@@ -222,17 +228,17 @@ def test_refuses_to_overwrite(cartpole, tmp_path):
 def test_wrong_suffix(cartpole, tmp_path, name):
     path = tmp_path / name
     with pytest.raises(ValueError, match=r"\.vimpc") as err:
-        cartpole.save(path)
+        save(cartpole, path)
     assert str(path) in str(err.value)
     assert not path.exists()
     path.write_text("{}", encoding="utf-8")
     with pytest.raises(ValueError, match=r"\.vimpc"):
-        DiscreteModel.load(path)
+        load(path)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
-        DiscreteModel.load(tmp_path / "nothing.vimpc")
+        load(tmp_path / "nothing.vimpc")
 
 
 def _tamper(doc):
@@ -256,24 +262,33 @@ def _drop(key):
     return edit
 
 
+def _swap_names(doc):
+    doc["state_names"] = doc["state_names"][::-1]
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
         (b"\x89PNG\r\n\x1a\n\x00\x00binary", "not a vimpc model file"),
-        (b'{"format": "vimpc.DiscreteModel/1", "dt": 0.0', "not a vimpc model file"),
+        (b'{"format": "vimpc.DiscreteModel/2", "dt": 0.0', "not a vimpc model file"),
         (b'{"hello": 1}', "no 'format' marker"),
         (b"[1, 2, 3]", "no 'format' marker"),
         (_retag("someone.else/1"), "not a vimpc model file"),
+        (_retag("vimpc.DiscreteModel/1"), "unsupported DiscreteModel file format"),
         (_retag("vimpc.DiscreteModel/99"), "unsupported DiscreteModel file format"),
-        (_drop("dt"), "'dt' is missing"),
-        (_drop("functions"), "'functions' is missing"),
+        (_drop("dt"), "checksum"),
+        (_drop("sha256"), "checksum"),
         (_tamper, "checksum"),
-        (lambda doc: doc.update(nx=5), "corrupt"),
-        (lambda doc: doc["functions"].update(step=None), "'step' is missing"),
+        (lambda doc: doc.update(nx=5), "checksum"),
+        (lambda doc: doc.update(dt=0.5), "checksum"),
+        (_swap_names, "checksum"),
+        (lambda doc: doc["info"].update(system="Pendulum"), "checksum"),
+        (lambda doc: doc["functions"].update(step=None), "checksum"),
     ],
 )
 def test_corrupt_file(cartpole, tmp_path, edit, message):
-    path = cartpole.save(tmp_path / "m.vimpc")
+    # the checksum covers the whole document: no edit anywhere loads silently
+    path = save(cartpole, tmp_path / "m.vimpc")
     if isinstance(edit, bytes):
         path.write_bytes(edit)
     else:
@@ -281,21 +296,70 @@ def test_corrupt_file(cartpole, tmp_path, edit, message):
         edit(doc)
         path.write_text(json.dumps(doc), encoding="utf-8")
     with pytest.raises(ValueError, match=message) as err:
-        DiscreteModel.load(path)
+        load(path)
     assert str(path) in str(err.value)
 
 
-def test_unreadable_function_text(cartpole, tmp_path):
-    path = cartpole.save(tmp_path / "m.vimpc")
+def _resealed(doc):
+    """``doc`` with a valid checksum again (an edit made by someone who knows the format)."""
+    doc.pop("sha256", None)
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    doc["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda doc: doc.update(nx=5), "corrupt"),
+        (_drop("functions"), "'functions' is missing"),
+        (lambda doc: doc["functions"].update(step=None), "'step' is missing"),
+        (lambda doc: doc.update(delta=0.1), "bound and DiscreteModel.delta go together"),
+    ],
+)
+def test_consistent_checksum_but_invalid_content(cartpole, tmp_path, edit, message):
+    path = save(cartpole, tmp_path / "m.vimpc")
     doc = json.loads(path.read_text(encoding="utf-8"))
-    text = doc["functions"]["step"]["serialized"][:1000]
-    doc["functions"]["step"] = {
-        "serialized": text,
-        "sha256": hashlib.sha256(text.encode()).hexdigest(),
-    }
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    edit(doc)
+    path.write_text(json.dumps(_resealed(doc)), encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        load(path)
+
+
+def test_unreadable_function_text(cartpole, tmp_path):
+    path = save(cartpole, tmp_path / "m.vimpc")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["functions"]["step"] = {"serialized": doc["functions"]["step"]["serialized"][:1000]}
+    path.write_text(json.dumps(_resealed(doc)), encoding="utf-8")
     with pytest.raises(ValueError, match="cannot deserialise function 'step'"):
-        DiscreteModel.load(path)
+        load(path)
+
+
+def test_a_directory_is_not_a_model_file(cartpole, tmp_path):
+    folder = tmp_path / "x.vimpc"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        load(folder)
+    with pytest.raises(ValueError, match="is a directory"):
+        save(cartpole, folder)
+
+
+def test_bound_delta_energy_and_velocity_constraint_round_trip(tmp_path):
+    from vimpc.mechanics import RollingDisk
+    from vimpc.models.conformal import ConformalBound
+
+    disk = NominalModel(RollingDisk(), DT).discrete_model()
+    bounded = ConformalBound(0.1, 2.0, 50, scale=np.arange(1.0, 9.0)).apply(disk)
+    loaded = load(save(bounded, tmp_path / "disk.vimpc"))
+    assert loaded.delta == 0.1 and loaded.info["bound"]["quantile"] == 2.0
+    x = np.array([0.3, 0.4, 0.1, -0.2, 1.0, 0.5, 0.3 * np.cos(0.4), 0.3 * np.sin(0.4)])
+    u = np.array([0.5, -0.2])
+    np.testing.assert_array_equal(_num(loaded.bound, x, u, []), 2.0 * np.arange(1.0, 9.0))
+    np.testing.assert_array_equal(_num(loaded.energy, x, []), _num(disk.energy, x, []))
+    np.testing.assert_array_equal(
+        _num(loaded.velocity_constraint, x), _num(disk.velocity_constraint, x)
+    )
+    assert np.max(np.abs(_num(loaded.velocity_constraint, x))) < 1e-15
 
 
 @pytest.mark.parametrize(
@@ -313,7 +377,7 @@ def test_info_must_be_json(cartpole, tmp_path, info, key):
     model = dataclasses.replace(cartpole, info=info)
     path = tmp_path / "m.vimpc"
     with pytest.raises(TypeError, match=repr(key)):
-        model.save(path)
+        save(model, path)
     assert os.listdir(tmp_path) == []
 
 
@@ -321,7 +385,7 @@ def test_info_round_trips_tuples_as_lists(cartpole, tmp_path):
     model = dataclasses.replace(
         cartpole, info={"sizes": (1, 2), "nested": {"x": [1.5, None, True]}}
     )
-    loaded = DiscreteModel.load(model.save(tmp_path / "m.vimpc"))
+    loaded = load(save(model, tmp_path / "m.vimpc"))
     assert dict(loaded.info) == {"sizes": [1, 2], "nested": {"x": [1.5, None, True]}}
 
 
@@ -330,7 +394,7 @@ def test_info_round_trips_tuples_as_lists(cartpole, tmp_path):
 
 def test_step_generates_c_code_that_compiles(cartpole, tmp_path):
     # from the file, as a C++ user would start
-    loaded = DiscreteModel.load(cartpole.save(tmp_path / "cartpole.vimpc"))
+    loaded = load(save(cartpole, tmp_path / "cartpole.vimpc"))
     gen = ca.CodeGenerator("cartpole_model.c")
     gen.add(loaded.step)
     gen.add(loaded.step.jacobian())

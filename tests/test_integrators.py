@@ -35,7 +35,8 @@ def rollout(integrator, h, x0, inputs):
     """States ``x_0..x_N`` as columns of an ``(nx, N + 1)`` array; ``inputs`` is ``(nu, N)``."""
     inputs = np.atleast_2d(np.asarray(inputs, dtype=np.float64))
     step = integrator.step_function(h)
-    xs = np.asarray(step.mapaccum(inputs.shape[1])(x0, inputs))
+    n = inputs.shape[1]
+    xs = np.asarray(step.mapaccum(n)(x0, inputs, np.zeros((0, n))))  # no theta
     return np.hstack([np.asarray(x0, dtype=np.float64).reshape(-1, 1), xs])
 
 
@@ -326,7 +327,7 @@ def one_step_jacobian(system, integrator, h):
     z, u = ca.MX.sym("z", 2 * n), ca.MX.sym("u", system.nu)
     q0, p0 = z[:n], z[n:]
     v0 = ca.solve(system.function("M")(q0), p0)
-    x1 = integrator.step_function(h)(ca.vertcat(q0, v0), u)
+    x1 = integrator.step_function(h)(ca.vertcat(q0, v0), u, ca.DM(0, 1))
     z1 = ca.vertcat(x1[:n], system.function("p")(x1[:n], x1[n:]))
     return ca.Function("J", [z, u], [ca.jacobian(z1, z)])
 
@@ -403,8 +404,8 @@ def test_step_far_from_the_origin():
         for rule in ("midpoint", "first_order"):
             for h in (0.01, 1e-4):
                 step = VariationalIntegrator(system, rule).step_function(h)
-                near = np.asarray(step(x, u)).ravel()
-                far = np.asarray(step(x + shift, u)).ravel() - shift
+                near = np.asarray(step(x, u, [])).ravel()
+                far = np.asarray(step(x + shift, u, [])).ravel() - shift
                 n = system.nq
                 np.testing.assert_allclose(far[:n], near[:n], atol=1e-10)
                 np.testing.assert_allclose(far[n:], near[n:], atol=1e-9 / (h / 1e-3))
@@ -453,12 +454,12 @@ def test_step_solves_residual(case, rule, form):
     step, residual = integ.step_function(h), integ.residual_function(h)
     for _ in range(4):
         x, u = sample(), rng.normal(size=system.nu)
-        xn = np.asarray(step(x, u)).ravel()
+        xn = np.asarray(step(x, u, [])).ravel()
         assert np.all(np.isfinite(xn))
-        assert np.max(np.abs(np.asarray(residual(x, u, xn)))) <= 1e-10
+        assert np.max(np.abs(np.asarray(residual(x, u, xn, [])))) <= 1e-10
         # the residual pins the step: another x_next does not solve it
         moved = xn + 1e-4 * rng.normal(size=xn.size)
-        assert np.max(np.abs(np.asarray(residual(x, u, moved)))) > 1e-8
+        assert np.max(np.abs(np.asarray(residual(x, u, moved, [])))) > 1e-8
 
 
 def test_first_order_del_is_gp_vi_equation_6():
@@ -492,9 +493,11 @@ def test_acceleration_reference():
     acc = acceleration(Pendulum(m=m, l=l, g=g, friction=[c]))
     for q, v, tau in [(0.3, 1.0, 0.5), (2.0, -0.4, -1.0)]:
         ref = (tau - c * v - m * g * l / 2 * math.sin(q)) / (m * l * l / 3)
-        assert float(acc([q], [v], [tau])) == pytest.approx(ref, rel=1e-13)
+        assert float(acc([q], [v], [tau], [])) == pytest.approx(ref, rel=1e-13)
     unit = acceleration(Pendulum())
-    assert float(unit([0.7], [0.0], [0.0])) == pytest.approx(-1.5 * 9.81 * math.sin(0.7), rel=1e-13)
+    assert float(unit([0.7], [0.0], [0.0], [])) == pytest.approx(
+        -1.5 * 9.81 * math.sin(0.7), rel=1e-13
+    )
 
 
 # -- nonholonomic: the rolling disk ------------------------------------------------------------
@@ -559,7 +562,7 @@ def test_rolling_disk_reduced_dynamics():
     assert 3.8 < errors[0] / errors[1] < 4.2
     # the explicit acceleration gives the same reduced equations
     acc = acceleration(s)
-    a = np.asarray(acc(x0[:4], x0[4:], u)).ravel()
+    a = np.asarray(acc(x0[:4], x0[4:], u, [])).ravel()
     np.testing.assert_allclose(a[:2], [u[0] / Ieff, u[1] / J], rtol=1e-12)
 
 
@@ -599,7 +602,7 @@ def test_flow_is_substeps_of_step():
     x0, u = np.array([0.1, 0.5, 0.0, 1.0]), np.array([0.3])
     flow = integ.flow(0.05, 0.01)
     np.testing.assert_allclose(
-        np.asarray(flow(x0, u)).ravel(), rollout(integ, 0.01, x0, held(u, 5))[:, -1], atol=1e-14
+        np.asarray(flow(x0, u, [])).ravel(), rollout(integ, 0.01, x0, held(u, 5))[:, -1], atol=1e-14
     )
 
 

@@ -186,11 +186,11 @@ def test_list_shows_scenarios(capsys):
 
 
 def test_export_writes_a_loadable_model(tmp_path, capsys):
-    from vimpc.dynamics import DiscreteModel
+    from vimpc.model_file import load
 
     out = tmp_path / "cartpole.vimpc"
     assert cli.main(["export", CARTPOLE, "-o", str(out)]) == 0
-    model = DiscreteModel.load(out)
+    model = load(out)
     assert model.dt == 0.05 and model.implicit and model.info["system"] == "CartPole"
     x = np.array([0.1, 0.5, 0.0, -0.2])
     again = NominalModel(CartPole(), 0.05).discrete_model()

@@ -13,6 +13,9 @@ from vimpc.errors import InputError as InputError
 from vimpc.errors import NotFittedError as NotFittedError
 from vimpc.errors import SolverError as SolverError
 from vimpc.errors import VimpcError as VimpcError
+from vimpc.model_file import load as load_model
+from vimpc.model_file import save as save_model
+from vimpc.models.base import ModelFamily as ModelFamily
 from vimpc.models.nominal import NominalModel as NominalModel
 
 __version__ = "0.1.0"
@@ -21,9 +24,12 @@ __all__ = [
     "ConfigError",
     "DiscreteModel",
     "InputError",
+    "ModelFamily",
     "NominalModel",
     "NotFittedError",
     "SolverError",
     "VimpcError",
     "__version__",
+    "load_model",
+    "save_model",
 ]

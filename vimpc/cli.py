@@ -170,7 +170,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ConfigError(f"{str(out)!r} exists; choose another path or pass --overwrite")
     env = scenario.build_env(cfg)
     model = scenario.build_model(cfg, env)
-    path = model.save(out, overwrite=args.overwrite)
+    from vimpc.model_file import save
+
+    path = save(model, out, overwrite=args.overwrite)
     print(
         f"wrote {path}: {model.info.get('system', '?')} model, dt = {model.dt} s, "
         f"nx = {model.nx}, nu = {model.nu}, residual: {'yes' if model.implicit else 'no'}"

@@ -310,7 +310,11 @@ def build_model(cfg: dict[str, Any], env):
     if mcfg["params"]:
         system = system.with_params(**mcfg["params"])
     model = NominalModel(
-        system, cfg["env"]["dt"], mcfg["integrator"], mcfg["substeps"], mcfg["form"]
+        system,
+        cfg["env"]["dt"],
+        integrator=mcfg["integrator"],
+        substeps=mcfg["substeps"],
+        form=mcfg["form"],
     ).discrete_model()
     if abs(model.dt - env.dt) > 1e-12:
         raise ConfigError(f"the model's dt {model.dt} differs from the env's control step {env.dt}")

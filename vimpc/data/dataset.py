@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from vimpc._checks import one_of
+from vimpc._files import write_atomic
 from vimpc.errors import InputError
 
 __all__ = ["Dataset"]
@@ -267,26 +267,16 @@ class Dataset:
             raise FileExistsError(
                 f"{str(path)!r} already exists; choose another path or pass overwrite=True"
             )
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(
-                    f,
-                    format=np.array(_FORMAT),
-                    t=self.t,
-                    obs=self.obs,
-                    states=self.states,
-                    inputs=self.inputs,
-                    dt=np.array(self.dt),
-                    metadata=np.array(json.dumps(self.metadata, allow_nan=True)),
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        arrays = {
+            "format": np.array(_FORMAT),
+            "t": self.t,
+            "obs": self.obs,
+            "states": self.states,
+            "inputs": self.inputs,
+            "dt": np.array(self.dt),
+            "metadata": np.array(json.dumps(self.metadata, allow_nan=True)),
+        }
+        write_atomic(path, lambda handle: np.savez(handle, **arrays), overwrite=overwrite)
         return path
 
     @classmethod

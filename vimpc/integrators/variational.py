@@ -24,15 +24,24 @@ in ``x_next`` alone: with ``W = (C C^T)^{-1}``, an equation pair
 exactly when ``e`` lies in the range of ``C^T`` and ``c = 0`` (multiply by ``C``).
 The same residual serves the Newton step and the controller's implicit
 transcription.
+
+Learned parts enter through two arguments: ``lagrangian(q, v, theta)`` replaces the
+system's Lagrangian in ``L_d`` and in ``dL/dv`` (see
+:class:`~vimpc.integrators.base.Integrator`), and ``discrete_force(q0, q1, u, theta)``
+returns a pair ``(f-, f+)`` added to the rule's discrete forces, e.g. a learned friction
+model. Every function takes ``theta`` as its last input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import casadi as ca
 
 from vimpc import _checks
+from vimpc.errors import InputError
 from vimpc.integrators import _newton
-from vimpc.integrators.base import ImplicitIntegrator
+from vimpc.integrators.base import ImplicitIntegrator, LagrangianFn
 from vimpc.integrators.discrete_lagrangians import (
     ORDER,
     RULES,
@@ -44,6 +53,9 @@ from vimpc.mechanics.system import MechanicalSystem
 FORMS = ("position_momentum", "del")
 
 
+DiscreteForceFn = Callable[[ca.SX, ca.SX, ca.SX, ca.SX], tuple[ca.SX, ca.SX]]
+
+
 class VariationalIntegrator(ImplicitIntegrator):
     """Variational integrator of a forced mechanical system.
 
@@ -52,16 +64,54 @@ class VariationalIntegrator(ImplicitIntegrator):
         rule: ``"first_order"``, ``"midpoint"`` or ``"trapezoidal"`` discrete Lagrangian.
         form: ``"position_momentum"`` (state ``(q, v)``, continuous velocity) or
             ``"del"`` (state ``(q_k, (q_{k+1} - q_k)/h)``, the GP-VI paper's form).
+        lagrangian, n_theta: a Lagrangian ``L(q, v, theta)`` replacing the system's (see
+            :class:`~vimpc.integrators.base.Integrator`).
+        discrete_force: ``(q0, q1, u, theta) -> (f-, f+)``, CasADi expressions of shape
+            ``(nq, 1)`` added to the left and right discrete forces of every step.
     """
 
     def __init__(
-        self, system: MechanicalSystem, rule: str = "midpoint", form: str = "position_momentum"
+        self,
+        system: MechanicalSystem,
+        rule: str = "midpoint",
+        form: str = "position_momentum",
+        *,
+        lagrangian: LagrangianFn | None = None,
+        n_theta: int = 0,
+        discrete_force: DiscreteForceFn | None = None,
     ) -> None:
-        super().__init__(system)
+        super().__init__(system, lagrangian=lagrangian, n_theta=n_theta)
         self.rule = _checks.one_of("rule", rule, RULES)
         self.form = _checks.one_of("form", form, FORMS)
         self.order = ORDER[rule]
+        if discrete_force is not None and not callable(discrete_force):
+            raise InputError(
+                "discrete_force must be a callable (q0, q1, u, theta) -> (f_minus, f_plus), "
+                f"got {type(discrete_force).__name__}"
+            )
+        self._discrete_force = discrete_force
+        if discrete_force is not None:
+            self._check_discrete_force()
         self._cache: dict[tuple, ca.Function] = {}
+
+    def _check_discrete_force(self) -> None:
+        s = self.system
+        q0, q1 = ca.SX.sym("q0", s.nq), ca.SX.sym("q1", s.nq)
+        u, th = ca.SX.sym("u", s.nu), ca.SX.sym("theta", self.n_theta)
+        try:
+            pair = self._discrete_force(q0, q1, u, th)
+            shapes = [ca.SX(f).shape for f in pair]
+        except Exception as exc:  # a user callable: report what it raised
+            raise InputError(
+                "discrete_force(q0, q1, u, theta) must return a pair (f_minus, f_plus) of "
+                f"CasADi expressions of shape ({s.nq}, 1); calling it failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if shapes != [(s.nq, 1), (s.nq, 1)]:
+            raise InputError(
+                "discrete_force(q0, q1, u, theta) must return a pair (f_minus, f_plus) of "
+                f"shape ({s.nq}, 1) each, got shapes {shapes}"
+            )
 
     # -- building blocks on SX ---------------------------------------------------------
     def _reactions(self, q):
@@ -90,38 +140,46 @@ class VariationalIntegrator(ImplicitIntegrator):
         return e - ca.mtimes(C.T, ca.solve(ca.mtimes(C, C.T), ca.mtimes(C, e) - c))
 
     def _derivatives(self, h):
-        """SX functions ``D1 L_d``, ``D2 L_d``, ``f-``, ``f+`` and ``dL/dv``."""
+        """SX functions ``D1 L_d``, ``D2 L_d``, ``(f-, f+)`` and ``dL/dv``, each of ``theta``."""
         s = self.system
         qa, qb = ca.SX.sym("qa", s.nq), ca.SX.sym("qb", s.nq)
         q, v, u = ca.SX.sym("q", s.nq), ca.SX.sym("v", s.nv), ca.SX.sym("u", s.nu)
-        Ld = discrete_lagrangian(self.rule, s.lagrangian, qa, qb, h)
+        th = ca.SX.sym("theta", self.n_theta)
+
+        def L(q_, v_):
+            return self.lagrangian(q_, v_, th)
+
+        Ld = discrete_lagrangian(self.rule, L, qa, qb, h)
         fm, fp = discrete_forces(self.rule, s.generalized_force, qa, qb, u, h)
-        D1 = ca.Function("D1Ld", [qa, qb], [ca.gradient(Ld, qa)])
-        D2 = ca.Function("D2Ld", [qa, qb], [ca.gradient(Ld, qb)])
-        forces = ca.Function("fd", [qa, qb, u], [fm, fp])
-        dLdv = ca.Function("dLdv", [q, v], [ca.gradient(s.lagrangian(q, v), v)])
+        if self._discrete_force is not None:
+            gm, gp = self._discrete_force(qa, qb, u, th)
+            fm, fp = fm + gm, fp + gp
+        D1 = ca.Function("D1Ld", [qa, qb, th], [ca.gradient(Ld, qa)])
+        D2 = ca.Function("D2Ld", [qa, qb, th], [ca.gradient(Ld, qb)])
+        forces = ca.Function("fd", [qa, qb, u, th], [fm, fp])
+        dLdv = ca.Function("dLdv", [q, v, th], [ca.gradient(L(q, v), v)])
         return D1, D2, forces, dLdv
 
-    def _residual_expr(self, x, u, xn, h):
+    def _residual_expr(self, x, u, xn, th, h):
         s = self.system
         n = s.nq
         D1, D2, forces, dLdv = self._derivatives(h)
         q0, v0 = x[:n], x[n:]
         q1, v1 = xn[:n], xn[n:]
         if self.form == "position_momentum":
-            fm, fp = forces(q0, q1, u)
-            e_q = dLdv(q0, v0) + D1(q0, q1) + fm
+            fm, fp = forces(q0, q1, u, th)
+            e_q = dLdv(q0, v0, th) + D1(q0, q1, th) + fm
             r_q = self._project(e_q, self._reactions(q0), self._position_constraint(q0, q1, h))
-            e_v = dLdv(q1, v1) - D2(q0, q1) - fp
+            e_v = dLdv(q1, v1, th) - D2(q0, q1, th) - fp
             C1 = self._reactions(q1)
             r_v = self._project(e_v, C1, None if C1 is None else ca.mtimes(C1, v1))
             return ca.vertcat(r_q, r_v)
         # del form: q_{k+1} follows explicitly; the node equation at q_{k+1} fixes v_{k+1}
         qk1 = q0 + h * v0
         qk2 = qk1 + h * v1
-        _, fp = forces(q0, qk1, u)
-        fm, _ = forces(qk1, qk2, u)
-        e = D2(q0, qk1) + D1(qk1, qk2) + fp + fm
+        _, fp = forces(q0, qk1, u, th)
+        fm, _ = forces(qk1, qk2, u, th)
+        e = D2(q0, qk1, th) + D1(qk1, qk2, th) + fp + fm
         r = self._project(e, self._reactions(qk1), self._position_constraint(qk1, qk2, h))
         return ca.vertcat(q1 - qk1, r)
 
@@ -132,10 +190,14 @@ class VariationalIntegrator(ImplicitIntegrator):
         if key not in self._cache:
             s = self.system
             x, xn = ca.SX.sym("x", self.nx), ca.SX.sym("x_next", self.nx)
-            u = ca.SX.sym("u", s.nu)
-            r = self._residual_expr(x, u, xn, h)
+            u, th = ca.SX.sym("u", s.nu), ca.SX.sym("theta", self.n_theta)
+            r = self._residual_expr(x, u, xn, th, h)
             self._cache[key] = ca.Function(
-                f"{s.name}_{self.rule}_residual", [x, u, xn], [r], ["x", "u", "x_next"], ["r"]
+                f"{s.name}_{self.rule}_residual",
+                [x, u, xn, th],
+                [r],
+                ["x", "u", "x_next", "theta"],
+                ["r"],
             )
         return self._cache[key]
 
@@ -147,6 +209,7 @@ class VariationalIntegrator(ImplicitIntegrator):
             n = s.nq
             residual = self.residual_function(h)
             z, x, u = ca.SX.sym("z", self.nx), ca.SX.sym("x", self.nx), ca.SX.sym("u", s.nu)
+            th = ca.SX.sym("theta", self.n_theta)
             # Newton runs on x_next / scale so that its step test is relative to the
             # round-off floor: q_next is known to ~ulp(|q|), v_next (a difference quotient)
             # to ~ulp(|q|) / h. Unscaled, the absolute tests fail once |q| is a few hundred
@@ -156,26 +219,31 @@ class VariationalIntegrator(ImplicitIntegrator):
                 ca.repmat(ca.sqrt(1.0 + ca.sumsqr(q)), n, 1),
                 ca.sqrt(1.0 + v * v + ca.sumsqr(q) / h**2),
             )
-            implicit = ca.Function("G", [z, x, u], [residual(x, u, scale * z)])
+            implicit = ca.Function("G", [z, x, u, th], [residual(x, u, scale * z, th)])
             newton = _newton.solve(f"{s.name}_{self.rule}_newton", implicit, error_on_fail)
             guess = ca.vertcat(x[:n] + h * x[n:], x[n:]) / scale
             self._cache[key] = ca.Function(
                 f"{s.name}_{self.rule}_step",
-                [x, u],
-                [scale * newton(guess, x, u)],
-                ["x", "u"],
+                [x, u, th],
+                [scale * newton(guess, x, u, th)],
+                ["x", "u", "theta"],
                 ["x_next"],
             )
         return self._cache[key]
 
     def discrete_momentum(self, h: float) -> ca.Function:
-        """``(q0, q1, u) -> (p0, p1)``: the discrete Legendre transforms
+        """``(q0, q1, u, theta) -> (p0, p1)``: the discrete Legendre transforms
         ``p0 = -D1 L_d - f-`` and ``p1 = D2 L_d + f+`` (used by Noether checks)."""
         s = self.system
         D1, D2, forces, _ = self._derivatives(_checks.positive("h", h))
         q0, q1, u = ca.SX.sym("q0", s.nq), ca.SX.sym("q1", s.nq), ca.SX.sym("u", s.nu)
-        fm, fp = forces(q0, q1, u)
-        return ca.Function("discrete_momentum", [q0, q1, u], [-D1(q0, q1) - fm, D2(q0, q1) + fp])
+        th = ca.SX.sym("theta", self.n_theta)
+        fm, fp = forces(q0, q1, u, th)
+        return ca.Function(
+            "discrete_momentum",
+            [q0, q1, u, th],
+            [-D1(q0, q1, th) - fm, D2(q0, q1, th) + fp],
+        )
 
     def __repr__(self) -> str:
         return f"VariationalIntegrator({self.system!r}, rule={self.rule!r}, form={self.form!r})"

@@ -2,111 +2,82 @@
 
 from __future__ import annotations
 
-import casadi as ca
-
-from vimpc import _checks
+from vimpc._settings import POSITIVE, Setting
+from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.integrators import (
     FORMS,
     METHODS,
     RULES,
     ExplicitIntegrator,
-    ImplicitIntegrator,
+    Integrator,
     VariationalIntegrator,
 )
-from vimpc.mechanics.system import MechanicalSystem
+from vimpc.models.base import ModelFamily
+from vimpc.models.integrated import integrator_model
 
 
-class NominalModel:
+class NominalModel(ModelFamily):
     """A :class:`MechanicalSystem` integrated with a fixed method, as a :class:`DiscreteModel`.
 
     Args:
         system: the analytic system the model believes in.
         dt: the model (control) step [s].
-        integrator: a variational rule (``"midpoint"``, ``"trapezoidal"``,
-            ``"first_order"``) or an explicit method (``"euler"``,
-            ``"symplectic_euler"``, ``"rk4"``).
-        substeps: integrator steps per ``dt``; the model carries the integrator's
-            residual (for the controller's implicit transcription) only when it is 1.
-        form: ``"position_momentum"`` or ``"del"`` for variational rules (see
-            :mod:`vimpc.integrators.variational`).
+        integrator, form, substeps, and the bound settings: see :attr:`settings` (and
+            ``scenarios/README.md``).
 
-    The state is ``x = (q, v)``, the observation itself, so ``from_obs`` and
-    ``to_obs`` are identities. In the ``"del"`` form ``v`` is the forward
-    difference velocity, which the observed velocity approximates to ``O(dt)``.
-    Nothing is learned: the model is ready at construction.
+    The state is ``x = (q, v)``, the observation itself, so ``from_obs`` and ``to_obs``
+    are identities. In the ``"del"`` form ``v`` is the forward difference velocity, which
+    the observed velocity approximates to ``O(dt)``. Nothing is learned: without a bound
+    the model is ready at construction; with ``bound = "conformal"``, ``fit(data,
+    calibration)`` calibrates its bound (``data`` sets the bound's per-entry shape).
     """
 
-    def __init__(
-        self,
-        system: MechanicalSystem,
-        dt: float,
-        integrator: str = "midpoint",
-        substeps: int = 1,
-        form: str = "position_momentum",
-    ) -> None:
-        if not isinstance(system, MechanicalSystem):
-            raise TypeError(f"system must be a MechanicalSystem, got {type(system).__name__}")
-        self.system = system
-        self.dt = _checks.positive("dt", dt)
-        self.integrator = _checks.one_of("integrator", integrator, (*RULES, *METHODS))
-        self.substeps = _checks.positive_int("substeps", substeps)
-        self.form = _checks.one_of("form", form, FORMS)
+    name = "nominal"
+    settings = {
+        "integrator": Setting(
+            str,
+            "midpoint",
+            "variational rule (midpoint, trapezoidal, first_order) or explicit method",
+            choices=(*RULES, *METHODS),
+        ),
+        "form": Setting(
+            str,
+            "position_momentum",
+            "variational form: continuous velocity, or the GP-VI paper's forward difference (`del`)",
+            choices=FORMS,
+        ),
+        "substeps": Setting(
+            int, 1, "integrator steps per dt; the implicit transcription needs 1", rule=POSITIVE
+        ),
+    }
 
-    def _integrator(self):
+    def needs_training_data(self) -> bool:
+        return False
+
+    def _is_fitted(self) -> bool:
+        # nothing to learn: only a bound needs fitting (calibration)
+        return self.bound == "none" or super()._is_fitted()
+
+    def _fit(self, data: Dataset | None) -> None:
+        """Nothing to learn."""
+
+    def _integrator(self) -> Integrator:
         if self.integrator in RULES:
             return VariationalIntegrator(self.system, self.integrator, self.form)
         return ExplicitIntegrator(self.system, self.integrator)
 
-    def discrete_model(self, *, error_on_fail: bool = False) -> DiscreteModel:
-        """The model as CasADi functions. A failed Newton solve returns its last
-        iterate unless ``error_on_fail`` (the controller then sees the residual)."""
-        s, integ = self.system, self._integrator()
-        h = self.dt / self.substeps
-        flow = integ.flow(self.dt, h, error_on_fail=error_on_fail)
-        x, u, p, xn = (
-            ca.MX.sym("x", integ.nx),
-            ca.MX.sym("u", s.nu),
-            ca.MX.sym("p", 0),
-            ca.MX.sym("x_next", integ.nx),
-        )
-        step = ca.Function("step", [x, u, p], [flow(x, u)], ["x", "u", "p"], ["x_next"])
-        residual = None
-        if isinstance(integ, ImplicitIntegrator) and self.substeps == 1:
-            r = integ.residual_function(h)
-            residual = ca.Function(
-                "residual", [x, u, xn, p], [r(x, u, xn)], ["x", "u", "x_next", "p"], ["r"]
-            )
-        obs = ca.MX.sym("obs", integ.nx)
-        constraint = None
-        if s.n_holonomic:
-            constraint = ca.Function("constraint", [x], [s.function("g")(x[: s.nq])], ["x"], ["g"])
-        return DiscreteModel(
-            dt=self.dt,
-            nx=integ.nx,
-            nu=s.nu,
-            np=0,
-            nobs=integ.nx,
-            step=step,
-            residual=residual,
-            from_obs=ca.Function("from_obs", [obs], [obs], ["obs"], ["x"]),
-            to_obs=ca.Function("to_obs", [x], [x], ["x"], ["obs"]),
-            constraint=constraint,
-            state_names=integ.state_names,
-            input_names=s.input_names,
-            info={
-                "model": "nominal",
-                "system": s.name,
-                "params": dict(s.params),
-                "friction": s.friction.tolist(),
-                "integrator": self.integrator,
-                "form": self.form,
-                "substeps": self.substeps,
-            },
-        )
+    def _provides(self) -> set[str]:
+        fields = {"energy"}
+        if self.integrator in RULES and self.substeps == 1:
+            fields.add("residual")
+        if self.system.n_holonomic:
+            fields.add("constraint")
+        if self.system.n_nonholonomic:
+            fields.add("velocity_constraint")
+        return fields
 
-    def __repr__(self) -> str:
-        return (
-            f"NominalModel({self.system!r}, dt={self.dt}, integrator={self.integrator!r}, "
-            f"substeps={self.substeps})"
+    def _build(self) -> DiscreteModel:
+        return integrator_model(
+            self._integrator(), self.dt, substeps=self.substeps, info=self.info()
         )

@@ -14,6 +14,8 @@ where its domain is; every ``test_*`` method then runs on that model::
             return rng.uniform(-1.0, 1.0, size=(n, 1))
 
 Checks that do not apply to a model (no ``residual``, no ``bound``) are skipped, not passed.
+A model with a bound is also checked against held-out transitions when the subclass gives
+them (:meth:`DiscreteModelContract.heldout_transitions`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import casadi as ca
 import numpy as np
+from scipy.stats import binom
 
 from vimpc.dynamics import DiscreteModel
 
@@ -59,8 +62,15 @@ class DiscreteModelContract:
     constraint_preserving: bool = False
     """Set True for models whose ``step`` keeps ``constraint(x) == 0``; then
     :meth:`sample_states` must return points on the constraint manifold."""
+    velocity_constraint_preserving: bool = False
+    """Set True for models whose ``step`` keeps ``velocity_constraint(x) == 0``; then
+    :meth:`sample_states` must return states that satisfy it."""
     manifold_tol: float = 1e-10
     constraint_tol: float = 1e-8
+    coverage_alpha: float = 1e-3
+    """Significance of the coverage check: it fails when so many held-out errors leave the
+    bound that a coverage of ``1 - delta`` would give that many with probability below
+    ``coverage_alpha``."""
     seed: int = 0
 
     # ---- to implement -------------------------------------------------------------------
@@ -75,6 +85,14 @@ class DiscreteModelContract:
     def sample_inputs(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``(n, nu)`` inputs."""
         raise NotImplementedError(f"{type(self).__name__} must implement sample_inputs(rng, n)")
+
+    def heldout_transitions(
+        self, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Optional: measured transitions ``(X, U, X_next)`` of the system the model's bound
+        was calibrated on, not used in calibrating it, in the model's state coordinates
+        (shapes ``(m, nx)``, ``(m, nu)``, ``(m, nx)``). ``None`` skips the coverage check."""
+        return None
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -117,9 +135,12 @@ class DiscreteModelContract:
             "to_obs": (m.to_obs, [m.nx], [m.nobs]),
             "residual": (m.residual, [m.nx, m.nu, m.nx, m.np], [m.nx]),
             "bound": (m.bound, [m.nx, m.nu, m.np], [m.nx]),
+            "energy": (m.energy, [m.nx, m.np], [1]),
         }
-        if m.constraint is not None:
-            signatures["constraint"] = (m.constraint, [m.nx], [m.constraint.size1_out(0)])
+        for name in ("constraint", "velocity_constraint"):
+            fn = getattr(m, name)
+            if fn is not None:
+                signatures[name] = (fn, [m.nx], [fn.size1_out(0)])
         for name, (fn, ins, outs) in signatures.items():
             if fn is None:
                 continue
@@ -237,15 +258,19 @@ class DiscreteModelContract:
             )
 
     def test_outputs_are_finite(self) -> None:
-        """``step``, ``bound`` and ``constraint`` give no NaN or inf on the sampled domain."""
+        """``step``, ``bound``, ``energy``, ``constraint`` and ``velocity_constraint`` give no
+        NaN or inf on the sampled domain."""
         m = self._model()
         p = m.p_default
         for x, u in self._samples():
             outputs = {"step": _num(m.step, x, u, p)}
             if m.bound is not None:
                 outputs["bound"] = _num(m.bound, x, u, p)
-            if m.constraint is not None:
-                outputs["constraint"] = _num(m.constraint, x)
+            if m.energy is not None:
+                outputs["energy"] = _num(m.energy, x, p)
+            for name in ("constraint", "velocity_constraint"):
+                if getattr(m, name) is not None:
+                    outputs[name] = _num(getattr(m, name), x)
             for name, value in outputs.items():
                 assert np.all(np.isfinite(value)), (
                     f"{name} is not finite at x={x.tolist()}, u={u.tolist()}: {value.tolist()}"
@@ -264,24 +289,61 @@ class DiscreteModelContract:
                 f"u={u.tolist()}"
             )
 
+    def test_bound_covers_heldout_transitions(self) -> None:
+        """On held-out transitions, the errors leave the bound (in any entry) no more often
+        than ``delta`` allows: the check fails when the number of misses would have
+        probability below ``coverage_alpha`` under a coverage of exactly ``1 - delta``
+        (a one-sided binomial test, so an exactly calibrated bound passes)."""
+        m = self._model()
+        if m.bound is None:
+            raise unittest.SkipTest("model has no bound")
+        data = self.heldout_transitions(np.random.default_rng(self.seed + 1))
+        if data is None:
+            raise unittest.SkipTest("no held-out transitions given")
+        X, U, X_next = (np.asarray(a, dtype=np.float64) for a in data)
+        n = len(X)
+        assert X.shape == (n, m.nx) and U.shape == (n, m.nu) and X_next.shape == (n, m.nx), (
+            f"heldout_transitions must return shapes (m, {m.nx}), (m, {m.nu}), (m, {m.nx}), "
+            f"got {X.shape}, {U.shape}, {X_next.shape}"
+        )
+        p = m.p_default
+        missed = 0
+        for x, u, x_next in zip(X, U, X_next, strict=True):
+            error = np.abs(x_next - _num(m.step, x, u, p))
+            missed += int(not np.all(error <= _num(m.bound, x, u, p)))  # NaN counts as a miss
+        p_value = float(binom.sf(missed - 1, n, m.delta)) if missed else 1.0
+        assert p_value >= self.coverage_alpha, (
+            f"the bound covers {n - missed} of {n} held-out transitions "
+            f"({(n - missed) / n:.3f}), below 1 - delta = {1 - m.delta:g} beyond chance "
+            f"(p = {p_value:.2g} < {self.coverage_alpha:g})"
+        )
+
     def test_step_preserves_constraint(self) -> None:
         """From a state on the constraint manifold, ``step`` lands on it again (to
         ``constraint_tol``). Runs only when ``constraint_preserving`` is True."""
-        if not self.constraint_preserving:
-            raise unittest.SkipTest("constraint_preserving is False")
+        self._check_preserved("constraint", self.constraint_preserving)
+
+    def test_step_preserves_velocity_constraint(self) -> None:
+        """From a state with ``velocity_constraint(x) == 0`` (nonholonomic constraints met),
+        ``step`` lands on such a state again (to ``constraint_tol``). Runs only when
+        ``velocity_constraint_preserving`` is True."""
+        self._check_preserved("velocity_constraint", self.velocity_constraint_preserving)
+
+    def _check_preserved(self, name: str, flag: bool) -> None:
+        if not flag:
+            raise unittest.SkipTest(f"{name}_preserving is False")
         m = self._model()
-        assert m.constraint is not None, (
-            "constraint_preserving is True but model.constraint is None"
-        )
+        fn = getattr(m, name)
+        assert fn is not None, f"{name}_preserving is True but model.{name} is None"
         p = m.p_default
         for x, u in self._samples():
-            g0 = np.max(np.abs(_num(m.constraint, x)), initial=0.0)
+            g0 = np.max(np.abs(_num(fn, x)), initial=0.0)
             assert g0 <= self.manifold_tol, (
-                f"{type(self).__name__}.sample_states must return states on the constraint "
-                f"manifold, |constraint(x)| = {g0:.3g} at x={x.tolist()}"
+                f"{type(self).__name__}.sample_states must return states that satisfy the "
+                f"{name}, |{name}(x)| = {g0:.3g} at x={x.tolist()}"
             )
-            g1 = np.max(np.abs(_num(m.constraint, _num(m.step, x, u, p))), initial=0.0)
+            g1 = np.max(np.abs(_num(fn, _num(m.step, x, u, p))), initial=0.0)
             assert g1 <= self.constraint_tol, (
-                f"|constraint(step(x, u, p))| = {g1:.3g} > constraint_tol={self.constraint_tol:g} "
+                f"|{name}(step(x, u, p))| = {g1:.3g} > constraint_tol={self.constraint_tol:g} "
                 f"at x={x.tolist()}, u={u.tolist()}"
             )

@@ -1,0 +1,315 @@
+"""The ``.vimpc`` file: one :class:`~vimpc.dynamics.DiscreteModel` as a JSON document.
+
+File format ``vimpc.DiscreteModel/2``: UTF-8 JSON text, one object with
+
+- ``"format": "vimpc.DiscreteModel/2"`` (the marker; checked on load),
+- ``"casadi_version"``: the CasADi that wrote the functions,
+- ``"dt"``, ``"nx"``, ``"nu"``, ``"np"``, ``"nobs"``: numbers,
+- ``"state_names"``, ``"input_names"``, ``"param_names"``: lists of str,
+- ``"p_default"``: list of float,
+- ``"delta"``: the bound's probability of failure, or ``null`` for a model without a bound,
+- ``"info"``: the provenance mapping (system, integrator, data, fit settings) as plain
+  JSON; tuples come back as lists,
+- ``"functions"``: for each of ``step``, ``residual``, ``bound``, ``energy``, ``from_obs``,
+  ``to_obs``, ``constraint``, ``velocity_constraint`` either ``null`` or
+  ``{"serialized": <casadi.Function.serialize() text>}``,
+- ``"sha256"``: the hex digest of the whole document without this key, written as
+  ``json.dumps(doc, sort_keys=True, separators=(",", ":"))``, so an edit anywhere (a
+  changed ``dt``, swapped names, a function from another model) is refused on load.
+
+Any CasADi program (Python, C++, MATLAB) reads the file with its JSON library and calls
+``casadi.Function.deserialize(doc["functions"]["step"]["serialized"])`` (C++:
+``casadi::Function::deserialize``), which gives a Function that evaluates and
+differentiates (the rootfinder of an implicit step included). Serialised functions are tied
+to CasADi's serialisation version; ``"casadi_version"`` says which CasADi to read them with
+if a newer one refuses. A function whose deserialised copy CasADi cannot differentiate
+(CasADi up to at least 3.8 rebuilds an SX function that calls another function, such as the
+Newton rootfinder inside a variational step, into one whose derivatives fail with
+"Duplicate") is stored expanded and inlined into an MX graph around the same inner calls:
+the same operations, so the same numbers, and derivatives work.
+
+C code: CasADi's own code generation works on the functions: ``model.step.generate("step.c")``
+or ``casadi.CodeGenerator("model.c")`` with ``add(model.step)``, ``add(model.step.jacobian())``,
+``add(model.residual)``. This works for steps built on the ``fast_newton`` rootfinder (every
+vimpc variational model: the Newton loop and its dense LU are emitted as plain C, and
+derivatives through it by the implicit function theorem) and for explicit steps. A loaded
+model generates code the same way. Compile with e.g. ``gcc -fPIC -shared -O2 step.c -o
+step.so -lm`` and call through ``casadi.external("step", "./step.so")`` or from C via the
+generated ``step(arg, res, iw, w, mem)`` and ``step_work`` entry points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import casadi as ca
+import numpy as np
+
+from vimpc._files import write_atomic
+from vimpc.dynamics import FUNCTION_FIELDS, DiscreteModel
+
+#: The marker every DiscreteModel file carries in its ``"format"`` key.
+FILE_FORMAT = "vimpc.DiscreteModel/2"
+#: The suffix of DiscreteModel files.
+FILE_SUFFIX = ".vimpc"
+_FORMAT_FAMILY = "vimpc.DiscreteModel/"
+_REQUIRED_FUNCTIONS = ("step", "from_obs", "to_obs")
+
+
+def save(model: DiscreteModel, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Write ``model`` to one ``.vimpc`` file (format in the module docstring); returns its path.
+
+    The write is atomic (a temporary file in the same directory, then renamed), and an
+    existing file is replaced only with ``overwrite=True``.
+
+    Raises:
+        ValueError: ``path`` does not end in ``.vimpc``, or is a directory.
+        FileExistsError: ``path`` exists and ``overwrite`` is false.
+        TypeError: ``info`` holds something JSON cannot carry (the key is named).
+    """
+    if not isinstance(model, DiscreteModel):
+        raise TypeError(f"model must be a DiscreteModel, got {type(model).__name__}")
+    target = _model_path(path)
+    if not overwrite and target.exists():
+        raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")
+    doc = document(model)
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    return write_atomic(target, text, overwrite=overwrite)
+
+
+def load(path: str | os.PathLike[str]) -> DiscreteModel:
+    """Read a model written by :func:`save`.
+
+    Raises:
+        ValueError: ``path`` does not end in ``.vimpc`` or is a directory; the file is not
+            a vimpc model file, has an unsupported format version, or is corrupt (its
+            checksum does not match).
+        FileNotFoundError: there is no such file.
+    """
+    source = _model_path(path)
+    try:
+        doc = json.loads(source.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{source} is not a vimpc model file: not JSON text ({exc})") from None
+    if not isinstance(doc, dict) or "format" not in doc:
+        raise ValueError(
+            f"{source} is not a vimpc model file: no 'format' marker (expected {FILE_FORMAT!r})"
+        )
+    fmt = doc["format"]
+    if fmt != FILE_FORMAT:
+        if isinstance(fmt, str) and fmt.startswith(_FORMAT_FAMILY):
+            raise ValueError(
+                f"{source}: unsupported DiscreteModel file format {fmt!r}; "
+                f"this vimpc reads {FILE_FORMAT!r}"
+            )
+        raise ValueError(
+            f"{source} is not a vimpc model file: format is {fmt!r}, expected {FILE_FORMAT!r}"
+        )
+    stored = doc.pop("sha256", None)
+    if not isinstance(stored, str) or stored != _document_digest(doc):
+        raise ValueError(
+            f"{source} is corrupt: the document does not match its sha256 checksum (the file "
+            "was edited or truncated after it was written)"
+        )
+    return _from_document(doc, source)
+
+
+def document(model: DiscreteModel) -> dict[str, Any]:
+    """The JSON document of ``model``, checksum included."""
+    info = _json_info(model.info)
+    p_default = [float(v) for v in model.p_default]
+    if not all(math.isfinite(v) for v in p_default):
+        raise ValueError(f"DiscreteModel.p_default must be finite to be saved, got {p_default}")
+    functions: dict[str, Any] = {}
+    for name in FUNCTION_FIELDS:
+        fn = getattr(model, name)
+        functions[name] = None if fn is None else {"serialized": _serialize(name, fn)}
+    doc = {
+        "format": FILE_FORMAT,
+        "casadi_version": ca.__version__,
+        "dt": float(model.dt),
+        "nx": int(model.nx),
+        "nu": int(model.nu),
+        "np": int(model.np),
+        "nobs": int(model.nobs),
+        "state_names": [str(n) for n in model.state_names],
+        "input_names": [str(n) for n in model.input_names],
+        "param_names": [str(n) for n in model.param_names],
+        "p_default": p_default,
+        "delta": model.delta,
+        "info": info,
+        "functions": functions,
+    }
+    doc["sha256"] = _document_digest(doc)
+    return doc
+
+
+def _document_digest(doc: dict[str, Any]) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _from_document(doc: dict[str, Any], source: Path) -> DiscreteModel:
+    def get(key: str, kind: type | tuple[type, ...], what: str) -> Any:
+        if key not in doc:
+            raise ValueError(f"{source} is corrupt: key {key!r} is missing")
+        value = doc[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{source} is corrupt: {key!r} must be {what}, got {value!r:.80}")
+        return value
+
+    def names(key: str) -> tuple[str, ...]:
+        value = get(key, list, "a list of str")
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{source} is corrupt: {key!r} must be a list of str")
+        return tuple(value)
+
+    p_default = get("p_default", list, "a list of numbers")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p_default):
+        raise ValueError(f"{source} is corrupt: 'p_default' must be a list of numbers")
+    delta = doc.get("delta")
+    if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))):
+        raise ValueError(f"{source} is corrupt: 'delta' must be a number or null, got {delta!r}")
+    functions = get("functions", dict, "an object")
+    fns = {
+        name: _deserialize(source, name, functions.get(name), doc.get("casadi_version"))
+        for name in FUNCTION_FIELDS
+    }
+    for name in _REQUIRED_FUNCTIONS:
+        if fns[name] is None:
+            raise ValueError(f"{source} is corrupt: function {name!r} is missing")
+    try:
+        return DiscreteModel(
+            dt=float(get("dt", (int, float), "a number")),
+            nx=get("nx", int, "an int"),
+            nu=get("nu", int, "an int"),
+            np=get("np", int, "an int"),
+            nobs=get("nobs", int, "an int"),
+            state_names=names("state_names"),
+            input_names=names("input_names"),
+            param_names=names("param_names"),
+            p_default=np.asarray(p_default, dtype=np.float64),
+            delta=delta,
+            info=get("info", dict, "an object"),
+            **fns,
+        )
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(str(source)):
+            raise
+        raise ValueError(f"{source} is corrupt: {exc}") from exc
+
+
+def _model_path(path: str | os.PathLike[str]) -> Path:
+    target = Path(os.fspath(path))
+    if target.suffix != FILE_SUFFIX:
+        raise ValueError(
+            f"{target}: a DiscreteModel file must have the suffix {FILE_SUFFIX!r}, "
+            f"got {target.suffix or 'none'!r}"
+        )
+    if target.is_dir():
+        raise ValueError(f"{target} is a directory, not a DiscreteModel file")
+    return target
+
+
+def _json_problem(value: Any, where: str) -> str | None:
+    """Where ``value`` stops being plain JSON (``None`` if it is)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is the non-finite float {value!r}"
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = _json_problem(item, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has the non-str key {key!r}"
+            problem = _json_problem(item, f"{where}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    return f"{where} is a {type(value).__name__} ({value!r:.60})"
+
+
+def _json_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in info.items():
+        if not isinstance(key, str):
+            raise TypeError(f"DiscreteModel.info key {key!r} is not a str, so it cannot be saved")
+        problem = _json_problem(value, f"info[{key!r}]")
+        if problem:
+            raise TypeError(
+                f"DiscreteModel.info[{key!r}] is not JSON-serialisable: {problem}; use "
+                "str, int, float, bool, None, lists and str-keyed dicts (numpy values: "
+                ".tolist() or float())"
+            )
+    return json.loads(json.dumps(dict(info), allow_nan=False))
+
+
+def _differentiable(fn: ca.Function) -> bool:
+    try:
+        fn.forward(1)
+        fn.reverse(1)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _inlined(fn: ca.Function) -> ca.Function:
+    """``fn`` expanded to scalar operations and inlined into MX, inner calls kept."""
+    expanded = fn.expand()
+    args = fn.mx_in()
+    return ca.Function(
+        fn.name(), args, expanded.call(args, True, False), fn.name_in(), fn.name_out()
+    )
+
+
+def _serialize(name: str, fn: ca.Function) -> str:
+    """``fn.serialize()``, or that of an equivalent function whose deserialised copy
+    CasADi can differentiate (see the module docstring)."""
+    text = fn.serialize()
+    if _differentiable(ca.Function.deserialize(text)):
+        return text
+    with contextlib.suppress(RuntimeError):
+        inlined = _inlined(fn).serialize()
+        if _differentiable(ca.Function.deserialize(inlined)):
+            return inlined
+    warnings.warn(
+        f"DiscreteModel.{name}: CasADi cannot differentiate the function it deserialises "
+        "from this model; it is saved as is, so the loaded copy evaluates but has no "
+        "derivatives",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return text
+
+
+def _deserialize(source: Path, name: str, entry: Any, version: Any) -> ca.Function | None:
+    if entry is None:
+        return None
+    if not (isinstance(entry, dict) and isinstance(entry.get("serialized"), str)):
+        raise ValueError(
+            f"{source} is corrupt: function {name!r} must be null or an object with a "
+            "'serialized' string"
+        )
+    try:
+        fn = ca.Function.deserialize(entry["serialized"])
+    except RuntimeError as exc:
+        detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{source}: CasADi {ca.__version__} cannot deserialise function {name!r} "
+            f"(written by CasADi {version}): {detail}"
+        ) from None
+    if fn.is_null():
+        raise ValueError(f"{source} is corrupt: function {name!r} is empty")
+    return fn

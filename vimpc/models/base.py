@@ -1,0 +1,217 @@
+"""The abstract model family: settings declared once, ``fit(data) -> self``, ``discrete_model()``.
+
+A family follows scikit-learn's habits. ``__init__`` stores the system the family starts
+from, the step ``dt`` and the settings (checked against the family's declaration, so a
+misspelt or out-of-range setting fails at once); ``fit`` learns from data and sets fitted
+attributes ending in ``_``; ``discrete_model`` exports the result as a
+:class:`~vimpc.dynamics.DiscreteModel`. Using a family that needs fitting before
+``fit`` raises :class:`~vimpc.errors.NotFittedError` naming it.
+
+Every family also carries the calibration settings of :data:`BOUND_SETTINGS`: with
+``bound = "conformal"``, ``fit`` calibrates a bound on held-out data by split conformal
+prediction (:mod:`vimpc.models.conformal`), and the exported model carries it with its
+``delta``.
+
+A new family subclasses :class:`ModelFamily`, declares ``name`` and ``settings``,
+implements :meth:`~ModelFamily._fit`, :meth:`~ModelFamily._build` and
+:meth:`~ModelFamily._provides`, and is registered by one line in
+:mod:`vimpc.models.registry`.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import casadi as ca
+
+from vimpc import _checks, _settings
+from vimpc._settings import PROBABILITY, Setting
+from vimpc.data.dataset import Dataset
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError, NotFittedError
+from vimpc.mechanics.system import MechanicalSystem
+from vimpc.models import conformal
+from vimpc.models.evaluation import check_data
+
+#: Settings every family has: the calibrated bound.
+BOUND_SETTINGS: dict[str, Setting] = {
+    "bound": Setting(
+        str,
+        "none",
+        "`conformal`: calibrate a bound on the one-step error from held-out data",
+        choices=("none", "conformal"),
+    ),
+    "delta": Setting(
+        float, 0.05, "probability that a one-step error leaves the bound", rule=PROBABILITY
+    ),
+    "conformal_scale": Setting(
+        str,
+        "constant",
+        "bound shape: per-entry RMS of the training errors, or the family's state-dependent spread",
+        choices=("constant", "spread"),
+    ),
+}
+
+
+class ModelFamily(abc.ABC):
+    """Abstract base of model families.
+
+    Args:
+        system: the mechanical system the family starts from: its structure (coordinates,
+            constraints, input map) and, for families with a prior model, its parameters.
+        dt: the model step [s].
+        **settings: the family's settings (:meth:`all_settings`); unknown keys are refused
+            with a "did you mean".
+    """
+
+    #: the family's name in scenario files (``model.family``)
+    name: ClassVar[str]
+    #: the family's own settings (the bound settings are added by :meth:`all_settings`)
+    settings: ClassVar[Mapping[str, Setting]] = {}
+
+    def __init__(self, system: MechanicalSystem, dt: float, **settings: Any) -> None:
+        if not isinstance(system, MechanicalSystem):
+            raise InputError(f"system must be a MechanicalSystem, got {type(system).__name__}")
+        self.system = system
+        self.dt = _checks.positive("dt", dt)
+        values = _settings.resolve(settings, self.all_settings(), error=InputError)
+        self._settings = values
+        for key, value in values.items():
+            setattr(self, key, value)
+        if self.conformal_scale == "spread" and not isinstance(self, SpreadFamily):
+            raise InputError(
+                f"conformal_scale = 'spread' needs a family with a state-dependent spread; "
+                f"{self.name!r} has none, use conformal_scale = 'constant'"
+            )
+
+    @classmethod
+    def all_settings(cls) -> dict[str, Setting]:
+        """The family's settings followed by the bound settings."""
+        return {**cls.settings, **BOUND_SETTINGS}
+
+    def get_settings(self) -> dict[str, Any]:
+        """The settings as given or defaulted (what a scenario's resolved file records)."""
+        return dict(self._settings)
+
+    # -- what a family implements -----------------------------------------------------------
+    @abc.abstractmethod
+    def _fit(self, data: Dataset | None) -> None:
+        """Learn from the training data (``None`` when the family learns nothing)."""
+
+    @abc.abstractmethod
+    def _build(self) -> DiscreteModel:
+        """The fitted model without a calibrated bound."""
+
+    @abc.abstractmethod
+    def _provides(self) -> set[str]:
+        """The optional DiscreteModel fields the exported model will have (without
+        ``bound``), known from the settings alone."""
+
+    def needs_training_data(self) -> bool:
+        """Whether :meth:`fit` needs training data (families that learn: True)."""
+        return True
+
+    def _is_fitted(self) -> bool:
+        return hasattr(self, "fit_time_")
+
+    # -- the public verbs ---------------------------------------------------------------------
+    def provides(self) -> frozenset[str]:
+        """The optional fields (``residual``, ``bound``, ``energy``, ``constraint``,
+        ``velocity_constraint``) of the model :meth:`discrete_model` will export; cheap,
+        so a scenario is checked before any data are collected."""
+        fields = set(self._provides())
+        if self.bound != "none":
+            fields.add("bound")
+        return frozenset(fields)
+
+    def needs_fit(self) -> bool:
+        """Whether :meth:`discrete_model` needs :meth:`fit` first."""
+        return self.needs_training_data() or self.bound != "none"
+
+    def fit(self, data: Dataset | None = None, calibration: Dataset | None = None) -> Self:
+        """Fit on ``data`` and, with ``bound = "conformal"``, calibrate on ``calibration``
+        (trajectories the fit did not see). Returns ``self``.
+
+        Raises:
+            InputError: missing data; data of another step, system or size.
+        """
+        start = time.perf_counter()
+        for what, d in (("data", data), ("calibration", calibration)):
+            if d is not None:
+                self._check_data(what, d)
+        if data is None and self.needs_training_data():
+            raise InputError(f"{type(self).__name__}.fit needs training data: fit(data)")
+        self._fit(data)
+        self.calibration_ = None
+        if self.bound == "conformal":
+            if calibration is None:
+                raise InputError(
+                    f"{type(self).__name__} with bound = 'conformal' needs held-out "
+                    "calibration data: fit(data, calibration)"
+                )
+            model = self._build()
+            if self.conformal_scale == "spread":
+                scale, spread = None, self._spread()
+            else:
+                if data is None:
+                    raise InputError(
+                        "conformal_scale = 'constant' sets the bound's shape from the training "
+                        "errors: fit(data, calibration) needs training data"
+                    )
+                scale, spread = conformal.residual_scale(model, data), None
+            self.calibration_ = conformal.calibrate(
+                model, calibration, self.delta, scale=scale, spread=spread
+            )
+        self.fit_time_ = time.perf_counter() - start
+        return self
+
+    def discrete_model(self) -> DiscreteModel:
+        """The fitted model as a :class:`DiscreteModel` (with its bound, if calibrated)."""
+        if not self._is_fitted():
+            raise NotFittedError(
+                f"this {type(self).__name__} (family {self.name!r}) is not fitted yet: call "
+                "fit(data) before discrete_model()"
+            )
+        model = self._build()
+        calibration = getattr(self, "calibration_", None)
+        if calibration is not None:
+            model = calibration.apply(model)
+        return model
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _check_data(self, what: str, data: Dataset) -> None:
+        s = self.system
+        check_data(self.dt, s.nq + s.nv, s.nu, data, what)
+        system = data.metadata.get("system")
+        if system is not None and system != s.name:
+            raise InputError(f"{what} were collected from a {system}, the model is of a {s.name}")
+
+    def info(self) -> dict[str, Any]:
+        """Provenance every exported model records."""
+        out = {
+            "model": self.name,
+            "system": self.system.name,
+            "params": dict(self.system.params),
+            "friction": self.system.friction.tolist(),
+            "settings": self.get_settings(),
+        }
+        if hasattr(self, "fit_time_"):
+            out["fit_time_s"] = self.fit_time_
+        return out
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
+        return f"{type(self).__name__}({self.system!r}, dt={self.dt}, {settings})"
+
+
+class SpreadFamily(ModelFamily):
+    """A family whose models know a state-dependent spread of their one-step error (a GP's
+    posterior standard deviation), which shapes a conformal bound
+    (``conformal_scale = "spread"``)."""
+
+    @abc.abstractmethod
+    def _spread(self) -> ca.Function:
+        """``(x, u, p) -> s``: the spread of each state entry's one-step error, > 0."""
