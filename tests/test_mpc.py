@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import casadi as ca
 import numpy as np
 import pytest
@@ -9,9 +11,9 @@ import scipy.linalg
 
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.mechanics import CartPole
+from vimpc.mechanics import CartPole, Pendulum
 from vimpc.models import NominalModel
-from vimpc.mpc import MPC, Constraints, Cost, PathConstraint, Status
+from vimpc.mpc import MPC, Constraints, Cost, EnergyShaping, PathConstraint, Status
 
 DT = 0.1
 # double integrator with a drag term, exact zero-order-hold discretisation
@@ -221,3 +223,99 @@ def test_time_varying_reference_is_queried_per_stage():
     assert result.status.ok
     np.testing.assert_allclose(ctrl.reference(2.5), [2.5, 0.0])
     assert result.obs[-1, 0] > 1.0  # the plan moves toward the reference 2 .. 3
+
+
+def _pendulum_cost(energy):
+    return Cost(
+        Q=[10.0, 0.1],
+        R=[0.01],
+        Q_terminal=[50.0, 1.0],
+        reference=[np.pi, 0.0],
+        periodic=(0,),
+        energy=energy,
+    )
+
+
+def test_energy_shaping_on_the_model_energy_swings_the_pendulum_up():
+    # the torque limit 2 N m is below the gravity torque 4.9 N m: the pendulum must pump
+    # energy, and with a 1 s horizon only the energy term sees the way up
+    dt = 0.05
+    model = NominalModel(Pendulum(), dt).discrete_model()
+    plant = NominalModel(Pendulum(friction=[0.1], m=1.05), dt, substeps=20).discrete_model()
+    finals = {}
+    for name, energy in (("shaped", EnergyShaping(weight=1.0)), ("plain", None)):
+        ctrl = MPC(
+            model,
+            20,
+            _pendulum_cost(energy),
+            Constraints(u_min=[-2.0], u_max=[2.0]),
+            transcription="implicit",
+            max_iter=30,
+        )
+        x = np.array([0.05, 0.0])
+        for _ in range(120):
+            result = ctrl(x)
+            assert result.status.ok
+            x = np.asarray(plant.step(x, result.u, [])).ravel()
+        finals[name] = x
+    x = finals["shaped"]
+    assert abs(np.cos(x[0]) + 1) < 1e-3 and abs(x[1]) < 0.1  # upright, at rest
+    assert np.cos(finals["plain"][0]) > 0  # without the energy term it stays below
+    # the default target is the model's energy of the reference: m g l / 2 upright
+    ctrl = MPC(model, 20, _pendulum_cost(EnergyShaping()))
+    expected = float(model.energy(model.from_obs([np.pi, 0.0]), model.p_default))
+    assert ctrl.cost.energy.target == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(1.0 * 9.81 * 1.0 / 2, rel=1e-12)
+    explicit = MPC(model, 20, _pendulum_cost(EnergyShaping(weight=2.0, target=3.0)))
+    assert explicit.cost.energy == EnergyShaping(weight=2.0, target=3.0)
+
+
+def _kinetic_model() -> DiscreteModel:
+    """The double integrator with energy ``p v^2 / 2`` (the mass ``p`` a parameter)."""
+    base, _, _ = _linear_model(implicit=False)
+    x, p = ca.SX.sym("x", 2), ca.SX.sym("p", 1)
+    u = ca.SX.sym("u", 1)
+    step = base.step
+    return dataclasses.replace(
+        base,
+        np=1,
+        step=ca.Function("step", [x, u, p], [step(x, u, ca.DM.zeros(0, 1))]),
+        energy=ca.Function("energy", [x, p], [p * x[1] ** 2 / 2]),
+        param_names=("m",),
+        p_default=np.array([2.0]),
+    )
+
+
+@pytest.mark.parametrize("transcription", ["step", "implicit"])
+def test_energy_term_uses_the_model_energy_of_the_state(transcription):
+    model = _kinetic_model()
+    if transcription == "implicit":
+        x, u, xn, p = (ca.SX.sym(n, k) for n, k in (("x", 2), ("u", 1), ("xn", 2), ("p", 1)))
+        model = dataclasses.replace(
+            model, residual=ca.Function("res", [x, u, xn, p], [xn - model.step(x, u, p)])
+        )
+    # only energy is penalised; the reference (0, 1) has energy 2 * 1 / 2 = 1 J
+    cost = Cost(Q=0.0, R=[1e-4], reference=[0.0, 1.0], energy=EnergyShaping(weight=10.0))
+    ctrl = MPC(model, 20, cost, transcription=transcription, tol=1e-8)
+    assert ctrl.cost.energy.target == pytest.approx(1.0, rel=1e-12)
+    result = ctrl(np.array([0.0, 0.1]))  # v = 0 is a stationary point of (E - target)^2
+    assert result.status.ok
+    energies = model.p_default[0] * result.x[:, 1] ** 2 / 2
+    assert abs(energies[-1] - 1.0) < 1e-2  # pumped up to the target
+    assert result.cost == pytest.approx(
+        10.0 * np.sum((energies - 1.0) ** 2) + 1e-4 * np.sum(result.u_plan**2), rel=1e-6
+    )
+
+
+def test_energy_shaping_errors_name_the_argument():
+    model, _, _ = _linear_model(implicit=False)  # no energy
+    shaped = Cost(Q=[1.0, 1.0], R=[1.0], energy=EnergyShaping())
+    with pytest.raises(InputError, match=r"cost.energy .*the model has no energy"):
+        MPC(model, 5, shaped)
+    kinetic = _kinetic_model()
+    with pytest.raises(InputError, match="cost.energy.weight must be a non-negative .* got -1.0"):
+        MPC(kinetic, 5, Cost(Q=[1.0, 1.0], R=[1.0], energy=EnergyShaping(weight=-1.0)))
+    with pytest.raises(InputError, match="cost.energy.target must be a finite number"):
+        MPC(kinetic, 5, Cost(Q=[1.0, 1.0], R=[1.0], energy=EnergyShaping(target=float("nan"))))
+    with pytest.raises(InputError, match="cost.energy must be a vimpc.mpc.EnergyShaping"):
+        MPC(kinetic, 5, Cost(Q=[1.0, 1.0], R=[1.0], energy=1.0))

@@ -23,10 +23,14 @@ CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 REQUIRED_METRICS = (
     "episodes",
     "success_rate",
-    "mean_cost",
+    "success_rate_ci95",
+    "violation_rate",
+    "violation_rate_ci95",
+    "cost_mean",
+    "cost_std",
     "violations",
     "max_violation",
-    "min_slack",
+    "min_margin",
     "solve_time_median_ms",
     "solve_time_p95_ms",
     "failed_solves",
@@ -50,6 +54,7 @@ def test_the_four_scenarios_exist():
         "cartpole_swingup",
         "fourbar_tracking",
         "rollingdisk_parking",
+        "cartpole_safe",
     } <= names
 
 
@@ -66,6 +71,12 @@ def test_scenario_regression_short_run(path, tmp_path):
             "controller.horizon=5",
             "--set",
             "episodes.steps=8",
+            "--set",
+            "episodes.count=1",
+            "--set",
+            "data.trajectories=10",
+            "--set",
+            "data.heldout_trajectories=20",
         ]
     )
     assert code == 0
@@ -125,7 +136,7 @@ def test_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatc
     [
         (
             "controller.cost.Qq=[1.0]",
-            "unknown key 'controller.cost.Qq' in the scenario; did you mean 'Q'",
+            "unknown key 'controller.cost.Qq'; did you mean 'Q'",
         ),
         ("controller.horizon=0", "controller.horizon must be a positive integer, got 0"),
         ("controller.horizon=2.5", "controller.horizon must be an integer, got 2.5"),
@@ -183,6 +194,17 @@ def test_list_shows_scenarios(capsys):
     assert cli.main(["list", "--dir", str(ROOT / "scenarios")]) == 0
     out = capsys.readouterr().out
     assert "pendulum_swingup.toml" in out and "vimpc/RollingDisk-v0" in out
+
+
+def test_schema_tables_in_the_readme_come_from_the_declarations():
+    readme = (ROOT / "scenarios" / "README.md").read_text(encoding="utf-8")
+    start = readme.index("<!-- schema:start")
+    start = readme.index("\n", start) + 1
+    end = readme.index("<!-- schema:end -->")
+    assert readme[start:end] == scenario.schema_markdown(), (
+        "scenarios/README.md's schema tables differ from the declarations: replace them with "
+        "the output of `vimpc schema`"
+    )
 
 
 def test_export_writes_a_loadable_model(tmp_path, capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -151,8 +152,8 @@ class Setting:
 
 
 def _typed(key: str, value: Any, kind: type, error: type[VimpcError], finite: bool = True) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if kind in (int, float) and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return kind(value)  # numpy integers too, stored as plain numbers
     if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
         raise error(f"{key} must be {TYPE_NAMES[kind]}, got {value!r} ({type(value).__name__})")
     if kind is float and (math.isnan(value) or (finite and math.isinf(value))):

@@ -1,10 +1,10 @@
-"""The ``vimpc`` command: ``run`` a scenario, ``list`` scenarios, ``export`` a model."""
+"""The ``vimpc`` command: ``run`` a scenario, ``fit`` its model, ``list`` scenarios, print the
+``schema``."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vimpc._files import write_atomic
 from vimpc.errors import ConfigError, VimpcError
 
 
@@ -26,12 +27,6 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[pkg] = "not installed"
     return out
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _run_dir(root: Path, name: str) -> tuple[Path, Path]:
@@ -46,14 +41,56 @@ def _run_dir(root: Path, name: str) -> tuple[Path, Path]:
     return final, final.with_name(final.name + ".partial")
 
 
+def _usable_folder(path: Path, what: str) -> None:
+    """Refuse an output location that is a file or cannot be created, before any work."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what} {str(path)!r} cannot be created: {exc.strerror}") from None
+
+
+def _rate(value: float, ci: list[float]) -> str:
+    if not np.isfinite(value):
+        return "n/a"
+    return f"{value:.2f} (95% CI {ci[0]:.2f}-{ci[1]:.2f})"
+
+
 def _summary_table(summary: dict[str, Any]) -> str:
+    n = summary["episodes"]
     rows = [
-        ("episodes", f"{summary['episodes']}"),
-        ("success rate", f"{summary['success_rate']:.2f}"),
-        ("mean cost", f"{summary['mean_cost']:.4g}"),
-        ("tracking RMSE", f"{summary['tracking_rmse']:.4g}"),
-        ("safety violations", f"{summary['violations']} (max {summary['max_violation']:.3g})"),
-        ("min safety slack", f"{summary['min_slack']:.4g}"),
+        ("episodes", f"{n}"),
+        ("success rate", _rate(summary["success_rate"], summary["success_rate_ci95"])),
+        (
+            "episodes with a violation",
+            f"{summary['episodes_with_violation']} of {n}, rate "
+            + _rate(summary["violation_rate"], summary["violation_rate_ci95"]),
+        ),
+        (
+            "safety margin",
+            f"min {summary['min_margin']:.4g}, mean of episode minima "
+            f"{summary['min_margin_mean']:.4g} (std {summary['min_margin_std']:.2g})",
+        ),
+        ("largest violation", f"{summary['max_violation']:.3g}"),
+        ("cost", f"mean {summary['cost_mean']:.4g} (std {summary['cost_std']:.3g})"),
+        ("tracking RMSE", f"mean {summary['tracking_rmse_mean']:.4g}"),
+    ]
+    if "coverage_mean" in summary:
+        rows.append(
+            (
+                "bound coverage (one step)",
+                f"mean {summary['coverage_mean']:.3f}, worst episode {summary['coverage_min']:.3f}",
+            )
+        )
+    if "min_planned_margin_mean" in summary:
+        rows.append(
+            (
+                "planned margin past the tube",
+                f"mean of minima {summary['min_planned_margin_mean']:.3g}",
+            )
+        )
+    rows += [
         ("constraint residual (max)", f"{summary['max_constraint_residual']:.2e}"),
         (
             "solve time median / p95 / max",
@@ -66,84 +103,176 @@ def _summary_table(summary: dict[str, Any]) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
+def _fit_table(report: dict[str, Any], names: list[str]) -> str:
+    lines = [
+        f"  fit time {report['fit_time_s']:.2f} s; transitions: {report['train_transitions']} "
+        f"training, {report['calibration_transitions']} calibration, "
+        f"{report['validation_transitions']} validation",
+        f"  {'entry':<14} {'1-step RMSE':>12} {report['multi_step']:>3}-step RMSE",
+    ]
+    for name, one, many in zip(
+        names, report["one_step_rmse"], report["multi_step_rmse"], strict=True
+    ):
+        lines.append(f"  {name:<14} {one:>12.3e} {many:>16.3e}")
+    if "validation_coverage" in report:
+        lines.append(
+            f"  bound coverage on validation data: {report['validation_coverage']:.3f} "
+            f"(promised >= {1 - report['delta']:.3f})"
+        )
+    return "\n".join(lines)
+
+
+def _obtain_model(cfg, env, args, log):
+    from vimpc import pipeline
+
+    source = pipeline.obtain_model(cfg, env, refit=args.refit, progress=not args.quiet, log=log)
+    if source.report is not None and not source.reused:
+        names = [*env.true_system.coordinate_names]
+        log("fit summary (held-out validation data):")
+        log(_fit_table(source.report, [*names, *(f"{n}_dot" for n in names)]))
+    return source
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from vimpc import plotting, scenario
-    from vimpc.closedloop import episode_metrics, run_episode, summarize
+    from vimpc import pipeline, plotting, scenario
+    from vimpc.closedloop import summarize
 
     started = time.perf_counter()
     cfg = scenario.load_scenario(args.scenario, args.set or [])
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
+    root = Path(args.out)
+    _usable_folder(root, "--out")
     name = cfg["scenario"]["name"]
-    final_dir, stage_dir = _run_dir(Path(args.out), name)
     print(f"vimpc run {name}: {cfg['scenario']['description']}".rstrip(": "))
 
-    env = scenario.build_env(cfg)
-    model = scenario.build_model(cfg, env)
-    controller = scenario.build_controller(cfg, model, env)
-    success = scenario.success_test(cfg)
-    periodic = tuple(cfg["controller"]["cost"]["periodic"])
-    tracked = np.flatnonzero(np.diag(controller.cost.Q)).tolist()
+    env = pipeline.build_env(cfg)
+    source = _obtain_model(cfg, env, args, print)
+    path = None if source.path is None else str(source.path)
+    runner = pipeline.EpisodeRunner(cfg, path)
     ep = cfg["episodes"]
-    trajectories, per_episode = [], []
+    seeds = [ep["seed"] + k for k in range(ep["count"])]
     with tqdm(
         total=ep["count"] * ep["steps"], desc="episodes", unit="step", disable=args.quiet
     ) as bar:
-        for k in range(ep["count"]):
-            traj = run_episode(
-                env, controller, ep["steps"], ep["seed"] + k, on_step=lambda _: bar.update()
-            )
-            trajectories.append(traj)
-            per_episode.append(episode_metrics(traj, success, periodic, tracked))
+        results = pipeline.run_episodes(
+            cfg,
+            path,
+            seeds,
+            workers=args.workers,
+            on_step=(lambda: bar.update()) if args.workers == 1 else None,
+            on_episode=(lambda steps: bar.update(steps)) if args.workers > 1 else None,
+            runner=runner,
+        )
+    trajectories = [traj for traj, _ in results]
+    per_episode = [m for _, m in results]
     summary = summarize(per_episode, trajectories)
 
+    final_dir, stage_dir = _run_dir(root, name)
     stage_dir.mkdir(parents=True)
-    _write_text(stage_dir / "config.resolved.toml", scenario.dump_toml(cfg))
-    _write_text(stage_dir / "versions.json", json.dumps(_versions(), indent=2) + "\n")
+    write_atomic(stage_dir / "config.resolved.toml", scenario.dump_toml(cfg))
+    write_atomic(stage_dir / "versions.json", json.dumps(_versions(), indent=2) + "\n")
     for k, traj in enumerate(trajectories):
-        np.savez(stage_dir / f"episode_{k:03d}.npz", **traj.arrays())
+        write_atomic(
+            stage_dir / f"episode_{k:03d}.npz", lambda h, traj=traj: np.savez(h, **traj.arrays())
+        )
     if not args.no_plots:
-        names = [
-            *env.nominal_system.coordinate_names,
-            *(f"{n}_dot" for n in env.nominal_system.coordinate_names),
-        ]
-        cons = controller.constraints
-        plotting.plot_states_inputs(
-            trajectories[0],
-            names,
-            env.nominal_system.input_names,
-            cons.u_min,
-            cons.u_max,
-            stage_dir / "states_inputs.png",
-            cons.obs_min,
-            cons.obs_max,
-            periodic,
-        )
-        plotting.plot_solve_times(trajectories, stage_dir / "solve_times.png")
-        plotting.plot_mechanism(
-            trajectories[0],
-            env.nominal_system,
-            stage_dir / "mechanism.png",
-            circles=[
-                (c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]
-            ],
-        )
-    metrics = {**summary, "per_episode": per_episode, "wall_time_s": time.perf_counter() - started}
+        _plots(plotting, cfg, runner, trajectories, stage_dir)
+    model_info = {
+        "path": path,
+        "fitted_now": source.report is not None and not source.reused,
+        "reused_cached_fit": source.reused,
+        "fit": source.report,
+        "delta": runner.model.delta,
+    }
+    metrics = {
+        **summary,
+        "model": model_info,
+        "per_episode": per_episode,
+        "seeds": seeds,
+        "workers": args.workers,
+        "wall_time_s": time.perf_counter() - started,
+    }
     # metrics.json is written last: its presence marks a complete run
-    _write_text(stage_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    os.replace(stage_dir, final_dir)
+    write_atomic(stage_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    stage_dir.rename(final_dir)
     print(_summary_table(summary))
     print(f"  wall time                     {metrics['wall_time_s']:.1f} s")
     print(f"results: {final_dir}")
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    import tomllib
+def _plots(plotting, cfg, runner, trajectories, folder: Path) -> None:
+    system = runner.env.nominal_system
+    names = [*system.coordinate_names, *(f"{n}_dot" for n in system.coordinate_names)]
+    ctl = runner.controller
+    cons = ctl.constraints
+    periodic = tuple(cfg["controller"]["cost"]["periodic"])
+    first = trajectories[0]
+    plotting.plot_states_inputs(
+        first,
+        names,
+        system.input_names,
+        cons.u_min,
+        cons.u_max,
+        folder / "states_inputs.png",
+        cons.obs_min,
+        cons.obs_max,
+        periodic,
+    )
+    plotting.plot_solve_times(trajectories, folder / "solve_times.png")
+    plotting.plot_mechanism(
+        first,
+        system,
+        folder / "mechanism.png",
+        circles=[(c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]],
+    )
+    plotting.plot_safety(first, ctl.safety_function, ctl.safety_names, folder / "safety.png")
+    if runner.model.bound is not None:
+        plotting.plot_coverage(
+            first, runner.model, list(runner.model.state_names), folder / "coverage.png"
+        )
 
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from vimpc import pipeline, scenario
+    from vimpc.model_file import FILE_SUFFIX, save
+
+    cfg = scenario.load_scenario(args.scenario, args.set or [])
+    out = Path(args.output)
+    if out.suffix != FILE_SUFFIX:
+        raise ConfigError(f"--output must end in {FILE_SUFFIX}, got {str(out)!r}")
+    if out.is_dir():
+        raise ConfigError(f"--output {str(out)!r} is a folder; give a file name ending in .vimpc")
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"{str(out)!r} exists; choose another path or pass --overwrite")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--output {str(out)!r}: the folder {str(out.parent)!r} does not exist")
+    env = pipeline.build_env(cfg)
+    source = _obtain_model(cfg, env, args, print)
+    model = source.model
+    path = save(model, out, overwrite=args.overwrite)
+    parts = [f"residual: {'yes' if model.implicit else 'no'}"]
+    if model.bound is not None:
+        parts.append(f"bound with delta = {model.delta}")
+    print(
+        f"wrote {path}: {model.info.get('system', '?')} model ({model.info.get('model', '?')}), "
+        f"dt = {model.dt} s, nx = {model.nx}, nu = {model.nu}, " + ", ".join(parts)
+    )
+    print(
+        "use it with model.path in a scenario, vimpc.load_model(path), or read the JSON and "
+        "casadi.Function.deserialize"
+    )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
     import gymnasium
 
     import vimpc  # noqa: F401
+    from vimpc.scenario import read_toml
 
     folder = Path(args.dir)
     files = sorted(folder.glob("*.toml"))
@@ -151,59 +280,58 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"no scenarios in {folder}")
     for f in files:
         try:
-            desc = tomllib.loads(f.read_text()).get("scenario", {}).get("description", "")
-        except tomllib.TOMLDecodeError:
-            desc = "(invalid TOML)"
+            table = read_toml(f).get("scenario", {})
+            desc = table.get("description", "") if isinstance(table, dict) else ""
+        except ConfigError as exc:
+            desc = f"(unreadable: {str(exc).split(': ', 1)[-1]})"
         print(f"{str(f):<40} {desc}")
     print("environments: " + ", ".join(k for k in gymnasium.registry if k.startswith("vimpc/")))
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from vimpc import scenario
+def cmd_schema(args: argparse.Namespace) -> int:
+    from vimpc.scenario import schema_markdown
 
-    cfg = scenario.load_scenario(args.scenario, args.set or [])
-    out = Path(args.output)
-    if out.suffix != ".vimpc":
-        raise ConfigError(f"--output must end in .vimpc, got {str(out)!r}")
-    if out.exists() and not args.overwrite:
-        raise ConfigError(f"{str(out)!r} exists; choose another path or pass --overwrite")
-    env = scenario.build_env(cfg)
-    model = scenario.build_model(cfg, env)
-    from vimpc.model_file import save
-
-    path = save(model, out, overwrite=args.overwrite)
-    print(
-        f"wrote {path}: {model.info.get('system', '?')} model, dt = {model.dt} s, "
-        f"nx = {model.nx}, nu = {model.nu}, residual: {'yes' if model.implicit else 'no'}"
-    )
-    print(
-        "load it with vimpc.DiscreteModel.load(path), or read the JSON and casadi.Function.deserialize"
-    )
+    print(schema_markdown(), end="")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vimpc", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def scenario_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("scenario", help="path to a scenario .toml file")
+        p.add_argument(
+            "--set", action="append", metavar="KEY.SUB=VALUE", help="override one key (repeatable)"
+        )
+        p.add_argument(
+            "--refit", action="store_true", help="fit again instead of reusing a cached fit"
+        )
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+
     run = sub.add_parser("run", help="run a scenario file")
-    run.add_argument("scenario", help="path to a scenario .toml file")
-    run.add_argument(
-        "--set", action="append", metavar="KEY.SUB=VALUE", help="override one key (repeatable)"
-    )
+    scenario_args(run)
     run.add_argument("--out", default="results/runs", help="results root (default: results/runs)")
     run.add_argument("--no-plots", action="store_true", help="skip the figures")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--workers", type=int, default=1, help="episodes in parallel processes (same results)"
+    )
     run.set_defaults(func=cmd_run)
-    exp = sub.add_parser("export", help="save a scenario's model to a .vimpc file")
-    exp.add_argument("scenario", help="path to a scenario .toml file")
-    exp.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
-    exp.add_argument("--set", action="append", metavar="KEY.SUB=VALUE", help="override one key")
-    exp.add_argument("--overwrite", action="store_true", help="replace an existing file")
-    exp.set_defaults(func=cmd_export)
+    for name, text in (
+        ("fit", "collect data, fit the scenario's model and write it to a .vimpc file"),
+        ("export", "the same as fit (for models with nothing to fit: build and write)"),
+    ):
+        fit = sub.add_parser(name, help=text)
+        scenario_args(fit)
+        fit.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
+        fit.add_argument("--overwrite", action="store_true", help="replace an existing file")
+        fit.set_defaults(func=cmd_fit)
     lst = sub.add_parser("list", help="list scenario files and environments")
     lst.add_argument("--dir", default="scenarios", help="folder of scenario files")
     lst.set_defaults(func=cmd_list)
+    schema = sub.add_parser("schema", help="print the scenario schema (markdown tables)")
+    schema.set_defaults(func=cmd_schema)
     return parser
 
 

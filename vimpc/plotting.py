@@ -9,12 +9,17 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from vimpc.closedloop import Trajectory
+from vimpc._files import write_atomic
+from vimpc.closedloop import Trajectory, prediction_check, safety_rows
 
 
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    write_atomic(
+        path,
+        lambda handle: fig.savefig(handle, format="png", dpi=110, bbox_inches="tight"),
+        overwrite=True,
+    )
 
 
 def plot_states_inputs(
@@ -106,4 +111,55 @@ def plot_mechanism(
     ax.set_xlabel("x [m]")
     ax.set_ylabel("y [m]")
     ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_safety(traj: Trajectory, safety, names: Sequence[str], path: Path) -> None:
+    """Each of the controller's safety rows ``h(obs) >= 0`` over the episode: the realized
+    value on the true state, the value the plan predicted one step earlier with the tube
+    it kept from the constraint (the band ``planned - tube .. planned + tube`` holds the
+    realized value whenever the bound held), and the constraint ``h = 0``."""
+    rows = safety_rows(traj, safety)
+    m = rows["realized"].shape[1]
+    if m == 0:
+        return
+    t = traj.t[1:]
+    fig = Figure(figsize=(8, 1.9 * m))
+    axes = np.atleast_1d(fig.subplots(m, 1, sharex=True))
+    for j, ax in enumerate(axes):
+        planned, tube = rows["planned"][:, j], rows["tube"][:, j]
+        ax.fill_between(
+            t, planned - tube, planned + tube, color="C1", alpha=0.3, step="mid", label="tube"
+        )
+        ax.plot(t, planned, ".", color="C1", markersize=2, label="planned one step ahead")
+        ax.plot(t, rows["realized"][:, j], color="C0", linewidth=1.2, label="realized (true state)")
+        ax.axhline(0.0, color="C3", linewidth=1, label="constraint")
+        bad = rows["realized"][:, j] < 0
+        if bad.any():
+            ax.plot(t[bad], rows["realized"][bad, j], "x", color="C3", label="violation")
+        ax.set_ylabel(names[j])
+    axes[0].legend(loc="upper right", fontsize=7, ncol=2)
+    axes[-1].set_xlabel("time [s]")
+    _save(fig, path)
+
+
+def plot_coverage(traj: Trajectory, model, names: Sequence[str], path: Path) -> None:
+    """The model's realized one-step errors against its bound, per state entry."""
+    check = prediction_check(traj, model)
+    nx = check["error"].shape[1]
+    t = traj.t[:-1]
+    fig = Figure(figsize=(8, 1.6 * nx))
+    axes = np.atleast_1d(fig.subplots(nx, 1, sharex=True))
+    for i, ax in enumerate(axes):
+        err, bound = np.abs(check["error"][:, i]), check["bound"][:, i]
+        ax.plot(t, err, color="C0", linewidth=1, label="|error|")
+        if np.isfinite(bound).any():
+            ax.plot(t, bound, color="C1", linewidth=1, label="bound")
+            out = err > bound
+            if out.any():
+                ax.plot(t[out], err[out], "x", color="C3", label="outside")
+        ax.set_yscale("log")
+        ax.set_ylabel(names[i])
+    axes[0].legend(loc="upper right", fontsize=7)
+    axes[-1].set_xlabel("time [s]")
     _save(fig, path)

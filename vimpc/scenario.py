@@ -1,195 +1,234 @@
-"""Scenario files: one TOML file per experiment, validated on load.
+"""Scenario files: one TOML file per experiment, validated completely on load.
 
-The schema (documented for users in ``scenarios/README.md``) is the table
-:data:`SCHEMA`: each key has a type and a default (``REQUIRED`` when it has none).
-Unknown keys get a "did you mean", wrong types and missing fields name the key,
-the value and what was expected, all before any long work starts.
+The schema is declared once, as :class:`~vimpc._settings.Setting` tables: :data:`SCHEMA`
+for the fixed tables, :data:`MODEL_KEYS` plus the chosen model family's own declaration
+(:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
+validation here, the resolved configuration written next to results
+(:func:`dump_toml`) and the tables of ``scenarios/README.md`` (:func:`schema_markdown`).
+
+:func:`load_scenario` checks every key, every value and every combination (sizes against
+the environment's observation and input, a transcription or tightening the model cannot
+serve, a calibration set too small for ``delta``, a saved model or dataset of another
+system) before any environment is built or any data collected; every message names the
+scenario key, the value and what was expected.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
 import math
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from vimpc.errors import ConfigError
+from vimpc._settings import (
+    NONNEGATIVE,
+    POSITIVE,
+    REQUIRED,
+    Setting,
+    markdown_rows,
+    resolve,
+    unknown_key,
+)
+from vimpc.data.excitation import EXCITATION_KINDS
+from vimpc.errors import ConfigError, VimpcError
 
-REQUIRED = object()
+INITIAL_STATES = ("env", "uniform", "halton")
 
-# key -> (expected type(s), default); nested dicts are sub-tables
-SCHEMA: dict[str, Any] = {
+# the fixed tables; [model] is MODEL_KEYS plus the chosen family's settings
+SCHEMA: dict[str, dict[str, Any]] = {
     "scenario": {
-        "name": (str, None),
-        "description": (str, ""),
+        "name": Setting(str, None, "results folder name (default: the file name)"),
+        "description": Setting(str, "", "one line for `vimpc list`"),
     },
     "env": {
-        "id": (str, REQUIRED),
-        "dt": (float, 0.01),
-        "kwargs": (dict, {}),
+        "id": Setting(str, REQUIRED, "a registered id, e.g. `vimpc/CartPole-v0`"),
+        "dt": Setting(
+            float, 0.01, "control step [s]; a multiple of the env's substep (1e-4 s)", rule=POSITIVE
+        ),
+        "kwargs": Setting(
+            dict,
+            {},
+            "constructor arguments of the env (`perturbation`, `friction`, `obs_noise`, "
+            "`param_seed`, `params`, task options)",
+        ),
     },
-    "model": {
-        "type": (str, "nominal"),
-        "integrator": (str, "midpoint"),
-        "form": (str, "position_momentum"),
-        "substeps": (int, 1),
-        "params": (dict, {}),
+    "data": {
+        "path": Setting(
+            str,
+            None,
+            "a saved training dataset (`.npz` of `vimpc.data.Dataset`) instead of collecting one",
+        ),
+        "trajectories": Setting(
+            int, 50, "training trajectories collected from the env's true system", rule=POSITIVE
+        ),
+        "steps": Setting(int, 100, "steps per trajectory (training and held-out)", rule=POSITIVE),
+        "seed": Setting(int, 0, "reset seed of training trajectory i is `seed + i`"),
+        "initial_state": Setting(
+            str,
+            "env",
+            "where trajectories start: the env's reset distribution, or a box (`low`, `high`)",
+            choices=INITIAL_STATES,
+        ),
+        "low": Setting(
+            list, None, "lower corner of the initial-state box (per observation)", items=float
+        ),
+        "high": Setting(
+            list, None, "upper corner of the initial-state box (per observation)", items=float
+        ),
+        "excitation": Setting(
+            str, "random_steps", "input applied while collecting", choices=tuple(EXCITATION_KINDS)
+        ),
+        "excitation_options": Setting(
+            dict,
+            {},
+            "options of the excitation (`random_steps`: `low`, `high` default to the action "
+            "bounds, `hold`; `chirp`: `amplitude` default to the action bound, `f0`, `f1`)",
+        ),
+        "obs_noise": Setting(
+            float, None, "observation noise std of the data (default: the env's)", rule=NONNEGATIVE
+        ),
+        "heldout_path": Setting(str, None, "a saved held-out dataset instead of collecting one"),
+        "heldout_trajectories": Setting(
+            int,
+            40,
+            "held-out trajectories: the first half calibrates the bound, the rest validates",
+            rule=POSITIVE,
+        ),
+        "heldout_seed": Setting(
+            int, 1_000_000, "reset seed of held-out trajectory i is `heldout_seed + i`"
+        ),
     },
     "controller": {
-        "horizon": (int, REQUIRED),
-        "solver": (str, "sqpmethod"),
-        "transcription": (str, "implicit"),
-        "qpsol": (str, "qrqp"),
-        "hessian": (str, "gauss-newton"),
-        "max_iter": (int, 30),
-        "tol": (float, 1e-4),
-        "time_budget": (float, None),
-        "jit": (bool, False),
-        "cost": {
-            "Q": (list, REQUIRED),
-            "R": (list, REQUIRED),
-            "Q_terminal": (list, None),
-            "reference": (list, None),
-            "reference_from_env": (bool, False),
-            "reference_index": (int, 0),
-            "periodic": (list, []),
-            "R_rate": (list, None),
-            "energy_weight": (float, 0.0),
-        },
-        "constraints": {
-            "u_min": (list, None),
-            "u_max": (list, None),
-            "obs_min": (list, None),
-            "obs_max": (list, None),
-            "soft_bounds": (bool, False),
-            "bound_weight": (float, 1e3),
-            "circles": (list, []),
-        },
+        "horizon": Setting(int, REQUIRED, "prediction steps", rule=POSITIVE),
+        "solver": Setting(
+            str, "sqpmethod", "NLP solver", choices=("sqpmethod", "fatrop", "ipopt", "rti")
+        ),
+        "transcription": Setting(
+            str,
+            "auto",
+            "`implicit` (integrator residual as constraints), `step`, or `auto` (implicit "
+            "when the model has a residual)",
+            choices=("auto", "implicit", "step"),
+        ),
+        "qpsol": Setting(
+            str,
+            "qrqp",
+            "QP solver of `sqpmethod`/`rti`",
+            choices=("qrqp", "osqp", "daqp", "hpipm", "qpoases"),
+        ),
+        "hessian": Setting(
+            str, "gauss-newton", "for `sqpmethod`/`rti`", choices=("gauss-newton", "exact")
+        ),
+        "max_iter": Setting(int, 30, "iteration budget per solve", rule=POSITIVE),
+        "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
+        "time_budget": Setting(
+            float, None, "seconds; a slower solve reports `LATE`", rule=POSITIVE
+        ),
+        "jit": Setting(bool, False, "compile the NLP to C when the controller is built"),
+        "tightening": Setting(
+            str,
+            "none",
+            "`tube`: tighten every observation constraint by the model's bound propagated "
+            "along the previous plan",
+            choices=("none", "tube"),
+        ),
+        "tube_lipschitz": Setting(
+            float,
+            None,
+            "a fixed Lipschitz constant for the tube instead of the step's Jacobian",
+            rule=POSITIVE,
+        ),
+    },
+    "controller.cost": {
+        "Q": Setting(
+            list,
+            REQUIRED,
+            "diagonal weights on the observation error",
+            items=float,
+            rule=NONNEGATIVE,
+        ),
+        "R": Setting(
+            list, REQUIRED, "diagonal weights on the input", items=float, rule=NONNEGATIVE
+        ),
+        "Q_terminal": Setting(
+            list, None, "terminal weights (default `Q`)", items=float, rule=NONNEGATIVE
+        ),
+        "reference": Setting(list, None, "the observation to reach (default zeros)", items=float),
+        "reference_from_env": Setting(
+            bool, False, "use the env's `reference(t)` (a scalar fills `reference_index`)"
+        ),
+        "reference_index": Setting(int, 0, "see `reference_from_env`"),
+        "periodic": Setting(
+            list, [], "observation entries that are angles (error `2 sin(e/2)`)", items=int
+        ),
+        "R_rate": Setting(list, None, "weights on input changes", items=float, rule=NONNEGATIVE),
+        "energy_weight": Setting(
+            float,
+            0.0,
+            "weight of `(E(x) - E(reference))^2` with the model's energy (swing-up)",
+            rule=NONNEGATIVE,
+        ),
+    },
+    "controller.constraints": {
+        "u_min": Setting(
+            list, None, "input lower bounds (default: the env's action bounds)", items=float
+        ),
+        "u_max": Setting(
+            list, None, "input upper bounds (default: the env's action bounds)", items=float
+        ),
+        "obs_min": Setting(list, None, "observation lower bounds (`-inf`: none)", items=float),
+        "obs_max": Setting(list, None, "observation upper bounds (`inf`: none)", items=float),
+        "soft_bounds": Setting(bool, False, "observation bounds with exact-penalty slacks"),
+        "bound_weight": Setting(float, 1e3, "their penalty weight", rule=POSITIVE),
+        "circles": Setting(
+            list,
+            [],
+            "keep-out circles `{center, radius, indices, soft, weight}` on two observation entries",
+        ),
     },
     "episodes": {
-        "count": (int, 1),
-        "steps": (int, REQUIRED),
-        "seed": (int, 0),
+        "count": Setting(int, 1, "episodes; episode k uses seed `seed + k`", rule=POSITIVE),
+        "steps": Setting(int, REQUIRED, "steps per episode", rule=POSITIVE),
+        "seed": Setting(int, 0, "seed of the first episode"),
     },
     "metrics": {
-        "success_index": (int, None),
-        "success_target": (float, None),
-        "success_against_reference": (bool, False),
-        "success_tolerance": (float, 0.1),
-        "success_window": (float, 1.0),
-        "success_periodic": (bool, False),
+        "success_index": Setting(int, None, "observation entry of the success test"),
+        "success_target": Setting(float, None, "its target value"),
+        "success_against_reference": Setting(
+            bool, False, "compare with the controller's reference instead (tracking tasks)"
+        ),
+        "success_tolerance": Setting(float, 0.1, "allowed distance from the target", rule=POSITIVE),
+        "success_window": Setting(
+            float, 1.0, "success: within tolerance over the last window [s]", rule=POSITIVE
+        ),
+        "success_periodic": Setting(bool, False, "the entry is an angle (wrap the error)"),
     },
 }
 
-CIRCLE_KEYS = {"center": list, "radius": float, "indices": list, "soft": bool, "weight": float}
-
-_TYPE_NAMES = {
-    str: "a string",
-    float: "a number",
-    int: "an integer",
-    bool: "true or false",
-    list: "an array",
-    dict: "a table",
+#: the keys of [model] every scenario has; the family's own settings come with it
+MODEL_KEYS: dict[str, Setting] = {
+    "family": Setting(str, "nominal", "the model family (see the tables below)"),
+    "path": Setting(
+        str,
+        None,
+        "a saved `.vimpc` model to use instead of building one (its recorded family settings "
+        "must agree with this table's)",
+    ),
+    "params": Setting(dict, {}, "nominal parameter overrides of the system the family starts from"),
 }
 
+CIRCLE_KEYS: dict[str, Setting] = {
+    "center": Setting(list, REQUIRED, "centre", items=float, length=2),
+    "radius": Setting(float, REQUIRED, "radius", rule=POSITIVE),
+    "indices": Setting(list, REQUIRED, "the two observation entries", items=int, length=2),
+    "soft": Setting(bool, True, "exact-penalty slack"),
+    "weight": Setting(float, 1e3, "penalty weight", rule=POSITIVE),
+}
 
-def _fail_unknown(path: str, key: str, allowed) -> None:
-    hint = difflib.get_close_matches(key, list(allowed), n=1)
-    extra = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise ConfigError(
-        f"unknown key {path + key!r} in the scenario{extra} (expected one of {sorted(allowed)})"
-    )
-
-
-def _check_type(path: str, value: Any, expected: type) -> Any:
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if (expected is not bool and isinstance(value, bool)) or not isinstance(value, expected):
-        raise ConfigError(
-            f"{path} must be {_TYPE_NAMES[expected]}, got {value!r} ({type(value).__name__})"
-        )
-    if expected is float and not math.isfinite(value):
-        raise ConfigError(f"{path} must be finite, got {value!r}")
-    return value
+_TABLE_ORDER = ("scenario", "env", "data", "model", "controller", "episodes", "metrics")
 
 
-def _resolve(table: dict[str, Any], schema: dict[str, Any], path: str) -> dict[str, Any]:
-    for key in table:
-        if key not in schema:
-            _fail_unknown(path, key, schema)
-    out: dict[str, Any] = {}
-    for key, spec in schema.items():
-        where = path + key
-        if isinstance(spec, dict):
-            sub = table.get(key, {})
-            if not isinstance(sub, dict):
-                raise ConfigError(f"{where} must be a table, got {sub!r}")
-            out[key] = _resolve(sub, spec, where + ".")
-            continue
-        expected, default = spec
-        if key not in table:
-            if default is REQUIRED:
-                raise ConfigError(f"missing required key {where!r} ({_TYPE_NAMES[expected]})")
-            out[key] = copy.deepcopy(default)
-        else:
-            out[key] = _check_type(where, table[key], expected)
-    return out
-
-
-def _check_values(cfg: dict[str, Any]) -> None:
-    def positive(path: str, value, integer=False):
-        if value is not None and value <= 0:
-            kind = "a positive integer" if integer else "a positive number"
-            raise ConfigError(f"{path} must be {kind}, got {value!r}")
-
-    positive("env.dt", cfg["env"]["dt"])
-    positive("model.substeps", cfg["model"]["substeps"], True)
-    positive("controller.horizon", cfg["controller"]["horizon"], True)
-    positive("controller.max_iter", cfg["controller"]["max_iter"], True)
-    positive("controller.tol", cfg["controller"]["tol"])
-    positive("controller.time_budget", cfg["controller"]["time_budget"])
-    positive("episodes.count", cfg["episodes"]["count"], True)
-    positive("episodes.steps", cfg["episodes"]["steps"], True)
-    if cfg["model"]["type"] != "nominal":
-        _fail_unknown("model.type = ", cfg["model"]["type"], ["nominal"])
-    cons = cfg["controller"]["constraints"]
-    for lo_key, hi_key in (("u_min", "u_max"), ("obs_min", "obs_max")):
-        lo, hi = cons[lo_key], cons[hi_key]
-        if lo is not None and hi is not None:
-            if len(lo) != len(hi):
-                raise ConfigError(
-                    f"controller.constraints.{lo_key} and .{hi_key} must have the same length, "
-                    f"got {len(lo)} and {len(hi)}"
-                )
-            for i, (a, b) in enumerate(zip(lo, hi, strict=True)):
-                if a > b:
-                    raise ConfigError(
-                        f"controller.constraints.{lo_key}[{i}] = {a} exceeds "
-                        f"controller.constraints.{hi_key}[{i}] = {b}: infeasible bounds"
-                    )
-    for i, circle in enumerate(cons["circles"]):
-        where = f"controller.constraints.circles[{i}]"
-        if not isinstance(circle, dict):
-            raise ConfigError(f"{where} must be a table, got {circle!r}")
-        for key in circle:
-            if key not in CIRCLE_KEYS:
-                _fail_unknown(where + ".", key, CIRCLE_KEYS)
-        for key in ("center", "radius", "indices"):
-            if key not in circle:
-                raise ConfigError(f"missing required key {where + '.' + key!r}")
-        for key, expected in CIRCLE_KEYS.items():
-            if key in circle:
-                circle[key] = _check_type(f"{where}.{key}", circle[key], expected)
-        positive(f"{where}.radius", circle["radius"])
-    metrics = cfg["metrics"]
-    has_target = metrics["success_target"] is not None or metrics["success_against_reference"]
-    if (metrics["success_index"] is None) == has_target:
-        raise ConfigError(
-            "metrics.success_index goes with metrics.success_target or "
-            "metrics.success_against_reference = true; set both or neither"
-        )
+# -- reading ---------------------------------------------------------------------------------
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -204,15 +243,26 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
-    """Read, override (``key.sub=value`` strings) and validate a scenario file."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML document at ``path``, or a :class:`ConfigError` saying why it is none."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"scenario file {str(path)!r} does not exist")
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a scenario file: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
+    """Read, override (``key.sub=value`` strings) and validate a scenario file completely.
+
+    Returns the resolved configuration: every key with its value, defaults filled in.
+    """
+    path = Path(path)
+    raw = read_toml(path)
     for item in overrides:
         keys, value = parse_override(item)
         table = raw
@@ -221,11 +271,385 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
             if not isinstance(table, dict):
                 raise ConfigError(f"--set {item!r}: {k!r} is not a table")
         table[keys[-1]] = value
-    cfg = _resolve(raw, SCHEMA, "")
-    _check_values(cfg)
+    cfg = _resolve_tables(raw)
     if cfg["scenario"]["name"] is None:
         cfg["scenario"]["name"] = path.stem
+    check(cfg)
     return cfg
+
+
+def _resolve_tables(raw: dict[str, Any]) -> dict[str, Any]:
+    for key in raw:
+        if key not in _TABLE_ORDER:
+            raise unknown_key("", key, _TABLE_ORDER)
+    cfg: dict[str, Any] = {}
+    for name in _TABLE_ORDER:
+        table = raw.get(name, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{name} must be a table, got {table!r}")
+        if name == "model":
+            cfg["model"] = _resolve_model(table)
+        elif name == "controller":
+            sub = {k: v for k, v in table.items() if k not in ("cost", "constraints")}
+            cfg["controller"] = resolve(sub, SCHEMA["controller"], "controller.")
+            for part in ("cost", "constraints"):
+                inner = table.get(part, {})
+                if not isinstance(inner, dict):
+                    raise ConfigError(f"controller.{part} must be a table, got {inner!r}")
+                cfg["controller"][part] = resolve(
+                    inner, SCHEMA[f"controller.{part}"], f"controller.{part}."
+                )
+        else:
+            cfg[name] = resolve(table, SCHEMA[name], f"{name}.")
+    return cfg
+
+
+def _resolve_model(table: dict[str, Any]) -> dict[str, Any]:
+    from vimpc.models import family
+
+    base = resolve({k: v for k, v in table.items() if k in MODEL_KEYS}, MODEL_KEYS, "model.")
+    cls = family(base["family"])
+    own = cls.all_settings()
+    allowed = {**MODEL_KEYS, **own}
+    rest = {k: v for k, v in table.items() if k not in MODEL_KEYS}
+    for key in rest:
+        if key not in allowed:
+            raise unknown_key("model.", key, allowed)
+    if base["path"] is not None and base["params"]:
+        raise ConfigError(
+            "model.params overrides the system a family is built from, so it has no effect on "
+            "a saved model (model.path); remove one of them"
+        )
+    return {**base, **resolve(rest, own, "model.")}
+
+
+# -- checks that need more than one key ----------------------------------------------------
+
+
+def check(cfg: dict[str, Any]) -> None:
+    """Every check across keys, against the env's sizes and against the model, before any
+    env is built or any data collected (raises :class:`ConfigError`)."""
+    from vimpc.models.conformal import minimum_calibration_size
+
+    env = env_spec(cfg)
+    nobs, nu = env.nobs, env.nu
+    ctrl, cost, cons = (
+        cfg["controller"],
+        cfg["controller"]["cost"],
+        cfg["controller"]["constraints"],
+    )
+
+    def size(key: str, value: Any, n: int, what: str) -> None:
+        if value is not None and len(value) != n:
+            raise ConfigError(
+                f"{key} must have {n} entries (one per {what} of {cfg['env']['id']}), got "
+                f"{len(value)}: {value!r}"
+            )
+
+    def index(key: str, value: Any) -> None:
+        if value is not None and not 0 <= value < nobs:
+            raise ConfigError(
+                f"{key} = {value} is not an observation index of {cfg['env']['id']} "
+                f"(0 to {nobs - 1}: {', '.join(env.obs_names)})"
+            )
+
+    for key in ("Q", "Q_terminal", "reference"):
+        size(f"controller.cost.{key}", cost[key], nobs, "observation")
+    for key in ("R", "R_rate"):
+        size(f"controller.cost.{key}", cost[key], nu, "input")
+    for key in ("obs_min", "obs_max"):
+        size(f"controller.constraints.{key}", cons[key], nobs, "observation")
+    for key in ("u_min", "u_max"):
+        size(f"controller.constraints.{key}", cons[key], nu, "input")
+    for i, entry in enumerate(cost["periodic"]):
+        index(f"controller.cost.periodic[{i}]", entry)
+    if cost["reference_from_env"]:
+        index("controller.cost.reference_index", cost["reference_index"])
+    for lo_key, hi_key in (("u_min", "u_max"), ("obs_min", "obs_max")):
+        lo, hi = cons[lo_key], cons[hi_key]
+        for i, (a, b) in enumerate(zip(lo or [], hi or [], strict=False)):
+            if a > b:
+                raise ConfigError(
+                    f"controller.constraints.{lo_key}[{i}] = {a} exceeds "
+                    f"controller.constraints.{hi_key}[{i}] = {b}: infeasible bounds"
+                )
+    for i, circle in enumerate(cons["circles"]):
+        where = f"controller.constraints.circles[{i}]"
+        if not isinstance(circle, dict):
+            raise ConfigError(f"{where} must be a table, got {circle!r}")
+        cons["circles"][i] = resolve(circle, CIRCLE_KEYS, where + ".")
+        for j, entry in enumerate(cons["circles"][i]["indices"]):
+            index(f"{where}.indices[{j}]", entry)
+    _check_metrics(cfg, index)
+    model = model_spec(cfg, env)
+    fields = model.fields
+    if ctrl["transcription"] == "implicit" and "residual" not in fields:
+        raise ConfigError(
+            f"controller.transcription = 'implicit' needs a model with the integrator's "
+            f"residual, and {model.what} has none (an explicit integrator, or substeps > 1); "
+            "set controller.transcription = 'step' or 'auto'"
+        )
+    if ctrl["tightening"] == "tube" and "bound" not in fields:
+        raise ConfigError(
+            f"controller.tightening = 'tube' needs a model with a bound, and {model.what} has "
+            "none; set model.bound = 'conformal' (calibrated on held-out data) or "
+            "controller.tightening = 'none'"
+        )
+    if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
+        raise ConfigError(
+            "controller.tube_lipschitz applies only with controller.tightening = 'tube'"
+        )
+    if cost["energy_weight"] > 0:
+        if "energy" not in fields:
+            raise ConfigError(
+                f"controller.cost.energy_weight = {cost['energy_weight']} needs a model with an "
+                f"energy, and {model.what} has none; set controller.cost.energy_weight = 0"
+            )
+        if cost["reference"] is None:
+            raise ConfigError(
+                "controller.cost.energy_weight needs controller.cost.reference (its energy is "
+                "the target)"
+            )
+    if model.needs_fit:
+        data = cfg["data"]
+        _check_data_keys(cfg, env)
+        if cfg["model"]["bound"] == "conformal":
+            n_cal = (data["heldout_trajectories"] // 2) * data["steps"]
+            need = minimum_calibration_size(cfg["model"]["delta"])
+            if data["heldout_path"] is None and n_cal < need:
+                raise ConfigError(
+                    f"the calibration set (data.heldout_trajectories // 2 = "
+                    f"{data['heldout_trajectories'] // 2} trajectories of data.steps = "
+                    f"{data['steps']} steps: {n_cal} transitions) is too small for model.delta "
+                    f"= {cfg['model']['delta']}: split conformal needs at least 1/delta - 1 = "
+                    f"{need}; raise data.heldout_trajectories or data.steps, or model.delta"
+                )
+            if data["heldout_path"] is None and data["heldout_trajectories"] < 2:
+                raise ConfigError(
+                    "data.heldout_trajectories must be at least 2 with model.bound = "
+                    "'conformal' (half calibrate, half validate)"
+                )
+
+
+def _check_metrics(cfg: dict[str, Any], index) -> None:
+    metrics = cfg["metrics"]
+    has_target = metrics["success_target"] is not None or metrics["success_against_reference"]
+    if (metrics["success_index"] is None) == has_target:
+        raise ConfigError(
+            "metrics.success_index goes with metrics.success_target or "
+            "metrics.success_against_reference = true; set both or neither"
+        )
+    index("metrics.success_index", metrics["success_index"])
+
+
+def _check_data_keys(cfg: dict[str, Any], env: EnvSpec) -> None:
+    data = cfg["data"]
+    for key in ("low", "high"):
+        if data["initial_state"] != "env" and data[key] is None:
+            raise ConfigError(
+                f"data.initial_state = {data['initial_state']!r} samples a box: set data.low "
+                f"and data.high ({env.nobs} entries: {', '.join(env.obs_names)})"
+            )
+        if data[key] is not None:
+            if len(data[key]) != env.nobs:
+                raise ConfigError(
+                    f"data.{key} must have {env.nobs} entries (one per observation), got "
+                    f"{len(data[key])}"
+                )
+            if not all(math.isfinite(v) for v in data[key]):
+                raise ConfigError(f"data.{key} must be finite, got {data[key]!r}")
+    if data["low"] is not None and data["high"] is not None:
+        for i, (a, b) in enumerate(zip(data["low"], data["high"], strict=True)):
+            if a > b:
+                raise ConfigError(f"data.low[{i}] = {a} exceeds data.high[{i}] = {b}")
+    kind = data["excitation"]
+    allowed = EXCITATION_KINDS[kind]
+    for key in data["excitation_options"]:
+        if key not in allowed:
+            raise unknown_key("data.excitation_options.", key, allowed)
+    train = range(data["seed"], data["seed"] + data["trajectories"])
+    held = range(data["heldout_seed"], data["heldout_seed"] + data["heldout_trajectories"])
+    if data["path"] is None and data["heldout_path"] is None and set(train) & set(held):
+        raise ConfigError(
+            f"data.seed = {data['seed']} and data.heldout_seed = {data['heldout_seed']} give "
+            "overlapping reset seeds, so held-out trajectories would repeat training ones; "
+            f"set data.heldout_seed >= {data['seed'] + data['trajectories']}"
+        )
+    for key in ("path", "heldout_path"):
+        if data[key] is not None:
+            _check_dataset_file(f"data.{key}", data[key], cfg, env)
+
+
+def _check_dataset_file(key: str, path: str, cfg: dict[str, Any], env: EnvSpec) -> None:
+    import numpy as np
+
+    from vimpc.data import Dataset
+
+    try:
+        data = Dataset.load(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{key} = {path!r}: no such file") from None
+    except VimpcError as exc:
+        raise ConfigError(f"{key} = {path!r}: {exc}") from None
+    dt = cfg["env"]["dt"]
+    if not np.isclose(data.dt, dt, rtol=1e-9, atol=0.0):
+        raise ConfigError(
+            f"{key} = {path!r} holds data sampled every {data.dt} s, but env.dt is {dt} s"
+        )
+    system = data.metadata.get("system")
+    if system is not None and system != env.system:
+        raise ConfigError(
+            f"{key} = {path!r} holds data of a {system}, but the env is a {env.system}"
+        )
+    if data.nobs != env.nobs or data.nu != env.nu:
+        raise ConfigError(
+            f"{key} = {path!r} holds {data.nobs} observations and {data.nu} inputs per sample; "
+            f"{cfg['env']['id']} has {env.nobs} and {env.nu}"
+        )
+
+
+# -- the env and the model, known without building them -------------------------------------
+
+
+class EnvSpec:
+    """What a scenario's env is, read from its class: system, sizes and names."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        import difflib
+
+        import gymnasium
+        from vimpc_envs._base import MechanicalEnv
+
+        import vimpc  # noqa: F401  (registers the environment ids)
+
+        env_id = cfg["env"]["id"]
+        if env_id not in gymnasium.registry:
+            ids = [k for k in gymnasium.registry if k.startswith("vimpc/")]
+            hint = difflib.get_close_matches(env_id, ids, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(
+                f"env.id {env_id!r} is not a registered environment{extra} (vimpc ids: {ids})"
+            )
+        entry = gymnasium.spec(env_id).entry_point
+        cls = (
+            gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        )
+        if not (isinstance(cls, type) and issubclass(cls, MechanicalEnv)):
+            raise ConfigError(
+                f"env.id {env_id!r} is not a vimpc mechanical environment (a MechanicalEnv), "
+                "so its system and observation are unknown"
+            )
+        kwargs = cfg["env"]["kwargs"]
+        if "dt" in kwargs:
+            raise ConfigError("set the control step as env.dt, not env.kwargs.dt")
+        params = kwargs.get("params") or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"env.kwargs.params must be a table, got {params!r}")
+        try:
+            system = cls.system_type(**params)
+        except VimpcError as exc:
+            raise ConfigError(f"env.kwargs.params: {exc}") from None
+        self.cls = cls
+        self.system = system.name
+        self.nominal = system
+        names = system.coordinate_names
+        self.obs_names = (*names, *(f"{n}_dot" for n in names))
+        self.nobs = system.nq + system.nv
+        self.nu = system.nu
+        self.action_limit = tuple(cls.action_limit)
+
+
+def env_spec(cfg: dict[str, Any]) -> EnvSpec:
+    """The scenario's env, known from its class without building it."""
+    return EnvSpec(cfg)
+
+
+class ModelSpec:
+    """What the scenario's model will be: its fields, and whether it must be fitted."""
+
+    def __init__(self, cfg: dict[str, Any], env: EnvSpec) -> None:
+        mcfg = cfg["model"]
+        dt = cfg["env"]["dt"]
+        if mcfg["path"] is not None:
+            from vimpc.model_file import load
+
+            try:
+                model = load(mcfg["path"])
+            except FileNotFoundError:
+                raise ConfigError(f"model.path = {mcfg['path']!r}: no such file") from None
+            except (ValueError, VimpcError) as exc:
+                raise ConfigError(f"model.path: {exc}") from None
+            system = model.info.get("system")
+            problems = []
+            if abs(model.dt - dt) > 1e-12 * dt:
+                problems.append(f"it steps dt = {model.dt} s, env.dt is {dt} s")
+            if system is not None and system != env.system:
+                problems.append(f"it models a {system}, the env is a {env.system}")
+            if model.nobs != env.nobs or model.nu != env.nu:
+                problems.append(
+                    f"it takes {model.nobs} observations and {model.nu} inputs, the env has "
+                    f"{env.nobs} and {env.nu}"
+                )
+            problems += _settings_differences(mcfg, model.info)
+            if problems:
+                raise ConfigError(
+                    f"model.path = {mcfg['path']!r} does not fit the scenario: "
+                    + "; ".join(problems)
+                )
+            self.fields = frozenset(
+                name
+                for name in ("residual", "bound", "energy", "constraint", "velocity_constraint")
+                if getattr(model, name) is not None
+            )
+            self.needs_fit = False
+            self.what = f"the saved model {mcfg['path']!r}"
+            return
+        family = build_family(cfg, env.nominal)
+        self.fields = family.provides()
+        self.needs_fit = family.needs_fit()
+        self.what = f"model.family = {mcfg['family']!r} with these settings"
+
+
+def _settings_differences(mcfg: dict[str, Any], info: Any) -> list[str]:
+    """Where the scenario's model settings differ from those a saved model records (a model
+    that records none is taken as it is)."""
+    settings = info.get("settings")
+    if not isinstance(settings, dict):
+        return []
+    out = []
+    if info.get("model") not in (None, mcfg["family"]):
+        out.append(f"it is a {info['model']!r} model, model.family is {mcfg['family']!r}")
+    for key, value in settings.items():
+        if key in mcfg and mcfg[key] != value:
+            out.append(f"model.{key} = {mcfg[key]!r}, but the saved model has {key} = {value!r}")
+    return out
+
+
+def model_spec(cfg: dict[str, Any], env: EnvSpec) -> ModelSpec:
+    return ModelSpec(cfg, env)
+
+
+def build_family(cfg: dict[str, Any], nominal_system):
+    """The scenario's model family, unfitted: the env's nominal system with
+    ``model.params``, the env's ``dt`` and the family's settings."""
+    from vimpc.models import family
+
+    mcfg = cfg["model"]
+    cls = family(mcfg["family"])
+    system = nominal_system
+    if mcfg["params"]:
+        try:
+            system = system.with_params(**mcfg["params"])
+        except VimpcError as exc:
+            raise ConfigError(f"model.params: {exc}") from None
+    settings = {k: mcfg[k] for k in cls.all_settings()}
+    try:
+        return cls(system, cfg["env"]["dt"], **settings)
+    except VimpcError as exc:
+        raise ConfigError(f"model: {exc}") from None
+
+
+# -- writing ----------------------------------------------------------------------------------
 
 
 def dump_toml(cfg: dict[str, Any]) -> str:
@@ -249,183 +673,39 @@ def dump_toml(cfg: dict[str, Any]) -> str:
         raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
     lines: list[str] = []
-
-    def table(prefix: str, d: dict[str, Any]) -> None:
-        scalars = {
-            k: v for k, v in d.items() if not isinstance(v, dict) or not _is_schema_table(prefix, k)
-        }
-        if prefix:
-            lines.append(f"[{prefix}]")
-        for k, v in scalars.items():
-            if v is not None:
-                lines.append(f"{k} = {value(v)}")
+    for name in _TABLE_ORDER:
+        table = cfg[name]
+        subtables = ("cost", "constraints") if name == "controller" else ()
+        lines.append(f"[{name}]")
+        lines += [
+            f"{k} = {value(v)}" for k, v in table.items() if k not in subtables and v is not None
+        ]
         lines.append("")
-        for k, v in d.items():
-            if isinstance(v, dict) and _is_schema_table(prefix, k):
-                table(f"{prefix}.{k}" if prefix else k, v)
-
-    table("", cfg)
+        for sub in subtables:
+            lines.append(f"[{name}.{sub}]")
+            lines += [f"{k} = {value(v)}" for k, v in table[sub].items() if v is not None]
+            lines.append("")
     return "\n".join(lines).strip() + "\n"
 
 
-def _is_schema_table(prefix: str, key: str) -> bool:
-    node: Any = SCHEMA
-    for part in [p for p in prefix.split(".") if p]:
-        node = node.get(part, {}) if isinstance(node, dict) else {}
-    return isinstance(node, dict) and isinstance(node.get(key), dict)
+def schema_markdown() -> str:
+    """The schema tables of ``scenarios/README.md``, made from the declarations."""
+    from vimpc.models import FAMILIES, family
 
-
-# -- wiring the pipeline -------------------------------------------------------------------
-
-
-def build_env(cfg: dict[str, Any]):
-    """The environment of a scenario (unwrapped, no time limit: episodes set the length)."""
-    import gymnasium
-
-    import vimpc  # noqa: F401  (registers the environment ids)
-
-    env_cfg = cfg["env"]
-    if env_cfg["id"] not in gymnasium.registry:
-        ids = [k for k in gymnasium.registry if k.startswith("vimpc/")]
-        hint = difflib.get_close_matches(env_cfg["id"], ids, n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise ConfigError(
-            f"env.id {env_cfg['id']!r} is not a registered environment{extra} (vimpc ids: {ids})"
-        )
-    kwargs = dict(env_cfg["kwargs"])
-    if "dt" in kwargs:
-        raise ConfigError("set the control step as env.dt, not env.kwargs.dt")
-    try:
-        return gymnasium.make(env_cfg["id"], dt=env_cfg["dt"], **kwargs).unwrapped
-    except TypeError as exc:
-        raise ConfigError(f"env.kwargs do not fit {env_cfg['id']}: {exc}") from None
-
-
-def build_model(cfg: dict[str, Any], env):
-    """The scenario's :class:`DiscreteModel`; the nominal system is the env's with overrides."""
-    from vimpc.models import NominalModel
-
-    mcfg = cfg["model"]
-    system = env.nominal_system
-    if mcfg["params"]:
-        system = system.with_params(**mcfg["params"])
-    model = NominalModel(
-        system,
-        cfg["env"]["dt"],
-        integrator=mcfg["integrator"],
-        substeps=mcfg["substeps"],
-        form=mcfg["form"],
-    ).discrete_model()
-    if abs(model.dt - env.dt) > 1e-12:
-        raise ConfigError(f"the model's dt {model.dt} differs from the env's control step {env.dt}")
-    return model
-
-
-def build_controller(cfg: dict[str, Any], model, env):
-    """The MPC of a scenario: costs and constraints on the observation."""
-    import casadi as ca
-    import numpy as np
-
-    from vimpc.mpc import MPC, Constraints, Cost, EnergyShaping, PathConstraint
-
-    ccfg = cfg["controller"]
-    cost_cfg, cons_cfg = ccfg["cost"], ccfg["constraints"]
-    obs = ca.SX.sym("obs", model.nobs)
-    reference: Any = cost_cfg["reference"]
-    if cost_cfg["reference_from_env"]:
-        if not hasattr(env, "reference"):
-            raise ConfigError(
-                f"controller.cost.reference_from_env: {cfg['env']['id']} has no reference(t)"
-            )
-        base = (
-            np.zeros(model.nobs)
-            if cost_cfg["reference"] is None
-            else np.asarray(cost_cfg["reference"], float)
-        )
-        index = cost_cfg["reference_index"]
-
-        def reference(t, env=env, base=base, index=index):
-            value = np.asarray(env.reference(t), dtype=float)
-            if value.shape == (model.nobs,):
-                return value
-            out = base.copy()
-            out[index] = float(value)  # a scalar reference fills one observation entry
-            return out
-
-    energy = None
-    if cost_cfg["energy_weight"] > 0:
-        if cost_cfg["reference"] is None:
-            raise ConfigError(
-                "controller.cost.energy_weight needs controller.cost.reference (its energy is the target)"
-            )
-        system = env.nominal_system
-        nq = system.nq
-        E = ca.Function("energy", [obs], [system.function("E")(obs[:nq], obs[nq:])])
-        target = float(E(np.asarray(cost_cfg["reference"], dtype=float)))
-        energy = EnergyShaping(E, target, cost_cfg["energy_weight"])
-    cost = Cost(
-        Q=cost_cfg["Q"],
-        R=cost_cfg["R"],
-        Q_terminal=cost_cfg["Q_terminal"],
-        reference=reference,
-        R_rate=cost_cfg["R_rate"],
-        periodic=tuple(cost_cfg["periodic"]),
-        energy=energy,
-    )
-    low, high = env.action_space.low, env.action_space.high
-    circles = []
-    for i, c in enumerate(cons_cfg["circles"]):
-        ix, iy = c["indices"]
-        (cx, cy), r = c["center"], c["radius"]
-        h = ca.Function(f"circle{i}", [obs], [(obs[ix] - cx) ** 2 + (obs[iy] - cy) ** 2 - r**2])
-        circles.append(
-            PathConstraint(f"circle{i}", h, soft=c.get("soft", True), weight=c.get("weight", 1e3))
-        )
-    constraints = Constraints(
-        u_min=low if cons_cfg["u_min"] is None else cons_cfg["u_min"],
-        u_max=high if cons_cfg["u_max"] is None else cons_cfg["u_max"],
-        obs_min=cons_cfg["obs_min"],
-        obs_max=cons_cfg["obs_max"],
-        soft_bounds=cons_cfg["soft_bounds"],
-        bound_weight=cons_cfg["bound_weight"],
-        path=tuple(circles),
-    )
-    return MPC(
-        model,
-        ccfg["horizon"],
-        cost,
-        constraints,
-        solver=ccfg["solver"],
-        transcription=ccfg["transcription"],
-        qpsol=ccfg["qpsol"],
-        hessian=ccfg["hessian"],
-        max_iter=ccfg["max_iter"],
-        tol=ccfg["tol"],
-        time_budget=ccfg["time_budget"],
-        jit=ccfg["jit"],
-    )
-
-
-def success_test(cfg: dict[str, Any]):
-    """The scenario's success criterion on a trajectory, or None."""
-    import numpy as np
-
-    m = cfg["metrics"]
-    if m["success_index"] is None:
-        return None
-    i, target, tol, window = (
-        m["success_index"],
-        m["success_target"],
-        m["success_tolerance"],
-        m["success_window"],
-    )
-
-    def success(traj) -> bool:
-        recent = traj.t >= traj.t[-1] - window
-        goal = traj.reference[recent, i] if m["success_against_reference"] else target
-        tail = traj.states[recent, i] - goal
-        if m["success_periodic"]:
-            tail = np.angle(np.exp(1j * tail))
-        return bool(np.all(np.abs(tail) <= tol))
-
-    return success
+    header = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    out = ["### Every scenario", "", *header]
+    for name in _TABLE_ORDER:
+        if name == "model":
+            out += markdown_rows(MODEL_KEYS, "model.")
+        elif name == "controller":
+            out += markdown_rows(SCHEMA["controller"], "controller.")
+            for sub in ("cost", "constraints"):
+                out += markdown_rows(SCHEMA[f"controller.{sub}"], f"controller.{sub}.")
+        else:
+            out += markdown_rows(SCHEMA[name], f"{name}.")
+    for fam in sorted(FAMILIES):
+        cls = family(fam)
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        out += ["", f'### `model.family = "{fam}"`', "", doc, "", *header]
+        out += markdown_rows(cls.all_settings(), "model.")
+    return "\n".join(out) + "\n"

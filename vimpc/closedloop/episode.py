@@ -23,7 +23,11 @@ class Trajectory:
     ``solve_times (T,)`` [s]; ``iterations (T,)``; ``status (T,)`` (names of
     :class:`~vimpc.mpc.Status`); ``safety_margin (T+1, m)`` (>= 0 safe);
     ``constraint_residual (T+1,)``; ``reference (T+1, nobs)`` (the controller's
-    reference, NaN when it has none); ``slack (T,)``.
+    reference, NaN when it has none); ``slack (T,)`` (largest slack of the soft
+    constraints); ``planned_obs (T, nobs)``: the observation the plan of step ``k``
+    predicts for step ``k + 1`` (NaN when the controller fell back); ``tube (T, m)``: the
+    tightening the plan of step ``k`` applied to each of the controller's ``m`` safety
+    rows at step ``k + 1`` (zeros without tightening).
     """
 
     t: np.ndarray
@@ -38,6 +42,8 @@ class Trajectory:
     constraint_residual: np.ndarray
     reference: np.ndarray
     slack: np.ndarray
+    planned_obs: np.ndarray
+    tube: np.ndarray
     seed: int
     metadata: dict = field(default_factory=dict)
 
@@ -89,7 +95,9 @@ def run_episode(
         "inputs",
         "rewards",
         "solve_times",
-        "slack",  # per step
+        "slack",
+        "planned_obs",
+        "tube",  # per step
     )
     rec: dict[str, list] = {name: [] for name in (*floats, "iterations", "status")}
 
@@ -113,13 +121,21 @@ def run_episode(
         rec["iterations"].append(result.iterations)
         rec["status"].append(result.status.name)
         rec["slack"].append(result.slack)
+        plan = getattr(result, "obs", None)
+        fell_back = getattr(result, "fallback", False) or plan is None or len(plan) < 2
+        rec["planned_obs"].append(np.full(len(obs), np.nan) if fell_back else plan[1])
+        tube = getattr(result, "tube", None)
+        rec["tube"].append(np.zeros(0) if tube is None or len(tube) < 2 else tube[1])
         record_state(obs, info, (k + 1) * dt)
         if on_step is not None:
             on_step(k)
         if terminated or truncated:
             break
+    T = len(rec["inputs"])
+    if T == 0 or len(rec["tube"][0]) == 0:
+        rec["tube"] = np.zeros((T, 0))
     return Trajectory(
-        t=np.arange(len(rec["inputs"]) + 1) * dt,
+        t=np.arange(T + 1) * dt,
         **{name: np.array(rec[name], dtype=np.float64) for name in floats},
         iterations=np.array(rec["iterations"], dtype=np.int64),
         status=np.array(rec["status"], dtype=str),

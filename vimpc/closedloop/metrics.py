@@ -1,12 +1,21 @@
-"""Metrics computed from recorded trajectories, never inside the loop that made them."""
+"""Metrics computed from recorded trajectories, never inside the loop that made them.
+
+Words: a *margin* is a distance to a safety constraint (``>= 0`` safe); a *slack* is the
+relaxation of a soft constraint in the controller's problem; the *tube* is the tightening
+of the controller's safety rows by the model's propagated bound.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import casadi as ca
 import numpy as np
 
 from vimpc.closedloop.episode import Trajectory
+from vimpc.dynamics import DiscreteModel
 
 FAILED_STATUSES = ("FAILED", "INFEASIBLE")
 
@@ -19,21 +28,69 @@ def wrapped_error(traj: Trajectory, periodic: Sequence[int] = ()) -> np.ndarray:
     return err
 
 
+def _rows(fn: ca.Function, X: np.ndarray) -> np.ndarray:
+    """``fn`` applied to every row of ``X``; returns ``(len(X), n_out)``."""
+    n = len(X)
+    return np.asarray(fn.map(n)(X.T), dtype=np.float64).reshape(-1, n).T
+
+
+def prediction_check(traj: Trajectory, model: DiscreteModel) -> dict[str, np.ndarray]:
+    """The model's realized one-step errors along an episode and its bound there.
+
+    ``error[k] = from_obs(obs[k+1]) - step(from_obs(obs[k]), u_k, p_default)`` (what the
+    bound promises to cover), ``bound[k]`` (NaN without a bound); shapes ``(T, nx)``.
+    """
+    T = len(traj.inputs)
+    X = _rows(model.from_obs, traj.obs)
+    P = np.tile(model.p_default, (T, 1))
+    pred = np.asarray(model.step.map(T)(X[:-1].T, traj.inputs.T, P.T)).reshape(-1, T).T
+    out = {"error": X[1:] - pred, "bound": np.full((T, model.nx), np.nan)}
+    if model.bound is not None:
+        out["bound"] = np.asarray(model.bound.map(T)(X[:-1].T, traj.inputs.T, P.T)).reshape(-1, T).T
+    return out
+
+
+def safety_rows(traj: Trajectory, safety: ca.Function) -> dict[str, np.ndarray]:
+    """The controller's safety rows ``h(obs) >= 0`` along an episode, shapes ``(T, m)``:
+    ``realized`` on the true state after each step, ``planned`` on the plan's prediction of
+    it, and ``tube`` the tightening the plan kept from the constraint."""
+    m = safety.numel_out(0)
+    T = len(traj.inputs)
+    if m == 0:
+        empty = np.zeros((T, 0))
+        return {"realized": empty, "planned": empty, "tube": empty}
+    planned = np.full((T, m), np.nan)
+    ok = np.all(np.isfinite(traj.planned_obs), axis=1)
+    if ok.any():
+        planned[ok] = _rows(safety, traj.planned_obs[ok])
+    tube = traj.tube if traj.tube.shape == (T, m) else np.zeros((T, m))
+    return {"realized": _rows(safety, traj.states[1:]), "planned": planned, "tube": tube}
+
+
 def episode_metrics(
     traj: Trajectory,
     success: Callable[[Trajectory], bool] | None = None,
     periodic: Sequence[int] = (),
     tracked: Sequence[int] | None = None,
+    *,
+    model: DiscreteModel | None = None,
+    safety: ca.Function | None = None,
 ) -> dict[str, float]:
     """Per-episode metrics.
 
     ``cost``: sum of stage costs (minus the rewards). ``tracking_rmse``: RMS of
     ``states - reference`` over the finite reference entries of the ``tracked``
-    observations (all by default), angles listed in ``periodic`` wrapped (NaN
-    without a reference). ``violations``: steps with a negative safety margin;
-    ``max_violation``: largest ``-margin``; ``min_slack``: smallest margin over
-    the episode (the safety margin the controller really had; ``inf`` if the task
-    has no safety constraint). Solve times in milliseconds.
+    observations (all by default), angles listed in ``periodic`` wrapped (NaN without a
+    reference). Safety, on the env's safety margin of the true state: ``violations``
+    (steps with a negative margin), ``max_violation`` (largest ``-margin``),
+    ``min_margin`` (smallest margin over the episode: the margin the controller really
+    had; ``inf`` if the task has no safety constraint). Solve times in milliseconds.
+
+    With the controller's ``model``: ``prediction_rmse`` of its one-step errors and, when
+    it has a bound, ``coverage`` (fraction of steps whose error lies within the bound in
+    every entry) and ``max_error_over_bound``. With the controller's ``safety`` rows:
+    ``min_planned_margin`` (smallest ``planned - tube``: how far inside the tightened
+    constraint the plans stayed) and ``max_tube`` (largest tightening).
     """
     margin = traj.safety_margin
     worst = margin.min(axis=1) if margin.shape[1] else np.full(len(traj.t), np.inf)
@@ -44,13 +101,13 @@ def episode_metrics(
     rmse = float(np.sqrt(np.mean(err[mask] ** 2))) if mask.any() else float("nan")
     times_ms = traj.solve_times * 1e3
     failed = np.isin(traj.status, FAILED_STATUSES)
-    return {
+    out = {
         "cost": float(-traj.rewards.sum()),
         "tracking_rmse": rmse,
         "success": float(success(traj)) if success is not None else float("nan"),
         "violations": int(np.count_nonzero(worst < 0)),
         "max_violation": float(max(0.0, -worst.min())),
-        "min_slack": float(worst.min()),
+        "min_margin": float(worst.min()),
         "max_constraint_residual": float(traj.constraint_residual.max()),
         "solve_time_median_ms": float(np.median(times_ms)),
         "solve_time_p95_ms": float(np.percentile(times_ms, 95)),
@@ -59,28 +116,86 @@ def episode_metrics(
         "failed_solve_fraction": float(failed.mean()),
         "steps": int(len(traj.inputs)),
     }
+    if model is not None:
+        check = prediction_check(traj, model)
+        out["prediction_rmse"] = float(np.sqrt(np.mean(check["error"] ** 2)))
+        if model.bound is not None:
+            inside = np.all(np.abs(check["error"]) <= check["bound"], axis=1)
+            ratio = np.abs(check["error"]) / np.maximum(check["bound"], 1e-300)
+            out["coverage"] = float(inside.mean())
+            out["max_error_over_bound"] = float(ratio.max())
+    if safety is not None and safety.numel_out(0):
+        rows = safety_rows(traj, safety)
+        planned = rows["planned"] - rows["tube"]
+        finite = np.isfinite(planned)
+        out["min_planned_margin"] = float(planned[finite].min()) if finite.any() else math.nan
+        out["max_tube"] = float(rows["tube"].max()) if rows["tube"].size else 0.0
+    return out
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval of a rate ``successes / n`` (95 % by default)."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _spread(values: Sequence[float]) -> tuple[float, float]:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=np.float64)
+    if v.size == 0:
+        return math.nan, math.nan
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
 
 
 def summarize(per_episode: Sequence[dict[str, float]], trajectories: Sequence[Trajectory]) -> dict:
-    """Aggregate over episodes. Solve-time statistics pool all steps of all episodes."""
+    """Aggregate over episodes.
+
+    Rates (success, episodes with a violation) come with their 95 % Wilson interval
+    (``*_ci95``); means with their standard deviation over episodes (``*_std``); the
+    worst case where safety is concerned (``min_margin``, ``max_violation``). Solve-time
+    statistics pool all steps of all episodes.
+    """
     if not per_episode:
         raise ValueError("summarize needs at least one episode")
+    n = len(per_episode)
     times_ms = np.concatenate([t.solve_times for t in trajectories]) * 1e3
     status = np.concatenate([t.status for t in trajectories])
-    success = [m["success"] for m in per_episode]
-    return {
-        "episodes": len(per_episode),
-        "success_rate": float(np.mean(success)) if not np.any(np.isnan(success)) else float("nan"),
-        "mean_cost": float(np.mean([m["cost"] for m in per_episode])),
-        "tracking_rmse": float(np.mean([m["tracking_rmse"] for m in per_episode])),
-        "violations": int(sum(m["violations"] for m in per_episode)),
-        "failure_rate": float(np.mean([m["violations"] > 0 for m in per_episode])),
-        "max_violation": float(max(m["max_violation"] for m in per_episode)),
-        "min_slack": float(min(m["min_slack"] for m in per_episode)),
-        "max_constraint_residual": float(max(m["max_constraint_residual"] for m in per_episode)),
-        "solve_time_median_ms": float(np.median(times_ms)),
-        "solve_time_p95_ms": float(np.percentile(times_ms, 95)),
-        "solve_time_max_ms": float(times_ms.max()),
-        "failed_solves": int(np.count_nonzero(np.isin(status, FAILED_STATUSES))),
-        "failed_solve_fraction": float(np.mean(np.isin(status, FAILED_STATUSES))),
-    }
+    success = np.array([m["success"] for m in per_episode])
+    violated = int(sum(m["violations"] > 0 for m in per_episode))
+    out: dict[str, Any] = {"episodes": n}
+    if np.any(np.isnan(success)):
+        out["success_rate"], out["success_rate_ci95"] = math.nan, [math.nan, math.nan]
+    else:
+        out["success_rate"] = float(success.mean())
+        out["success_rate_ci95"] = list(wilson_interval(int(success.sum()), n))
+    out["violation_rate"] = violated / n
+    out["violation_rate_ci95"] = list(wilson_interval(violated, n))
+    out["episodes_with_violation"] = violated
+    out["violations"] = int(sum(m["violations"] for m in per_episode))
+    out["max_violation"] = float(max(m["max_violation"] for m in per_episode))
+    out["min_margin"] = float(min(m["min_margin"] for m in per_episode))
+    for key, name in (
+        ("cost", "cost"),
+        ("tracking_rmse", "tracking_rmse"),
+        ("min_margin", "min_margin"),
+        ("coverage", "coverage"),
+        ("prediction_rmse", "prediction_rmse"),
+        ("min_planned_margin", "min_planned_margin"),
+    ):
+        values = [m[key] for m in per_episode if key in m]
+        if values:
+            out[f"{name}_mean"], out[f"{name}_std"] = _spread(values)
+    coverages = [m["coverage"] for m in per_episode if "coverage" in m]
+    if coverages:
+        out["coverage_min"] = float(min(coverages))
+    out["max_constraint_residual"] = float(max(m["max_constraint_residual"] for m in per_episode))
+    out["solve_time_median_ms"] = float(np.median(times_ms))
+    out["solve_time_p95_ms"] = float(np.percentile(times_ms, 95))
+    out["solve_time_max_ms"] = float(times_ms.max())
+    out["failed_solves"] = int(np.count_nonzero(np.isin(status, FAILED_STATUSES)))
+    out["failed_solve_fraction"] = float(np.mean(np.isin(status, FAILED_STATUSES)))
+    return out

@@ -10,6 +10,7 @@ from vimpc.data.rollout import add_noise as add_noise
 from vimpc.data.rollout import rollout_env as rollout_env
 from vimpc.data.rollout import rollout_model as rollout_model
 from vimpc.data.sampling import halton as halton
+from vimpc.data.sampling import onto_constraints as onto_constraints
 from vimpc.data.sampling import project_onto_constraints as project_onto_constraints
 from vimpc.data.sampling import project_velocity as project_velocity
 from vimpc.data.sampling import uniform as uniform
@@ -21,6 +22,7 @@ __all__ = [
     "chirp",
     "halton",
     "make_excitation",
+    "onto_constraints",
     "project_onto_constraints",
     "project_velocity",
     "random_steps",

@@ -78,10 +78,12 @@ def rollout_env(
     reset_options: Mapping[str, Any] | None = None,
     metadata: Mapping[str, Any] | None = None,
     progress: bool = False,
+    initial_states: Any = None,
 ) -> Dataset:
     """Collect open-loop trajectories from a gymnasium environment.
 
     Trajectory ``i`` starts from ``env.reset(seed=seed + i, options=reset_options)``
+    (with ``initial_states``: ``options={"state": initial_states[i]}``)
     and applies ``policy_inputs[i, k]`` at step ``k``. Termination or truncation
     before the last step raises :class:`InputError`; at the last step it is fine.
 
@@ -105,6 +107,9 @@ def rollout_env(
         Extra provenance merged into the dataset metadata (e.g. the excitation).
     progress : bool
         Show a tqdm progress bar over trajectories.
+    initial_states : array_like, shape (N, nobs), optional
+        Exact start states (the env's ``reset(options={"state": ...})``); not together
+        with ``reset_options``.
 
     Returns
     -------
@@ -118,6 +123,10 @@ def rollout_env(
         raise InputError(f"seed must be an int, got {seed!r}")
     u_all = _shaped("policy_inputs", policy_inputs, (n, T, None), "n_trajectories, n_steps, nu")
     nu = u_all.shape[2]
+    if initial_states is not None:
+        if reset_options is not None:
+            raise InputError("give reset_options or initial_states, not both")
+        initial_states = _shaped("initial_states", initial_states, (n, None), "N start states")
     space = env.action_space
     action_shape = getattr(space, "shape", None)
     if action_shape is not None and int(np.prod(action_shape)) != nu:
@@ -149,7 +158,8 @@ def rollout_env(
 
         trajectories = tqdm(trajectories, desc="rollout", unit="traj")
     for i in trajectories:
-        o, info = env.reset(seed=int(seed) + i, options=reset_options)
+        options = reset_options if initial_states is None else {"state": initial_states[i]}
+        o, info = env.reset(seed=int(seed) + i, options=options)
         o = np.asarray(o, dtype=np.float64).reshape(-1)
         if obs is None:
             obs = np.empty((n, T + 1, o.size))
@@ -177,6 +187,7 @@ def rollout_env(
         "n_steps": T,
         "dt": dt,
         "reset_options": None if reset_options is None else dict(reset_options),
+        "initial_states": "given" if initial_states is not None else "env",
         **getattr(env.unwrapped, "metadata_for_dataset", lambda: {})(),
         **(metadata or {}),
     }

@@ -198,3 +198,38 @@ def project_velocity(v: Any, jacobian_at_q: Any) -> np.ndarray:
     v = np.asarray(v, dtype=np.float64).reshape(-1)
     A = _as_matrix("jacobian_at_q", jacobian_at_q, v.size)
     return v - np.linalg.lstsq(A, A @ v, rcond=None)[0]
+
+
+def onto_constraints(system: Any, states: Any) -> np.ndarray:
+    """Project sampled states ``(q, v)`` of ``system`` onto its constraints.
+
+    Positions go onto ``g(q) = 0`` (:func:`project_onto_constraints`), then velocities onto
+    the null space of the stacked holonomic Jacobian ``G(q)`` and nonholonomic ``A(q)``
+    (:func:`project_velocity`); an unconstrained system's states come back unchanged.
+
+    Parameters
+    ----------
+    system : vimpc.mechanics.MechanicalSystem
+    states : array_like, shape (n, nq + nv)
+
+    Returns
+    -------
+    ndarray, shape (n, nq + nv)
+    """
+    x = np.array(states, dtype=np.float64, ndmin=2)
+    nq = system.nq
+    if x.shape[1] != nq + system.nv:
+        raise InputError(f"states must have {nq + system.nv} columns (q, v), got shape {x.shape}")
+    if not (system.n_holonomic or system.n_nonholonomic):
+        return x
+    out = np.empty_like(x)
+    for i, row in enumerate(x):
+        q, v = row[:nq], row[nq:]
+        rows = []
+        if system.n_holonomic:
+            q = project_onto_constraints(q, system.holonomic, system.holonomic_jacobian)
+            rows.append(system.holonomic_jacobian(q))
+        if system.n_nonholonomic:
+            rows.append(system.nonholonomic(q))
+        out[i] = np.concatenate([q, project_velocity(v, np.vstack(rows))])
+    return out

@@ -69,10 +69,13 @@ class Integrator(abc.ABC):
                 f"lagrangian(q, v, theta) failed on CasADi SX symbols of sizes "
                 f"({s.nq}, {s.nv}, {self.n_theta}): {type(exc).__name__}: {exc}"
             ) from exc
-        if not isinstance(L, (ca.SX, ca.MX, ca.DM, float, int)) or ca.SX(L).shape != (1, 1):
-            shape = getattr(L, "shape", type(L).__name__)
+        # an MX (or anything else) cannot enter the SX functions built from L
+        if not isinstance(L, (ca.SX, ca.DM, float, int)) or ca.SX(L).shape != (1, 1):
+            shape = getattr(L, "shape", None)
+            got = type(L).__name__ + ("" if shape is None else f" of shape {tuple(shape)}")
             raise InputError(
-                f"lagrangian(q, v, theta) must return a scalar CasADi expression, got {shape}"
+                "lagrangian(q, v, theta) must return a scalar CasADi expression of the SX "
+                f"symbols it is given, got {got}"
             )
 
     # -- the Lagrangian and what follows from it -------------------------------------------

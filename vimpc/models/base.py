@@ -142,29 +142,34 @@ class ModelFamily(abc.ABC):
         for what, d in (("data", data), ("calibration", calibration)):
             if d is not None:
                 self._check_data(what, d)
+        # every argument is checked before anything changes (or is learned in vain); a fit
+        # that fails after that leaves the family unfitted, never with new parameters under
+        # the previous bound or without the bound its settings promise
         if data is None and self.needs_training_data():
             raise InputError(f"{type(self).__name__}.fit needs training data: fit(data)")
-        self._fit(data)
-        self.calibration_ = None
         if self.bound == "conformal":
             if calibration is None:
                 raise InputError(
                     f"{type(self).__name__} with bound = 'conformal' needs held-out "
                     "calibration data: fit(data, calibration)"
                 )
+            if self.conformal_scale == "constant" and data is None:
+                raise InputError(
+                    "conformal_scale = 'constant' sets the bound's shape from the training "
+                    "errors: fit(data, calibration) needs training data"
+                )
+        for attribute in ("fit_time_", "calibration_"):
+            self.__dict__.pop(attribute, None)
+        self._fit(data)
+        bound = None
+        if self.bound == "conformal":
             model = self._build()
             if self.conformal_scale == "spread":
                 scale, spread = None, self._spread()
             else:
-                if data is None:
-                    raise InputError(
-                        "conformal_scale = 'constant' sets the bound's shape from the training "
-                        "errors: fit(data, calibration) needs training data"
-                    )
                 scale, spread = conformal.residual_scale(model, data), None
-            self.calibration_ = conformal.calibrate(
-                model, calibration, self.delta, scale=scale, spread=spread
-            )
+            bound = conformal.calibrate(model, calibration, self.delta, scale=scale, spread=spread)
+        self.calibration_ = bound
         self.fit_time_ = time.perf_counter() - start
         return self
 

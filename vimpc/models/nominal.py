@@ -18,7 +18,7 @@ from vimpc.models.integrated import integrator_model
 
 
 class NominalModel(ModelFamily):
-    """A :class:`MechanicalSystem` integrated with a fixed method, as a :class:`DiscreteModel`.
+    """An analytic system (possibly with wrong parameters) integrated by a fixed method.
 
     Args:
         system: the analytic system the model believes in.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import casadi as ca
@@ -15,9 +16,11 @@ from vimpc.mpc.problem import Constraints, Cost
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import nlpsol_options
 from vimpc.mpc.transcription import transcribe
+from vimpc.mpc.tube import tube_function
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
+TIGHTENINGS = ("none", "tube")
 
 
 class MPC:
@@ -26,9 +29,12 @@ class MPC:
     Args:
         model: the prediction model (the controller sees nothing else).
         horizon: number of steps ``N`` (each ``model.dt``).
-        cost: a :class:`Cost` on the observation.
+        cost: a :class:`Cost` on the observation (its energy shaping, if any, on the
+            model's ``energy``).
         constraints: a :class:`Constraints` (input bounds, observation bounds, path
-            constraints).
+            constraints). Its safety rows ``h(obs) >= 0`` (finite observation lower
+            bounds, finite upper bounds, then the rows of every path constraint) are
+            :attr:`safety_function` and :attr:`safety_names`.
         solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
             QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
             (interior point exploiting the stage structure; the most robust on
@@ -53,11 +59,37 @@ class MPC:
             compiler when the controller is built (a few seconds for the cart-pole
             at N = 20; each solve then runs about twice as fast). Off by default,
             so building the controller takes well under a second.
+        tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
+            ``1..N`` by the model's ``bound`` propagated along the plan (below).
+        tube_lipschitz: with ``"tube"``, a Lipschitz constant ``L`` of ``step`` in the
+            infinity norm that propagates the bound as ``L max(e_k)`` instead of
+            through the Jacobian ``|A_k| e_k``.
+        obs_names: names of the observation entries for :attr:`safety_names`
+            (default: the model's state names when the observation is the state,
+            else ``obs0, obs1, ...``).
 
     Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
     (used by time-varying references) and returns an :class:`MPCResult`. A failed,
     infeasible or late solve never raises: on failure the input is the next input
     of the previous plan (shifted), or ``safe_input`` when there is none.
+
+    Tube tightening (``tightening="tube"``): before each solve, along the initial guess
+    (the previous plan shifted by one stage; on a cold start the measured state held
+    under the safe input), ``e_0 = 0``, ``e_{k+1} = |A_k| e_k + w_k`` with
+    ``w_k = bound(x_k, u_k, p)`` and ``A_k = d step / dx`` (from the residual for an
+    implicit model), and safety row ``j`` must hold at stage ``k`` with the margin
+    ``t_{k,j} = |dh_j/dobs . d to_obs/dx| e_k`` (``MPCResult.tube``).
+    The guarantee: if the true one-step error lies within the bound at every step of the
+    plan (probability >= ``1 - N delta`` over the ``N`` steps by the union bound, when the
+    bound is calibrated on transitions exchangeable with these), and the deviation from
+    the plan stays small enough that the linearisations along the guess (``A_k`` and the
+    row gradients) describe its propagation (first order: the zero-order robust
+    optimisation assumption of Zanelli et al. 2021 and Feng et al. 2020), then the true
+    system driven open loop by the planned inputs keeps every safety row ``>= 0`` at
+    every stage where the plan meets its tightened row. The tube is recomputed at every
+    step from the newest measurement. There is no recursive-feasibility guarantee: a
+    later problem may be infeasible (hard rows: the fallback), and a nonzero ``slack``
+    on soft rows says the tightened problem could not be met.
     """
 
     def __init__(
@@ -77,6 +109,9 @@ class MPC:
         safe_input: Any = None,
         solver_options: dict[str, Any] | None = None,
         jit: bool = False,
+        tightening: str = "none",
+        tube_lipschitz: float | None = None,
+        obs_names: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(model, DiscreteModel):
             raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
@@ -95,8 +130,26 @@ class MPC:
             None if time_budget is None else _checks.positive("time_budget", time_budget)
         )
         self.solver_name = solver
-        self._cost = cost.resolved(model.nobs, model.nu)
+        self.tightening = _checks.one_of("tightening", tightening, TIGHTENINGS)
+        if tightening == "tube" and model.bound is None:
+            raise InputError(
+                "tightening='tube' needs the model's one-step error bound, but the model has "
+                "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
+                "vimpc.models.conformal) or use tightening='none'"
+            )
+        if tube_lipschitz is not None:
+            tube_lipschitz = _checks.positive("tube_lipschitz", tube_lipschitz)
+            if tightening != "tube":
+                raise InputError(
+                    f"tube_lipschitz = {tube_lipschitz!r} only applies with tightening='tube', "
+                    f"got tightening={tightening!r}"
+                )
+        self.tube_lipschitz = tube_lipschitz
+        self.obs_names = _obs_names(model, obs_names)
+        self._cost = cost.resolved(model)
         self._cons = constraints.resolved(model.nobs, model.nu)
+        self.safety_function, self.safety_names = self._cons.safety(self.obs_names)
+        n_safety = len(self.safety_names)
         lo, hi = self._cons.u_min, self._cons.u_max
         if safe_input is None:
             safe_input = np.clip(np.zeros(model.nu), lo, hi)
@@ -105,7 +158,13 @@ class MPC:
         if transcription is None:
             transcription = "implicit" if model.residual is not None else "step"
         self.transcription = transcription
-        self._tr = transcribe(model, self.horizon, self._cost, self._cons, transcription)
+        # without safety rows there is nothing to tighten: the NLP stays the plain one
+        tightened = self.tightening == "tube" and n_safety > 0
+        self._tr = transcribe(
+            model, self.horizon, self._cost, self._cons, transcription, tightened=tightened
+        )
+        self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
+        self._no_tube = np.zeros((self.horizon + 1, n_safety))  # shape of the reported tube
         plugin, opts = nlpsol_options(
             solver,
             max_iter=self.max_iter,
@@ -171,9 +230,15 @@ class MPC:
         p = m.p_default if p is None else _checks.finite_vector("p", p, m.np)
         x0 = np.asarray(m.from_obs(obs), dtype=np.float64).reshape(-1)
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
-        P = np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p])
-        w0 = self._initial_guess(x0)
-        args: dict[str, Any] = dict(x0=ca.DM(w0), p=ca.DM(P), **self._bounds)
+        w0 = ca.DM(self._initial_guess(x0))
+        P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
+        tube, tube_time = np.zeros(self._no_tube.shape), 0.0
+        if self._tube_fn is not None:
+            start = time.perf_counter()
+            P, applied = self._tube_fn(w0, P)
+            tube = applied.full().T
+            tube_time = time.perf_counter() - start
+        args: dict[str, Any] = dict(x0=w0, p=P, **self._bounds)
         if self._lam_g0 is not None:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
@@ -217,9 +282,25 @@ class MPC:
             slack=slack,
             cost=cost,
             fallback=fallback,
+            tube=tube,
+            tube_time=tube_time,
         )
 
     # -- helpers --------------------------------------------------------------------------
+    def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
+        """``(w, P) -> (P with the tightening appended, t (m, N + 1))``: the tube along the
+        plan held in the initial guess ``w``. It takes the DMs the solver gets anyway, so
+        a solve converts nothing more than the tube it reports."""
+        m, N, L = self.model, self.horizon, self._tr.layout
+        fn = tube_function(m, N, self.safety_function, lipschitz)
+        sym = ca.SX if fn.is_a("SXFunction") else ca.MX
+        n_p = self._tr.nlp["p"].numel() - self._tr.n_tube
+        w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
+        X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
+        U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
+        t = fn(X, U, P[n_p - m.np :])
+        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(P, ca.vec(t[:, 1:])), t])
+
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
         L = self._layout
         if self._w0 is None:
@@ -281,3 +362,17 @@ class MPC:
         except RuntimeError as exc:
             # some plugins fail to report stats after an aborted solve
             return {"success": False, "return_status": f"no statistics: {exc}"}
+
+
+def _obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:
+    if names is None:
+        if model.nobs == model.nx:
+            return tuple(model.state_names)
+        return tuple(f"obs{i}" for i in range(model.nobs))
+    if isinstance(names, str) or len(names) != model.nobs:
+        raise InputError(
+            f"obs_names must be {model.nobs} names (one per observation entry), got {names!r}"
+        )
+    if not all(isinstance(n, str) for n in names):
+        raise InputError(f"obs_names must be strings, got {list(names)!r}")
+    return tuple(names)

@@ -14,6 +14,7 @@ import casadi as ca
 import numpy as np
 
 from vimpc import _checks
+from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 
 
@@ -41,15 +42,16 @@ def _weights(name: str, value: Any, size: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EnergyShaping:
-    """Penalty ``weight * (E(obs) - target)^2`` that drives a swing-up by pumping energy.
+    """Penalty ``weight * (E(x) - target)^2`` that drives a swing-up by pumping energy.
 
-    ``energy`` is a CasADi function of the observation (e.g. a system's ``E``
-    function composed with the observation split).
+    ``E`` is the prediction model's ``energy(x, p)`` on its state, so the controller
+    needs a model that has one. ``target=None`` is the model's energy of the cost's
+    reference at ``t = 0``, ``energy(from_obs(reference(0)), p_default)``, fixed when
+    the controller is built.
     """
 
-    energy: ca.Function
-    target: float
     weight: float = 1.0
+    target: float | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,10 @@ class Cost:
     periodic: tuple[int, ...] = ()
     energy: EnergyShaping | None = None
 
-    def resolved(self, nobs: int, nu: int) -> _ResolvedCost:
+    def resolved(self, model: DiscreteModel) -> _ResolvedCost:
+        """Weights as matrices, the reference as a callable and the energy target as a
+        number, checked against ``model``."""
+        nobs, nu = model.nobs, model.nu
         Q = _weights("cost.Q", self.Q, nobs)
         R = _weights("cost.R", self.R, nu)
         QN = Q if self.Q_terminal is None else _weights("cost.Q_terminal", self.Q_terminal, nobs)
@@ -106,16 +111,41 @@ class Cost:
             if self.u_reference is None
             else _checks.finite_vector("cost.u_reference", self.u_reference, nu)
         )
-        if self.energy is not None:
-            if (
-                not isinstance(self.energy.energy, ca.Function)
-                or self.energy.energy.numel_in(0) != nobs
-            ):
-                raise InputError(
-                    f"cost.energy.energy must be a casadi.Function of the {nobs} observations"
-                )
-            _checks.nonnegative("cost.energy.weight", self.energy.weight)
-        return _ResolvedCost(Q, R, QN, reference, u_ref, R_rate, tuple(self.periodic), self.energy)
+        energy = None if self.energy is None else _energy(self.energy, model, reference)
+        return _ResolvedCost(Q, R, QN, reference, u_ref, R_rate, tuple(self.periodic), energy)
+
+
+def _energy(shaping: Any, model: DiscreteModel, reference: Callable) -> EnergyShaping:
+    """``shaping`` checked against ``model``, with its target as a number."""
+    if not isinstance(shaping, EnergyShaping):
+        raise InputError(
+            f"cost.energy must be a vimpc.mpc.EnergyShaping, got {type(shaping).__name__}"
+        )
+    if model.energy is None:
+        raise InputError(
+            "cost.energy asks for energy shaping, which needs the model's energy, but the model "
+            "has no energy (DiscreteModel.energy is None); use a model that provides "
+            "energy(x, p) or drop cost.energy"
+        )
+    weight = _checks.nonnegative("cost.energy.weight", shaping.weight)
+    if shaping.target is None:
+        x_ref = model.from_obs(np.asarray(reference(0.0), dtype=np.float64))
+        target = float(model.energy(x_ref, model.p_default))
+        if not np.isfinite(target):
+            raise InputError(
+                f"cost.energy.target = None takes the model's energy of the reference at t = 0, "
+                f"which is {target}; give a finite target"
+            )
+    else:
+        try:
+            target = float(shaping.target)
+        except (TypeError, ValueError):
+            target = float("nan")
+        if not np.isfinite(target):
+            raise InputError(
+                f"cost.energy.target must be a finite number [J] or None, got {shaping.target!r}"
+            )
+    return EnergyShaping(weight=weight, target=target)
 
 
 @dataclass(frozen=True)
@@ -137,8 +167,9 @@ class _ResolvedCost:
         parts = [2 * ca.sin(e[i] / 2) if i in self.periodic else e[i] for i in range(e.numel())]
         return ca.vertcat(*parts)
 
-    def stage_residual(self, obs, ref, u, u_prev):
-        """``rho`` with stage cost ``rho^T rho`` (least squares, for Gauss–Newton)."""
+    def stage_residual(self, obs, ref, u, u_prev, energy=None):
+        """``rho`` with stage cost ``rho^T rho`` (least squares, for Gauss–Newton);
+        ``energy`` is the model's energy of the stage's state (needed with shaping)."""
         parts = [
             ca.mtimes(_sqrt_psd(self.Q), self.error(obs, ref)),
             ca.mtimes(_sqrt_psd(self.R), u - self.u_reference),
@@ -146,18 +177,19 @@ class _ResolvedCost:
         if self.R_rate is not None:
             parts.append(ca.mtimes(_sqrt_psd(self.R_rate), u - u_prev))
         if self.energy is not None:
-            parts.append(
-                np.sqrt(self.energy.weight) * (self.energy.energy(obs) - self.energy.target)
-            )
+            parts.append(self._energy_residual(energy))
         return ca.vertcat(*parts)
 
-    def terminal_residual(self, obs, ref):
+    def terminal_residual(self, obs, ref, energy=None):
         parts = [ca.mtimes(_sqrt_psd(self.Q_terminal), self.error(obs, ref))]
         if self.energy is not None:
-            parts.append(
-                np.sqrt(self.energy.weight) * (self.energy.energy(obs) - self.energy.target)
-            )
+            parts.append(self._energy_residual(energy))
         return ca.vertcat(*parts)
+
+    def _energy_residual(self, energy):
+        if energy is None:
+            raise ValueError("energy shaping needs the stage's model energy")
+        return np.sqrt(self.energy.weight) * (energy - self.energy.target)
 
 
 def _sqrt_psd(W: np.ndarray) -> np.ndarray:
@@ -240,3 +272,38 @@ class Constraints:
         return Constraints(
             u_min, u_max, obs_min, obs_max, self.soft_bounds, self.bound_weight, tuple(self.path)
         )
+
+    # -- the safety rows h(obs) >= 0 -------------------------------------------------------
+    def safety_layout(self) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """Where the safety rows sit (resolved constraints only): the observation entries
+        with a finite lower bound (rows ``0 .. n_lo - 1``), those with a finite upper bound
+        (the next ``n_hi`` rows), then the row indices of each path constraint."""
+        lo = np.flatnonzero(np.isfinite(self.obs_min))
+        hi = np.flatnonzero(np.isfinite(self.obs_max))
+        start, rows = lo.size + hi.size, []
+        for c in self.path:
+            n = c.function.numel_out(0)
+            rows.append(np.arange(start, start + n))
+            start += n
+        return lo, hi, tuple(rows)
+
+    def safety(self, obs_names: Sequence[str]) -> tuple[ca.Function, tuple[str, ...]]:
+        """The safety rows as one function ``obs -> h`` (``h >= 0`` is safe) and their names
+        (resolved constraints only): ``obs_i - obs_min_i``, ``obs_max_i - obs_i``, then the
+        rows of every path constraint, hard or soft."""
+        lo, hi, _ = self.safety_layout()
+        obs = ca.MX.sym("obs", len(obs_names))
+        rows = [obs[i] - self.obs_min[i] for i in lo] + [self.obs_max[i] - obs[i] for i in hi]
+        names = [f"{obs_names[i]} >= {self.obs_min[i]:g}" for i in lo]
+        names += [f"{obs_names[i]} <= {self.obs_max[i]:g}" for i in hi]
+        for c in self.path:
+            rows.append(ca.vec(c.function(obs)))
+            n = c.function.numel_out(0)
+            names += [c.name] if n == 1 else [f"{c.name}[{i}]" for i in range(n)]
+        h = ca.vertcat(*rows) if rows else ca.MX(0, 1)
+        fn = ca.Function("safety", [obs], [h], ["obs"], ["h"])
+        try:
+            fn = fn.expand()
+        except RuntimeError:  # a path constraint with a non-expandable node stays MX
+            pass
+        return fn, tuple(names)

@@ -34,10 +34,14 @@ class MPCResult:
         obs: predicted observations, shape ``(N + 1, nobs)``.
         u_plan: planned inputs, shape ``(N, nu)``.
         iterations: solver iterations.
-        solve_time: wall time of the solve [s].
+        solve_time: wall time of the NLP solve alone [s].
         slack: largest slack of the soft constraints (0 when all hold).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
+        tube: the tightening applied to each safety row at each stage in this solve,
+            shape ``(N + 1, m)`` (row 0 is zero: the initial state is given; all zeros
+            without tightening).
+        tube_time: wall time spent computing the tube in this call [s] (0 without).
     """
 
     u: np.ndarray
@@ -50,3 +54,5 @@ class MPCResult:
     slack: float
     cost: float
     fallback: bool
+    tube: np.ndarray
+    tube_time: float

@@ -15,7 +15,10 @@ constraint. Without the copy the residual would couple neighbouring stages in
 the Hessian of the Lagrangian, which then has no block structure for SQP
 convexification or for FATROP's Riccati recursion.
 
-The NLP parameter vector is ``(x_init, reference_0..N, u_prev, p)``.
+The NLP parameter vector is ``(x_init, reference_0..N, u_prev, p)``, followed with
+``tightened=True`` by the tightening ``t_k`` of the safety rows at stages ``1..N``
+(``m x N``, column by column): each safety row ``h_j(obs_k) >= 0`` becomes
+``h_j(obs_k) >= t_{k,j}``. Without tightening the NLP has no such parameters.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Transcription:
     lbg: np.ndarray
     ubg: np.ndarray
     expandable: bool
+    n_tube: int  # tightening parameters at the end of the NLP's ``p`` (0 without tightening)
     gauss_newton: ca.Function  # (x, p, lam_f, lam_g) -> Gauss–Newton Hessian of the Lagrangian
 
 
@@ -67,7 +71,12 @@ def _soft_bounds(cons: Constraints) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def transcribe(
-    model: DiscreteModel, horizon: int, cost: _ResolvedCost, cons: Constraints, transcription: str
+    model: DiscreteModel,
+    horizon: int,
+    cost: _ResolvedCost,
+    cons: Constraints,
+    transcription: str,
+    tightened: bool = False,
 ) -> Transcription:
     N = _checks.positive_int("horizon", horizon)
     _checks.one_of("transcription", transcription, TRANSCRIPTIONS)
@@ -108,6 +117,26 @@ def transcribe(
     refs = ca.MX.sym("reference", nobs, N + 1)
     u_prev = ca.MX.sym("u_prev", nu)
     p = ca.MX.sym("p", model.np)
+    # the safety rows (in Constraints.safety order) of each group of stage constraints
+    safe_lo, safe_hi, path_rows = cons.safety_layout()
+    n_safety = safe_lo.size + safe_hi.size + sum(r.size for r in path_rows)
+    tube = ca.MX.sym("tube", n_safety, N) if tightened else None
+    lo_rows = np.arange(safe_lo.size)
+    hi_rows = np.arange(safe_lo.size, safe_lo.size + safe_hi.size)
+    hard_path_rows = [r for c, r in zip(cons.path, path_rows, strict=True) if not c.soft]
+    soft_rows = np.concatenate(
+        [
+            *((lo_rows, hi_rows) if cons.soft_bounds else ()),
+            *[r for c, r in zip(cons.path, path_rows, strict=True) if c.soft],
+            np.zeros(0, int),
+        ]
+    ).astype(int)
+
+    def tight(expr, k, rows, sign=-1.0):
+        """``expr + sign * t_k[rows]``: lower rows move up by ``t``, upper rows down."""
+        if tube is None or len(rows) == 0:
+            return expr
+        return ca.vec(expr) + sign * tube[rows.tolist(), k - 1]
 
     w, lbw, ubw, g, lbg, ubg = [], [], [], [], [], []
     idx_x, idx_u, idx_z, idx_s = [], [], [], []
@@ -152,15 +181,20 @@ def transcribe(
             rows_ub.append(np.zeros(nx))
         if k > 0:  # the initial state is given: no path constraints on it
             if hard_lo.size or hard_hi.size:
-                rows_g.append(ca.vertcat(obs[hard_lo.tolist()], obs[hard_hi.tolist()]))
+                rows_g.append(
+                    ca.vertcat(
+                        tight(obs[hard_lo.tolist()], k, lo_rows),
+                        tight(obs[hard_hi.tolist()], k, hi_rows, +1.0),
+                    )
+                )
                 rows_lb.append(
                     np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)])
                 )
                 rows_ub.append(
                     np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]])
                 )
-            for c in hard_path:
-                rows_g.append(c.function(obs))
+            for c, rows in zip(hard_path, hard_path_rows, strict=True):
+                rows_g.append(tight(c.function(obs), k, rows))
                 rows_lb.append(np.zeros(c.function.numel_out(0)))
                 rows_ub.append(np.full(c.function.numel_out(0), np.inf))
             if ns:
@@ -169,24 +203,27 @@ def transcribe(
                     cons.obs_max[soft_hi] - obs[soft_hi.tolist()],
                 ]
                 soft += [c.function(obs) for c in soft_path]
-                rows_g.append(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k]))
+                rows_g.append(tight(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k]), k, soft_rows))
                 rows_lb.append(np.zeros(len(slack_of_row)))
                 rows_ub.append(np.full(len(slack_of_row), np.inf))
         if ns:
             # exact L1 penalty plus a small quadratic that keeps the Hessian regular
             J += ca.dot(slack_weights, S[k])
             residuals.append(np.sqrt(1e-3) * S[k])
+        energy = model.energy(X[k], p) if cost.energy is not None else None
         if k < N:
             residuals.append(
-                cost.stage_residual(obs, refs[:, k], U[k], u_prev if k == 0 else U[k - 1])
+                cost.stage_residual(
+                    obs, refs[:, k], U[k], u_prev if k == 0 else U[k - 1], energy=energy
+                )
             )
         else:
-            residuals.append(cost.terminal_residual(obs, refs[:, k]))
+            residuals.append(cost.terminal_residual(obs, refs[:, k], energy=energy))
         g.extend(rows_g)
         lbg.extend(rows_lb)
         ubg.extend(rows_ub)
 
-    P = ca.vertcat(x_init, ca.vec(refs), u_prev, p)
+    P = ca.vertcat(x_init, ca.vec(refs), u_prev, p, *([] if tube is None else [ca.vec(tube)]))
     W = ca.vertcat(*w)
     rho = ca.vertcat(*residuals)
     nlp = {"x": W, "p": P, "f": J + ca.sumsqr(rho), "g": ca.vertcat(*g)}
@@ -209,7 +246,10 @@ def transcribe(
         n_w=count,
     )
     expandable = True
-    for fn in (model.step if transcription == "step" else model.residual, model.to_obs):
+    used = [model.step if transcription == "step" else model.residual, model.to_obs]
+    if cost.energy is not None:
+        used.append(model.energy)
+    for fn in used:
         try:
             fn.expand()
         except RuntimeError:
@@ -222,5 +262,6 @@ def transcribe(
         lbg=np.concatenate(lbg),
         ubg=np.concatenate(ubg),
         expandable=expandable,
+        n_tube=0 if tube is None else tube.numel(),
         gauss_newton=gauss_newton.expand() if expandable else gauss_newton,
     )

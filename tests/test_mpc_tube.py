@@ -1,0 +1,307 @@
+"""Tube tightening of the safety rows from the model's one-step error bound."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import casadi as ca
+import numpy as np
+import pytest
+
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
+from vimpc.mechanics import Pendulum
+from vimpc.models import NominalModel
+from vimpc.mpc import MPC, Constraints, Cost, PathConstraint
+from vimpc.mpc.tube import state_jacobian, tube_function
+
+DT = 0.1
+A = np.array([[1.0, DT], [0.0, 1.0]])
+B = np.array([[DT**2 / 2], [DT]])
+
+
+def _double_integrator(w, *, implicit=True, to_obs=None, bound=True) -> DiscreteModel:
+    """``x_next = A x + B u`` with the constant bound ``w`` and observation ``M x``."""
+    M = np.eye(2) if to_obs is None else np.asarray(to_obs, dtype=float)
+    x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
+    obs = ca.SX.sym("obs", 2)
+    return DiscreteModel(
+        dt=DT,
+        nx=2,
+        nu=1,
+        np=0,
+        nobs=2,
+        step=ca.Function("step", [x, u, p], [ca.mtimes(A, x) + ca.mtimes(B, u)]),
+        residual=(
+            ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A, x) - ca.mtimes(B, u)])
+            if implicit
+            else None
+        ),
+        bound=ca.Function("bound", [x, u, p], [ca.DM(w)]) if bound else None,
+        delta=0.05 if bound else None,
+        from_obs=ca.Function("from_obs", [obs], [ca.mtimes(np.linalg.inv(M), obs)]),
+        to_obs=ca.Function("to_obs", [x], [ca.mtimes(M, x)]),
+        state_names=("s", "v"),
+        input_names=("f",),
+    )
+
+
+def _point_mass(w) -> DiscreteModel:
+    """Planar double integrator, state ``(px, py, vx, vy)``, observed with velocities
+    scaled by 2 (so ``d to_obs/dx`` is not the identity)."""
+    Ax = np.kron(A, np.eye(2))
+    Bx = np.kron(B, np.eye(2))
+    M = np.diag([1.0, 1.0, 2.0, 2.0])
+    x, u, p, obs = ca.SX.sym("x", 4), ca.SX.sym("u", 2), ca.SX.sym("p", 0), ca.SX.sym("obs", 4)
+    return DiscreteModel(
+        dt=DT,
+        nx=4,
+        nu=2,
+        np=0,
+        nobs=4,
+        step=ca.Function("step", [x, u, p], [ca.mtimes(Ax, x) + ca.mtimes(Bx, u)]),
+        bound=ca.Function("bound", [x, u, p], [ca.DM(w)]),
+        delta=0.05,
+        from_obs=ca.Function("from_obs", [obs], [ca.mtimes(np.linalg.inv(M), obs)]),
+        to_obs=ca.Function("to_obs", [x], [ca.mtimes(M, x)]),
+        state_names=("px", "py", "vx", "vy"),
+        input_names=("fx", "fy"),
+    )
+
+
+def _errors_by_hand(w, N, lipschitz=None):
+    """``e_k = sum_{j<k} |A|^(k-1-j) w``, or ``e_{k+1} = L max(e_k) + w``."""
+    w = np.asarray(w, dtype=float)
+    if lipschitz is None:
+        absA = np.abs(A)
+        return [
+            sum((np.linalg.matrix_power(absA, k - 1 - j) @ w for j in range(k)), np.zeros(2))
+            for k in range(N + 1)
+        ]
+    e = [np.zeros(2)]
+    for _ in range(N):
+        e.append(lipschitz * e[-1].max() + w)
+    return e
+
+
+@pytest.mark.parametrize("lipschitz", [None, 1.1])  # 1 + DT: |A| in the infinity norm
+@pytest.mark.parametrize("transcription", ["step", "implicit"])
+def test_tube_of_bound_rows_matches_the_hand_recursion(transcription, lipschitz):
+    w, N = np.array([2e-3, 1e-2]), 12
+    M = np.array([[1.0, 0.0], [-0.5, 2.0]])  # observation (s, 2 v - s / 2)
+    model = _double_integrator(w, implicit=transcription == "implicit", to_obs=M)
+    ctrl = MPC(
+        model,
+        N,
+        Cost(Q=[1.0, 0.1], R=[0.1]),
+        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, 3.0]),
+        transcription=transcription,
+        tightening="tube",
+        tube_lipschitz=lipschitz,
+    )
+    assert ctrl.safety_names == ("s >= -1", "s <= 1", "v <= 3")
+    e = np.array(_errors_by_hand(w, N, lipschitz))
+    rows = np.abs(np.array([M[0], M[0], M[1]]))  # |C| of each bound row
+    expected = e @ rows.T
+    x = np.array([0.3, -0.2])
+    for _ in range(3):  # cold start, then warm starts along the previous plans
+        result = ctrl(M @ x)
+        assert result.status.ok
+        assert result.tube.shape == (N + 1, 3)
+        np.testing.assert_allclose(result.tube, expected, rtol=1e-12, atol=1e-15)
+        assert result.tube_time > 0.0
+        x = A @ x + B @ result.u
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_plan_keeps_the_tightened_bound_and_stays_away_from_the_limit(soft):
+    w, N, limit = np.array([2e-3, 1e-2]), 15, 0.5
+    model = _double_integrator(w, implicit=False)
+    problem = dict(
+        horizon=N,
+        cost=Cost(Q=[10.0, 0.1], R=[1e-3], reference=[2.0, 0.0]),
+        constraints=Constraints(
+            u_min=[-1.0], u_max=[1.0], obs_max=[limit, np.inf], soft_bounds=soft
+        ),
+    )
+    plain = MPC(model, **problem)
+    tight = MPC(model, **problem, tightening="tube")
+    x = np.array([0.0, 0.0])
+    for _ in range(4):
+        free, tube = plain(x), tight(x)
+        assert free.status.ok and tube.status.ok
+        np.testing.assert_array_equal(free.tube, np.zeros((N + 1, 1)))
+        assert free.tube_time == 0.0
+        assert tube.tube[0, 0] == 0.0 and np.all(np.diff(tube.tube[:, 0]) > 0)
+        assert np.all(tube.obs[:, 0] <= limit - tube.tube[:, 0] + 1e-6)
+        if soft:
+            assert tube.slack < 1e-6
+        # the untightened plan runs into the limit; the tightened one keeps its margin
+        assert free.obs[:, 0].max() > limit - 1e-4
+        assert free.obs[-1, 0] - tube.obs[-1, 0] > 0.9 * tube.tube[-1, 0] > 0.05
+        x = A @ x + B @ tube.u
+
+
+def test_circle_constraint_gets_the_gradient_times_the_error_bound():
+    w, N = np.array([1e-3, 2e-3, 1e-2, 5e-3]), 10
+    model = _point_mass(w)
+    obs = ca.SX.sym("obs", 4)
+    centre, radius = np.array([0.6, 0.05]), 0.2
+    h = ca.Function(
+        "circle0", [obs], [(obs[0] - centre[0]) ** 2 + (obs[1] - centre[1]) ** 2 - radius**2]
+    )
+    ctrl = MPC(
+        model,
+        N,
+        Cost(Q=[10.0, 10.0, 0.1, 0.1], R=[1e-2, 1e-2], reference=[1.2, 0.0, 0.0, 0.0]),
+        Constraints(
+            u_min=[-2.0, -2.0],
+            u_max=[2.0, 2.0],
+            obs_max=[np.inf, 1.0, np.inf, np.inf],
+            path=[PathConstraint("circle0", h, soft=True, weight=1e4)],
+        ),
+        tightening="tube",
+    )
+    assert ctrl.safety_names == ("py <= 1", "circle0")
+
+    def gradient(x, eps=1e-6):  # central differences of h(to_obs(x)) in the state
+        f = lambda x: float(h(model.to_obs(x)))  # noqa: E731
+        return np.array([(f(x + eps * d) - f(x - eps * d)) / (2 * eps) for d in np.eye(4)])
+
+    e = [np.zeros(4)]
+    for _ in range(N):
+        e.append(np.abs(np.kron(A, np.eye(2))) @ e[-1] + w)
+    x0 = np.zeros(4)
+    first = ctrl(model.to_obs(x0))
+    assert first.status.ok
+    # cold start: the tube is linearised along x0 held over the horizon
+    for k in range(1, N + 1):
+        np.testing.assert_allclose(first.tube[k, 1], np.abs(gradient(x0)) @ e[k], rtol=1e-6)
+        np.testing.assert_allclose(first.tube[k, 0], e[k][1], rtol=1e-12)
+    # warm start: along the previous plan shifted by one stage (its last state repeated)
+    x1 = first.x[1]
+    second = ctrl(np.asarray(model.to_obs(x1)).ravel())
+    assert second.status.ok
+    plan = np.vstack([x1, first.x[2:], first.x[-1:]])
+    for k in range(1, N + 1):
+        np.testing.assert_allclose(second.tube[k, 1], np.abs(gradient(plan[k])) @ e[k], rtol=1e-6)
+    assert np.ptp(second.tube[1:, 1] / np.array([np.abs(e[k]).sum() for k in range(1, N + 1)])) > 0
+    # the plan goes around the obstacle with the margin
+    h_plan = np.array([float(h(o)) for o in second.obs])
+    assert np.all(h_plan[1:] >= second.tube[1:, 1] - 1e-6)
+
+
+def test_implicit_and_explicit_models_give_the_same_jacobian_on_a_consistent_plan():
+    model = NominalModel(Pendulum(), 0.05).discrete_model()
+    explicit = dataclasses.replace(model, residual=None)
+    rng = np.random.default_rng(1)
+    N = 8
+    inputs = rng.uniform(-2.0, 2.0, (N, 1))
+    xs = model.simulate([0.4, -1.0], inputs)
+    implicit_A, explicit_A = state_jacobian(model), state_jacobian(explicit)
+    for k in range(N):
+        Ai = np.asarray(implicit_A(xs[k], inputs[k], xs[k + 1], []))
+        Ae = np.asarray(explicit_A(xs[k], inputs[k], xs[k + 1], []))
+        np.testing.assert_allclose(Ai, Ae, rtol=0, atol=1e-8)
+        assert np.abs(Ai - np.eye(2)).max() > 1e-2  # a real Jacobian, not the identity
+    # the whole tube too, on a state-dependent safety row
+    w = np.array([1e-3, 5e-3])
+    bound = ca.Function(
+        "bound", [ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)], [ca.DM(w)]
+    )
+    obs = ca.SX.sym("obs", 2)
+    safety = ca.Function("safety", [obs], [ca.vertcat(1.0 - ca.cos(obs[0]), 8.0 - obs[1])])
+    tubes = [
+        np.asarray(
+            tube_function(dataclasses.replace(m, bound=bound, delta=0.1), N, safety)(
+                xs.T, inputs.T, []
+            )
+        )
+        for m in (model, explicit)
+    ]
+    np.testing.assert_allclose(tubes[0], tubes[1], rtol=1e-8, atol=1e-12)
+
+
+def test_tube_without_expandable_step_uses_mx_and_agrees():
+    # implicit Euler of the double integrator: step solves a linear system (an MX node
+    # with no SX form), the residual is plain SX
+    w = np.array([2e-3, 1e-2])
+    E = np.eye(2) - DT * np.array([[0.0, 1.0], [0.0, 0.0]])
+    x, u, p, xn = ca.MX.sym("x", 2), ca.MX.sym("u", 1), ca.MX.sym("p", 0), ca.MX.sym("xn", 2)
+    base = _double_integrator(w)
+    model = dataclasses.replace(
+        base,
+        step=ca.Function("step", [x, u, p], [ca.solve(ca.MX(E), x + DT * ca.vertcat(0, u))]),
+        residual=ca.Function("res", [x, u, xn, p], [ca.mtimes(E, xn) - x - DT * ca.vertcat(0, u)]),
+    )
+    explicit = dataclasses.replace(model, residual=None)
+    with pytest.raises(RuntimeError):
+        explicit.step.expand()
+    N = 6
+    inputs = np.linspace(-1.0, 1.0, N).reshape(N, 1)
+    xs = model.simulate([0.1, 0.2], inputs)
+    safety, _ = Constraints(obs_max=[1.0, 1.0]).resolved(2, 1).safety(("s", "v"))
+    t_implicit = np.asarray(tube_function(model, N, safety)(xs.T, inputs.T, []))
+    t_explicit = np.asarray(tube_function(explicit, N, safety)(xs.T, inputs.T, []))
+    np.testing.assert_allclose(t_implicit, t_explicit, rtol=1e-10)
+    Ainv = np.abs(np.linalg.inv(E))
+    e = [np.zeros(2)]
+    for _ in range(N):
+        e.append(Ainv @ e[-1] + w)
+    np.testing.assert_allclose(t_implicit.T, np.array(e), rtol=1e-10)
+
+
+def test_failed_solve_still_reports_the_applied_tube():
+    model = _double_integrator([1e-3, 1e-2], implicit=False)
+    obs = ca.SX.sym("obs", 2)
+    wall = ca.Function("wall", [obs], [ca.vertcat(1.0 - obs[0], 5.0 - obs[1])])
+    ctrl = MPC(
+        model,
+        10,
+        Cost(Q=[1.0, 0.1], R=[1e-2]),
+        Constraints(u_min=[-0.1], u_max=[0.1], path=[PathConstraint("wall", wall)]),
+        tightening="tube",
+    )
+    assert ctrl.safety_names == ("wall[0]", "wall[1]")
+    result = ctrl(np.array([0.9, 2.0]))  # too fast to stop before the wall
+    assert result.fallback
+    assert result.tube.shape == (11, 2) and result.tube[-1, 0] > 0
+
+
+def test_safety_function_and_default_names():
+    model = _double_integrator([1e-3, 1e-3])
+    ctrl = MPC(
+        model,
+        5,
+        Cost(Q=[1.0, 1.0], R=[1.0]),
+        Constraints(obs_min=[-1.0, -0.25], obs_max=[np.inf, 0.5]),
+        obs_names=("position", "speed"),
+    )
+    assert ctrl.safety_names == ("position >= -1", "speed >= -0.25", "speed <= 0.5")
+    np.testing.assert_allclose(
+        np.asarray(ctrl.safety_function([0.5, 0.25])).ravel(), [1.5, 0.5, 0.25]
+    )
+    plain = MPC(model, 5, Cost(Q=[1.0, 1.0], R=[1.0]), tightening="tube")
+    assert plain.safety_names == () and plain.safety_function.numel_out(0) == 0
+    result = plain(np.array([0.1, 0.0]))
+    assert result.tube.shape == (6, 0) and result.tube_time == 0.0
+    with pytest.raises(InputError, match=r"obs_names must be 2 names .*got \('s',\)"):
+        MPC(model, 5, Cost(Q=[1.0, 1.0], R=[1.0]), obs_names=("s",))
+
+
+def test_tightening_errors_name_the_argument():
+    cost = Cost(Q=[1.0, 1.0], R=[1.0])
+    unbounded = _double_integrator([1e-3, 1e-3], bound=False)
+    bounded = _double_integrator([1e-3, 1e-3])
+    with pytest.raises(InputError, match=r"tightening='tube' .* the model has no bound"):
+        MPC(unbounded, 5, cost, tightening="tube")
+    with pytest.raises(InputError, match=r"tightening must be one of .*did you mean 'tube'"):
+        MPC(bounded, 5, cost, tightening="tubes")
+    with pytest.raises(InputError, match="tube_lipschitz must be a positive finite number, got 0"):
+        MPC(bounded, 5, cost, tightening="tube", tube_lipschitz=0)
+    with pytest.raises(InputError, match="tube_lipschitz must be a positive finite number"):
+        MPC(bounded, 5, cost, tightening="tube", tube_lipschitz=float("inf"))
+    with pytest.raises(
+        InputError, match=r"tube_lipschitz = 2.0 only applies with tightening='tube'"
+    ):
+        MPC(bounded, 5, cost, tube_lipschitz=2.0)

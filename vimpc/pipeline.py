@@ -1,0 +1,455 @@
+"""Wiring a validated scenario: env, data, fitted model (cached), controller, episodes.
+
+``data -> fit -> model``: a model family that needs fitting (a learned family, or any
+family asked for a calibrated bound) gets training trajectories and held-out
+trajectories collected from the scenario env's true system (or read from ``.npz``
+files), is fitted, evaluated on the held-out validation half and exported. The exported
+model is cached as a ``.vimpc`` file keyed by a hash of the env, data and model settings
+and the vimpc version, so a repeated run reuses it instead of fitting again; every
+consumer (a serial run, each worker process, ``vimpc fit``) then uses the functions read
+from that one file, so their numbers are identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vimpc import __version__
+from vimpc.data import Dataset
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import ConfigError, VimpcError
+from vimpc.scenario import build_family, env_spec
+
+#: steps of the multi-step prediction error in the fit summary
+PREDICTION_STEPS = 20
+
+
+# -- the env ----------------------------------------------------------------------------------
+
+
+def build_env(cfg: dict[str, Any], *, obs_noise: float | None = None):
+    """The scenario's environment (unwrapped, no time limit: episodes set the length)."""
+    import gymnasium
+
+    import vimpc  # noqa: F401  (registers the environment ids)
+
+    kwargs = dict(cfg["env"]["kwargs"])
+    if obs_noise is not None:
+        kwargs["obs_noise"] = obs_noise
+    try:
+        return gymnasium.make(cfg["env"]["id"], dt=cfg["env"]["dt"], **kwargs).unwrapped
+    except TypeError as exc:
+        raise ConfigError(f"env.kwargs do not fit {cfg['env']['id']}: {exc}") from None
+    except VimpcError as exc:
+        raise ConfigError(f"env: {exc}") from None
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+def collect(cfg: dict[str, Any], env, part: str, progress: bool = False) -> Dataset:
+    """Collect the ``"train"`` or ``"heldout"`` trajectories of ``cfg["data"]`` from ``env``'s
+    true system (a copy with ``data.obs_noise`` when that is set)."""
+    from vimpc.data import halton, make_excitation, onto_constraints, rollout_env, uniform
+
+    d = cfg["data"]
+    n, seed = (
+        (d["trajectories"], d["seed"])
+        if part == "train"
+        else (d["heldout_trajectories"], d["heldout_seed"])
+    )
+    if d["obs_noise"] is not None:
+        env = build_env(cfg, obs_noise=d["obs_noise"])
+    options = dict(d["excitation_options"])
+    limit = np.asarray(env.action_space.high, dtype=np.float64)
+    if d["excitation"] == "random_steps":
+        options.setdefault("low", (-limit).tolist())
+        options.setdefault("high", limit.tolist())
+    elif d["excitation"] == "chirp":
+        options.setdefault("amplitude", limit.tolist())
+    rng = np.random.default_rng(seed)
+    inputs = np.stack(
+        [
+            make_excitation(d["excitation"], d["steps"], env.true_system.nu, env.dt, rng, **options)
+            for _ in range(n)
+        ]
+    )
+    states = None
+    if d["initial_state"] == "uniform":
+        states = uniform(d["low"], d["high"], n, rng)
+    elif d["initial_state"] == "halton":
+        states = halton(d["low"], d["high"], n, seed=seed)
+    if states is not None:
+        states = onto_constraints(env.true_system, states)
+    meta = {
+        "part": part,
+        "excitation": {"kind": d["excitation"], **options},
+        "initial_state": d["initial_state"],
+    }
+    return rollout_env(
+        env, n, d["steps"], inputs, seed, metadata=meta, progress=progress, initial_states=states
+    )
+
+
+def _dataset(cfg: dict[str, Any], env, part: str, progress: bool) -> Dataset:
+    key = "path" if part == "train" else "heldout_path"
+    path = cfg["data"][key]
+    return Dataset.load(path) if path is not None else collect(cfg, env, part, progress)
+
+
+def split_heldout(data: Dataset) -> tuple[Dataset, Dataset]:
+    """``(calibration, validation)``: the first half of the held-out trajectories and the rest."""
+    k = data.n_trajectories // 2
+    if k < 1:
+        raise ConfigError(
+            f"the held-out data hold {data.n_trajectories} trajectory; calibration and "
+            "validation need at least 2 (data.heldout_trajectories)"
+        )
+    first, rest = np.arange(k), np.arange(k, data.n_trajectories)
+
+    def part(idx: np.ndarray, name: str) -> Dataset:
+        meta = {**data.metadata, "heldout_part": name}
+        return Dataset(
+            data.t[idx], data.obs[idx], data.states[idx], data.inputs[idx], data.dt, meta
+        )
+
+    return part(first, "calibration"), part(rest, "validation")
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The scenario's model and where it came from.
+
+    ``path`` is the file every consumer loads (``None``: the model is built from the
+    scenario, with nothing to fit); ``report`` is the fit summary (``None`` without a
+    fit); ``reused`` says the fit came from the cache.
+    """
+
+    model: DiscreteModel
+    path: Path | None
+    report: dict[str, Any] | None = None
+    reused: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def cache_dir() -> Path:
+    """Where fitted models are cached: ``$VIMPC_CACHE``, else ``$XDG_CACHE_HOME/vimpc``, else
+    ``~/.cache/vimpc``."""
+    if os.environ.get("VIMPC_CACHE"):
+        return Path(os.environ["VIMPC_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "vimpc"
+
+
+def _file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def cache_key(cfg: dict[str, Any]) -> str:
+    """Hash of everything a fit depends on: the env, the data settings (and the contents of
+    data files), the model settings and the vimpc version."""
+    data = dict(cfg["data"])
+    for key in ("path", "heldout_path"):
+        if data[key] is not None:
+            data[key + "_sha256"] = _file_digest(data[key])
+            data[key] = None  # the same file elsewhere is the same data
+    text = json.dumps(
+        {"vimpc": __version__, "env": cfg["env"], "data": data, "model": cfg["model"]},
+        sort_keys=True,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def obtain_model(
+    cfg: dict[str, Any],
+    env,
+    *,
+    refit: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> ModelSource:
+    """The scenario's model: loaded (``model.path``), built (nothing to fit), taken from the
+    cache, or collected, fitted, evaluated and cached."""
+    from vimpc.model_file import load, save
+
+    mcfg = cfg["model"]
+    if mcfg["path"] is not None:
+        return ModelSource(load(mcfg["path"]), Path(mcfg["path"]))
+    family = build_family(cfg, env.nominal_system)
+    if not family.needs_fit():
+        return ModelSource(family.discrete_model(), None)
+    target = cache_dir() / f"{cfg['scenario']['name']}-{cache_key(cfg)}.vimpc"
+    if target.exists() and not refit:
+        model = load(target)
+        log(f"reused the fit cached at {target} (no refit; --refit fits again)")
+        return ModelSource(model, target, model.info.get("fit"), reused=True)
+    train = _dataset(cfg, env, "train", progress)
+    heldout = _dataset(cfg, env, "heldout", progress)
+    calibration, validation = split_heldout(heldout)
+    try:
+        family.fit(train, calibration if family.bound != "none" else None)
+    except VimpcError as exc:
+        raise ConfigError(f"fitting model.family = {mcfg['family']!r}: {exc}") from exc
+    model = family.discrete_model()
+    report = fit_report(model, train, calibration, validation, family.fit_time_)
+    model = replace(model, info={**model.info, "fit": report, "cache_key": cache_key(cfg)})
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save(model, target)
+    except FileExistsError:  # a concurrent run cached the same fit
+        pass
+    return ModelSource(load(target), target, report)
+
+
+def fit_report(
+    model: DiscreteModel,
+    train: Dataset,
+    calibration: Dataset,
+    validation: Dataset,
+    fit_time: float,
+) -> dict[str, Any]:
+    """The fit summary: sizes, fit time, one-step and multi-step RMS prediction errors per
+    observation entry on the validation data, and the bound's coverage there."""
+    from vimpc.models import evaluation
+
+    steps = min(PREDICTION_STEPS, validation.n_steps)
+    one = evaluation.prediction_errors(model, validation, 1)
+    many = evaluation.prediction_errors(model, validation, steps)
+    report: dict[str, Any] = {
+        "fit_time_s": float(fit_time),
+        "train_transitions": int(train.n_trajectories * train.n_steps),
+        "calibration_transitions": int(calibration.n_trajectories * calibration.n_steps),
+        "validation_transitions": int(validation.n_trajectories * validation.n_steps),
+        "one_step_rmse": np.sqrt(np.mean(one**2, axis=0)).tolist(),
+        "multi_step": int(steps),
+        "multi_step_rmse": np.sqrt(np.mean(many**2, axis=0)).tolist(),
+    }
+    if model.bound is not None:
+        report["delta"] = model.delta
+        report["validation_coverage"] = evaluation.coverage(model, validation)
+    return report
+
+
+# -- the controller -------------------------------------------------------------------------------
+
+
+def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
+    """The MPC of a scenario: costs and constraints on the observation."""
+    import casadi as ca
+
+    from vimpc.mpc import MPC, Constraints, Cost, EnergyShaping, PathConstraint
+
+    ccfg = cfg["controller"]
+    cost_cfg, cons_cfg = ccfg["cost"], ccfg["constraints"]
+    obs = ca.SX.sym("obs", model.nobs)
+    reference: Any = cost_cfg["reference"]
+    if cost_cfg["reference_from_env"]:
+        if not hasattr(env, "reference"):
+            raise ConfigError(
+                f"controller.cost.reference_from_env: {cfg['env']['id']} has no reference(t)"
+            )
+        base = (
+            np.zeros(model.nobs)
+            if cost_cfg["reference"] is None
+            else np.asarray(cost_cfg["reference"], float)
+        )
+        index = cost_cfg["reference_index"]
+
+        def reference(t, env=env, base=base, index=index):
+            value = np.asarray(env.reference(t), dtype=float)
+            if value.shape == (model.nobs,):
+                return value
+            out = base.copy()
+            out[index] = float(value)  # a scalar reference fills one observation entry
+            return out
+
+    energy = None
+    if cost_cfg["energy_weight"] > 0:
+        energy = EnergyShaping(weight=cost_cfg["energy_weight"])
+    cost = Cost(
+        Q=cost_cfg["Q"],
+        R=cost_cfg["R"],
+        Q_terminal=cost_cfg["Q_terminal"],
+        reference=reference,
+        R_rate=cost_cfg["R_rate"],
+        periodic=tuple(cost_cfg["periodic"]),
+        energy=energy,
+    )
+    low, high = env.action_space.low, env.action_space.high
+    circles = []
+    for i, c in enumerate(cons_cfg["circles"]):
+        ix, iy = c["indices"]
+        (cx, cy), r = c["center"], c["radius"]
+        h = ca.Function(f"circle{i}", [obs], [(obs[ix] - cx) ** 2 + (obs[iy] - cy) ** 2 - r**2])
+        circles.append(PathConstraint(f"circle{i}", h, soft=c["soft"], weight=c["weight"]))
+    constraints = Constraints(
+        u_min=low if cons_cfg["u_min"] is None else cons_cfg["u_min"],
+        u_max=high if cons_cfg["u_max"] is None else cons_cfg["u_max"],
+        obs_min=cons_cfg["obs_min"],
+        obs_max=cons_cfg["obs_max"],
+        soft_bounds=cons_cfg["soft_bounds"],
+        bound_weight=cons_cfg["bound_weight"],
+        path=tuple(circles),
+    )
+    transcription = None if ccfg["transcription"] == "auto" else ccfg["transcription"]
+    names = env.true_system.coordinate_names
+    try:
+        return MPC(
+            model,
+            ccfg["horizon"],
+            cost,
+            constraints,
+            solver=ccfg["solver"],
+            transcription=transcription,
+            qpsol=ccfg["qpsol"],
+            hessian=ccfg["hessian"],
+            max_iter=ccfg["max_iter"],
+            tol=ccfg["tol"],
+            time_budget=ccfg["time_budget"],
+            jit=ccfg["jit"],
+            tightening=ccfg["tightening"],
+            tube_lipschitz=ccfg["tube_lipschitz"],
+            obs_names=(*names, *(f"{n}_dot" for n in names)),
+        )
+    except VimpcError as exc:
+        raise ConfigError(f"controller: {exc}") from None
+
+
+def success_test(cfg: dict[str, Any]):
+    """The scenario's success criterion on a trajectory, or None."""
+    m = cfg["metrics"]
+    if m["success_index"] is None:
+        return None
+    i, target, tol, window = (
+        m["success_index"],
+        m["success_target"],
+        m["success_tolerance"],
+        m["success_window"],
+    )
+
+    def success(traj) -> bool:
+        recent = traj.t >= traj.t[-1] - window
+        goal = traj.reference[recent, i] if m["success_against_reference"] else target
+        tail = traj.states[recent, i] - goal
+        if m["success_periodic"]:
+            tail = np.angle(np.exp(1j * tail))
+        return bool(np.all(np.abs(tail) <= tol))
+
+    return success
+
+
+# -- episodes ------------------------------------------------------------------------------------
+
+
+class EpisodeRunner:
+    """Everything one process needs to run episodes of a scenario: env, model, controller.
+
+    Built the same way in the parent (serial runs) and in every worker process, from the
+    configuration and the model file, so an episode gives the same numbers wherever it runs.
+    """
+
+    def __init__(self, cfg: dict[str, Any], model_path: str | None) -> None:
+        from vimpc.model_file import load
+
+        self.cfg = cfg
+        self.env = build_env(cfg)
+        if model_path is not None:
+            self.model = load(model_path)
+        else:
+            self.model = build_family(cfg, self.env.nominal_system).discrete_model()
+        self.controller = build_controller(cfg, self.model, self.env)
+        self.success = success_test(cfg)
+
+    def run(self, seed: int, on_step: Callable[[int], None] | None = None):
+        """One episode from ``seed``: ``(trajectory, metrics)``."""
+        from vimpc.closedloop import episode_metrics, run_episode
+
+        cost = self.cfg["controller"]["cost"]
+        traj = run_episode(
+            self.env, self.controller, self.cfg["episodes"]["steps"], seed, on_step=on_step
+        )
+        metrics = episode_metrics(
+            traj,
+            success=self.success,
+            periodic=tuple(cost["periodic"]),
+            tracked=np.flatnonzero(np.diag(self.controller.cost.Q)).tolist(),
+            model=self.model,
+            safety=self.controller.safety_function,
+        )
+        return traj, metrics
+
+
+_RUNNER: EpisodeRunner | None = None
+
+
+def _init_worker(cfg: dict[str, Any], model_path: str | None) -> None:
+    global _RUNNER
+    _RUNNER = EpisodeRunner(cfg, model_path)
+
+
+def _run_in_worker(seed: int):
+    return _RUNNER.run(seed)
+
+
+def run_episodes(
+    cfg: dict[str, Any],
+    model_path: str | Path | None,
+    seeds: Sequence[int],
+    *,
+    workers: int = 1,
+    on_step: Callable[[], None] | None = None,
+    on_episode: Callable[[int], None] | None = None,
+    runner: EpisodeRunner | None = None,
+) -> list[tuple[Any, dict[str, Any]]]:
+    """Run one episode per seed; results in the order of ``seeds``.
+
+    With ``workers > 1`` the episodes run in that many processes (spawned, each building
+    its own :class:`EpisodeRunner`), with the same results as a serial run. ``on_step`` is
+    called after every step of a serial run, ``on_episode(steps)`` after every finished
+    episode (progress bars).
+    """
+    path = None if model_path is None else str(model_path)
+    if workers <= 1:
+        runner = runner or EpisodeRunner(cfg, path)
+        out = []
+        for seed in seeds:
+            out.append(runner.run(seed, on_step=(lambda _: on_step()) if on_step else None))
+            if on_episode is not None:
+                on_episode(len(out[-1][0].inputs))
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    results: dict[int, Any] = {}
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker, initargs=(cfg, path)
+    ) as pool:
+        futures = {pool.submit(_run_in_worker, seed): i for i, seed in enumerate(seeds)}
+        try:
+            from concurrent.futures import as_completed
+
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if on_episode is not None:
+                    on_episode(len(results[futures[future]][0].inputs))
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return [results[i] for i in range(len(seeds))]
+
+
+def describe_env(cfg: dict[str, Any]):
+    """The scenario env's system, sizes and names, without building it."""
+    return env_spec(cfg)
