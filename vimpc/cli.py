@@ -223,6 +223,9 @@ def _plots(plotting, cfg, runner, trajectories, folder: Path) -> None:
         periodic,
     )
     plotting.plot_solve_times(trajectories, folder / "solve_times.png")
+    plotting.plot_constrained_entries(
+        trajectories, names, cons.obs_min, cons.obs_max, folder / "episodes.png"
+    )
     plotting.plot_mechanism(
         first,
         system,

@@ -26,7 +26,7 @@ from vimpc import __version__
 from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, VimpcError
-from vimpc.scenario import build_family, env_spec
+from vimpc.scenario import build_family
 
 #: steps of the multi-step prediction error in the fit summary
 PREDICTION_STEPS = 20
@@ -210,6 +210,11 @@ def obtain_model(
     except FileExistsError:  # a concurrent run cached the same fit
         pass
     return ModelSource(load(target), target, report)
+
+
+def build_model(cfg: dict[str, Any], env) -> DiscreteModel:
+    """The scenario's model (see :func:`obtain_model`), without the messages."""
+    return obtain_model(cfg, env, log=lambda _: None).model
 
 
 def fit_report(
@@ -448,8 +453,3 @@ def run_episodes(
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return [results[i] for i in range(len(seeds))]
-
-
-def describe_env(cfg: dict[str, Any]):
-    """The scenario env's system, sizes and names, without building it."""
-    return env_spec(cfg)

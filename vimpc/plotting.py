@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from vimpc._files import write_atomic
 from vimpc.closedloop import Trajectory, prediction_check, safety_rows
@@ -114,31 +116,49 @@ def plot_mechanism(
     _save(fig, path)
 
 
-def plot_safety(traj: Trajectory, safety, names: Sequence[str], path: Path) -> None:
+def plot_safety(
+    traj: Trajectory, safety, names: Sequence[str], path: Path, funnels: int = 8
+) -> None:
     """Each of the controller's safety rows ``h(obs) >= 0`` over the episode: the realized
-    value on the true state, the value the plan predicted one step earlier with the tube
-    it kept from the constraint (the band ``planned - tube .. planned + tube`` holds the
-    realized value whenever the bound held), and the constraint ``h = 0``."""
+    value on the true state, and at ``funnels`` evenly spaced steps the plan made there,
+    drawn over its horizon with its tube (``planned - tube .. planned + tube``: where the
+    true value stays while the one-step errors stay within the bound)."""
     rows = safety_rows(traj, safety)
     m = rows["realized"].shape[1]
     if m == 0:
         return
-    t = traj.t[1:]
-    fig = Figure(figsize=(8, 1.9 * m))
+    dt = traj.t[1] - traj.t[0]
+    fig = Figure(figsize=(8, 2.2 * m))
     axes = np.atleast_1d(fig.subplots(m, 1, sharex=True))
+    T, n_stages = traj.plan_obs.shape[:2]
+    starts = np.unique(np.linspace(0, T - 1, funnels).astype(int))
+    for k in starts:
+        if not np.all(np.isfinite(traj.plan_obs[k])):
+            continue  # the controller fell back: no plan
+        h = np.asarray(safety.map(n_stages)(traj.plan_obs[k].T)).reshape(m, n_stages)
+        t = traj.t[k] + dt * np.arange(n_stages)
+        for j, ax in enumerate(axes):
+            tube = traj.tube[k, :, j] if traj.tube.shape[2] == m else np.zeros(n_stages)
+            ax.fill_between(t, h[j] - tube, h[j] + tube, color="C1", alpha=0.25, linewidth=0)
+            ax.plot(t, h[j], color="C1", linewidth=0.8)
     for j, ax in enumerate(axes):
-        planned, tube = rows["planned"][:, j], rows["tube"][:, j]
-        ax.fill_between(
-            t, planned - tube, planned + tube, color="C1", alpha=0.3, step="mid", label="tube"
-        )
-        ax.plot(t, planned, ".", color="C1", markersize=2, label="planned one step ahead")
-        ax.plot(t, rows["realized"][:, j], color="C0", linewidth=1.2, label="realized (true state)")
-        ax.axhline(0.0, color="C3", linewidth=1, label="constraint")
+        realized = rows["realized"][:, j]
+        ax.plot(traj.t[1:], realized, color="C0", linewidth=1.3)
+        ax.axhline(0.0, color="C3", linewidth=1)
+        # the view follows the realized values: a tube that grows past them leaves the plot
+        lo, hi = min(0.0, float(realized.min())), float(realized.max())
+        pad = 0.6 * max(hi - lo, 1e-9)
+        ax.set_ylim(lo - pad, hi + pad)
         bad = rows["realized"][:, j] < 0
         if bad.any():
-            ax.plot(t[bad], rows["realized"][bad, j], "x", color="C3", label="violation")
+            ax.plot(traj.t[1:][bad], rows["realized"][bad, j], "x", color="C3")
         ax.set_ylabel(names[j])
-    axes[0].legend(loc="upper right", fontsize=7, ncol=2)
+    handles = [
+        Patch(color="C1", alpha=0.4, label="plans with their tubes"),
+        Line2D([], [], color="C0", label="realized (true state)"),
+        Line2D([], [], color="C3", label="constraint h = 0"),
+    ]
+    axes[0].legend(handles=handles, loc="upper right", fontsize=7, ncol=3)
     axes[-1].set_xlabel("time [s]")
     _save(fig, path)
 
@@ -163,3 +183,40 @@ def plot_coverage(traj: Trajectory, model, names: Sequence[str], path: Path) -> 
     axes[0].legend(loc="upper right", fontsize=7)
     axes[-1].set_xlabel("time [s]")
     _save(fig, path)
+
+
+def plot_constrained_entries(
+    trajectories: Sequence[Trajectory],
+    names: Sequence[str],
+    obs_min: np.ndarray,
+    obs_max: np.ndarray,
+    path: Path,
+    title: str = "",
+) -> bool:
+    """Every episode's true value of each observation entry that has a bound, against the
+    bound; episodes that cross it drawn in red. Returns False (and draws nothing) when no
+    entry is bounded."""
+    bounded = [i for i in range(len(names)) if np.isfinite(obs_min[i]) or np.isfinite(obs_max[i])]
+    if not bounded:
+        return False
+    fig = Figure(figsize=(8, 2.6 * len(bounded)))
+    axes = np.atleast_1d(fig.subplots(len(bounded), 1, sharex=True))
+    for ax, i in zip(axes, bounded, strict=True):
+        crossed = 0
+        for traj in trajectories:
+            x = traj.states[:, i]
+            bad = bool(np.any(x < obs_min[i]) or np.any(x > obs_max[i]))
+            crossed += bad
+            ax.plot(
+                traj.t, x, color="C3" if bad else "C0", alpha=0.8 if bad else 0.25, linewidth=0.8
+            )
+        for limit in (obs_min[i], obs_max[i]):
+            if np.isfinite(limit):
+                ax.axhline(limit, color="k", linewidth=1.2)
+        ax.set_ylabel(names[i])
+        ax.set_title(
+            f"{title}{len(trajectories)} episodes, {crossed} crossing the bound", fontsize=9
+        )
+    axes[-1].set_xlabel("time [s]")
+    _save(fig, path)
+    return True

@@ -96,6 +96,7 @@ class TimedController:
     def __init__(self, controller: Any) -> None:
         self.inner = controller
         self.call_times: list[float] = []
+        self.tube_times: list[float] = []
         if hasattr(controller, "reference"):
             self.reference = controller.reference
 
@@ -107,6 +108,7 @@ class TimedController:
         t0 = time.perf_counter()
         result = self.inner(obs, t)
         self.call_times.append(time.perf_counter() - t0)
+        self.tube_times.append(result.tube_time)
         return result
 
 

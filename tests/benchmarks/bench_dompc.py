@@ -5,7 +5,7 @@ Run from the repository root (needs the optional extra ``pip install "do-mpc>=5.
     python tests/benchmarks/bench_dompc.py [--seeds 0 1 2]
 
 Both sides predict with the SAME model: the nominal midpoint variational model built by
-``vimpc.scenario.build_model`` from ``scenarios/cartpole_swingup.toml``. do-mpc gets it as a
+``vimpc.pipeline.build_model`` from ``scenarios/cartpole_swingup.toml``. do-mpc gets it as a
 ``Model('discrete', symvar_type='MX')`` whose right-hand side is ``model.step(x, u, p)``
 (the explicit step with CasADi's Newton rootfinder inside); vimpc uses the same step
 ("step" transcription) or the same integrator's residual ("implicit", the scenario's
@@ -30,7 +30,8 @@ from _common import CARTPOLE, TimedController, ms_stats, write_results
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.mpc import Status
 from vimpc.mpc.solvers import nlpsol_options
-from vimpc.scenario import build_controller, build_env, build_model, load_scenario, success_test
+from vimpc.pipeline import build_controller, build_env, build_model, success_test
+from vimpc.scenario import load_scenario
 
 VIMPC = {  # label -> scenario overrides
     "vimpc fatrop / implicit (default)": [

@@ -22,7 +22,8 @@ import time
 import numpy as np
 from _common import CARTPOLE, PENDULUM, SOLVER_CONFIGS, met, write_results
 
-from vimpc.scenario import build_controller, build_env, build_model, load_scenario
+from vimpc.pipeline import build_controller, build_env, build_model
+from vimpc.scenario import load_scenario
 
 TARGET_S = 0.5
 
@@ -89,7 +90,7 @@ def main() -> None:
         ("target", "p95 <= 0.5 s", "s"),
     ]
     notes = f"""
-Time to first solved step = `MPC(...)` construction (through `vimpc.scenario.build_controller`,
+Time to first solved step = `MPC(...)` construction (through `vimpc.pipeline.build_controller`,
 which also creates the Cost/Constraints records) + the first `controller(obs, 0.0)` call (cold,
 no warm start) on `env.reset(seed=rep)`. {args.reps} repetitions per row, interleaved over the
 rows; each builds a fresh nominal midpoint model first (its time shown in brackets, not

@@ -28,7 +28,7 @@ H = 0.01
 
 
 def rollout(step, x0, n, nu):
-    xs = np.asarray(step.mapaccum(n)(x0, np.zeros((nu, n)))).T
+    xs = np.asarray(step.mapaccum(n)(x0, np.zeros((nu, n)), np.zeros((0, n)))).T
     return np.vstack([x0, xs])
 
 

@@ -24,10 +24,11 @@ class Trajectory:
     :class:`~vimpc.mpc.Status`); ``safety_margin (T+1, m)`` (>= 0 safe);
     ``constraint_residual (T+1,)``; ``reference (T+1, nobs)`` (the controller's
     reference, NaN when it has none); ``slack (T,)`` (largest slack of the soft
-    constraints); ``planned_obs (T, nobs)``: the observation the plan of step ``k``
-    predicts for step ``k + 1`` (NaN when the controller fell back); ``tube (T, m)``: the
-    tightening the plan of step ``k`` applied to each of the controller's ``m`` safety
-    rows at step ``k + 1`` (zeros without tightening).
+    constraints); ``plan_obs (T, N + 1, nobs)``: the observations the plan of step ``k``
+    predicts for steps ``k .. k + N`` (NaN when the controller fell back); ``tube (T, N + 1,
+    m)``: the tightening that plan applied to each of the controller's ``m`` safety rows at
+    each stage (zeros without tightening). ``planned_obs`` and ``planned_tube`` give their
+    stage 1: the prediction of the next step.
     """
 
     t: np.ndarray
@@ -42,10 +43,20 @@ class Trajectory:
     constraint_residual: np.ndarray
     reference: np.ndarray
     slack: np.ndarray
-    planned_obs: np.ndarray
+    plan_obs: np.ndarray
     tube: np.ndarray
     seed: int
     metadata: dict = field(default_factory=dict)
+
+    @property
+    def planned_obs(self) -> np.ndarray:
+        """``(T, nobs)``: the observation each plan predicted for the next step."""
+        return self.plan_obs[:, 1] if self.plan_obs.shape[1] > 1 else self.plan_obs[:, 0]
+
+    @property
+    def planned_tube(self) -> np.ndarray:
+        """``(T, m)``: the tightening each plan kept at the next step."""
+        return self.tube[:, 1] if self.tube.shape[1] > 1 else self.tube[:, 0]
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays by name (for saving to ``.npz``)."""
@@ -96,7 +107,7 @@ def run_episode(
         "rewards",
         "solve_times",
         "slack",
-        "planned_obs",
+        "plan_obs",
         "tube",  # per step
     )
     rec: dict[str, list] = {name: [] for name in (*floats, "iterations", "status")}
@@ -121,21 +132,18 @@ def run_episode(
         rec["iterations"].append(result.iterations)
         rec["status"].append(result.status.name)
         rec["slack"].append(result.slack)
-        plan = getattr(result, "obs", None)
-        fell_back = getattr(result, "fallback", False) or plan is None or len(plan) < 2
-        rec["planned_obs"].append(np.full(len(obs), np.nan) if fell_back else plan[1])
+        plan = np.atleast_2d(getattr(result, "obs", np.full((1, len(obs)), np.nan)))
+        fell_back = getattr(result, "fallback", False)
+        rec["plan_obs"].append(np.full(plan.shape, np.nan) if fell_back else plan)
         tube = getattr(result, "tube", None)
-        rec["tube"].append(np.zeros(0) if tube is None or len(tube) < 2 else tube[1])
+        rec["tube"].append(np.zeros((len(plan), 0)) if tube is None else tube)
         record_state(obs, info, (k + 1) * dt)
         if on_step is not None:
             on_step(k)
         if terminated or truncated:
             break
-    T = len(rec["inputs"])
-    if T == 0 or len(rec["tube"][0]) == 0:
-        rec["tube"] = np.zeros((T, 0))
     return Trajectory(
-        t=np.arange(T + 1) * dt,
+        t=np.arange(len(rec["inputs"]) + 1) * dt,
         **{name: np.array(rec[name], dtype=np.float64) for name in floats},
         iterations=np.array(rec["iterations"], dtype=np.int64),
         status=np.array(rec["status"], dtype=str),

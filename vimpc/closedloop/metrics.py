@@ -63,7 +63,7 @@ def safety_rows(traj: Trajectory, safety: ca.Function) -> dict[str, np.ndarray]:
     ok = np.all(np.isfinite(traj.planned_obs), axis=1)
     if ok.any():
         planned[ok] = _rows(safety, traj.planned_obs[ok])
-    tube = traj.tube if traj.tube.shape == (T, m) else np.zeros((T, m))
+    tube = traj.planned_tube if traj.tube.shape[2] == m else np.zeros((T, m))
     return {"realized": _rows(safety, traj.states[1:]), "planned": planned, "tube": tube}
 
 
