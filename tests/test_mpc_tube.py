@@ -305,3 +305,33 @@ def test_tightening_errors_name_the_argument():
         InputError, match=r"tube_lipschitz = 2.0 only applies with tightening='tube'"
     ):
         MPC(bounded, 5, cost, tube_lipschitz=2.0)
+
+
+def test_a_tube_wider_than_the_range_is_capped_at_its_middle():
+    # |s| <= 0.05 while the position error grows by ~k^2 dt^2 w_v / 2: past a few stages the
+    # tightened interval [-0.05 + t, 0.05 - t] would be empty; the tube stops at half the
+    # range (0.05) and the plan is pulled to the middle, s = 0, with the exact penalty
+    w, N = np.array([2e-3, 5e-2]), 15
+    model = _double_integrator(w, implicit=False)
+    ctrl = MPC(
+        model,
+        N,
+        Cost(Q=[1.0, 0.1], R=[1e-3], reference=[0.04, 0.0]),
+        Constraints(
+            u_min=[-1.0],
+            u_max=[1.0],
+            obs_min=[-0.05, -np.inf],
+            obs_max=[0.05, np.inf],
+            soft_bounds=True,
+            bound_weight=1e3,
+        ),
+        tightening="tube",
+    )
+    result = ctrl(np.array([0.0, 0.0]))
+    assert result.status.ok
+    uncapped = np.array(_errors_by_hand(w, N))[:, 0]
+    assert uncapped[-1] > 0.05  # the uncapped tube does outgrow the range
+    np.testing.assert_allclose(result.tube[:, 0], np.minimum(uncapped, 0.05), rtol=1e-12)
+    np.testing.assert_array_equal(result.tube[:, 0], result.tube[:, 1])
+    capped = uncapped > 0.05
+    assert np.all(np.abs(result.obs[capped, 0]) < 1e-3)  # at the middle where no room is left

@@ -1,13 +1,16 @@
-"""Run the four nominal-model scenarios and tabulate their metrics.
+"""Run every scenario over many seeds and tabulate their metrics with intervals.
 
-    python tests/experiments/scenarios_summary.py
+    python tests/experiments/scenarios_summary.py [--episodes 50] [--workers 2]
 
-writes results/scenarios/{summary.md, summary.csv} and each scenario's figures
-(``<scenario>_states_inputs.png``, ``<scenario>_mechanism.png``).
+Each row is ``vimpc run scenarios/<scenario>.toml --set episodes.count=<episodes>`` (reset
+seeds from the scenario file's ``episodes.seed``). Writes results/scenarios/{summary.md,
+summary.csv} and each scenario's figures (``<scenario>_episodes.png`` where the scenario
+has observation bounds, ``<scenario>_states_inputs.png``, ``<scenario>_mechanism.png``).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import shutil
@@ -19,62 +22,108 @@ from vimpc import cli
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "scenarios"
-NAMES = ("pendulum_swingup", "cartpole_swingup", "fourbar_tracking", "rollingdisk_parking")
-COLUMNS = (
-    "success_rate",
-    "mean_cost",
-    "tracking_rmse",
-    "violations",
-    "max_violation",
-    "min_slack",
-    "max_constraint_residual",
-    "solve_time_median_ms",
-    "solve_time_p95_ms",
-    "solve_time_max_ms",
-    "failed_solves",
-    "wall_time_s",
+NAMES = (
+    "pendulum_swingup",
+    "cartpole_swingup",
+    "cartpole_safe",
+    "fourbar_tracking",
+    "rollingdisk_parking",
 )
+FIGURES = ("episodes.png", "states_inputs.png", "mechanism.png")
+
+
+def _ci(ci) -> str:
+    return f"{ci[0]:.2f}-{ci[1]:.2f}"
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in NAMES:
-            assert (
-                cli.main(["run", str(ROOT / "scenarios" / f"{name}.toml"), "--out", tmp, "--quiet"])
-                == 0
+            argv = [
+                "run",
+                str(ROOT / "scenarios" / f"{name}.toml"),
+                "--out",
+                tmp,
+                "--quiet",
+                "--workers",
+                str(args.workers),
+                "--set",
+                f"episodes.count={args.episodes}",
+            ]
+            assert cli.main(argv) == 0, name
+            (run,) = [p for p in (Path(tmp) / name).iterdir() if p.is_dir()]
+            m = json.loads((run / "metrics.json").read_text())
+            rows.append(
+                {
+                    "scenario": name,
+                    "episodes": m["episodes"],
+                    "seeds": f"{m['seeds'][0]}-{m['seeds'][-1]}",
+                    "success": m["success_rate"],
+                    "success_ci95": _ci(m["success_rate_ci95"]),
+                    "episodes_with_violation": m["episodes_with_violation"],
+                    "violation_ci95": _ci(m["violation_rate_ci95"]),
+                    "min_margin": m["min_margin"],
+                    "mean_min_margin": m["min_margin_mean"],
+                    "cost_mean": m["cost_mean"],
+                    "cost_std": m["cost_std"],
+                    "tracking_rmse_mean": m["tracking_rmse_mean"],
+                    "max_constraint_residual": m["max_constraint_residual"],
+                    "solve_median_ms": m["solve_time_median_ms"],
+                    "solve_p95_ms": m["solve_time_p95_ms"],
+                    "failed_solves": m["failed_solves"],
+                    "wall_time_s": m["wall_time_s"],
+                }
             )
-            run = next((Path(tmp) / name).iterdir())
-            metrics = json.loads((run / "metrics.json").read_text())
-            rows.append((name, *(metrics[c] for c in COLUMNS)))
-            for fig in ("states_inputs.png", "mechanism.png"):
-                shutil.copy(run / fig, OUT / f"{name}_{fig}")
+            for fig in FIGURES:
+                if (run / fig).exists():
+                    shutil.copy(run / fig, OUT / f"{name}_{fig}")
+            print(rows[-1])
+    for stale in OUT.glob("*.png"):
+        if not any(stale.name == f"{n}_{f}" for n in NAMES for f in FIGURES):
+            stale.unlink()
+    keys = list(rows[0])
     with open(OUT / "summary.csv", "w", newline="") as f:
-        csv.writer(f).writerows([("scenario", *COLUMNS), *rows])
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
 
     def fmt(v):
         return f"{v:.3g}" if isinstance(v, float) else str(v)
 
+    command = (
+        f"python tests/experiments/scenarios_summary.py --episodes {args.episodes} "
+        f"--workers {args.workers}"
+    )
     lines = [
-        "# Scenarios with the nominal variational model",
+        "# The scenarios over many seeds",
         "",
-        f"Made by `python tests/experiments/scenarios_summary.py` on {datetime.now(UTC):%Y-%m-%d} "
-        "(each row is `vimpc run scenarios/<scenario>.toml`). The true systems are perturbed "
-        "(masses and inertias within 10 %, friction, observation noise 1e-3); the controller's "
-        "model is the nominal system with the midpoint variational integrator. Safety: "
-        "violations are steps with a negative margin of the env's safety constraint; min_slack "
-        "is the smallest margin over the episode (the margin the controller really had). "
-        "Solve times in ms, wall time in s (everything included).",
+        f"Made by `{command}` on {datetime.now(UTC):%Y-%m-%d} (each row is `vimpc run "
+        f"scenarios/<scenario>.toml --set episodes.count={args.episodes}`). The true systems "
+        "are perturbed (masses and inertias within 10 %, friction, observation noise 1e-3); "
+        "the controller's model is the nominal system with the midpoint variational "
+        "integrator (`cartpole_safe`: with a conformal bound and the tube). Rates with their "
+        "95 % Wilson interval over episodes. Safety, on the env's safety margin of the true "
+        "state: episodes with a violation (any step with a negative margin), min margin (the "
+        "smallest over all episodes: the margin the controller really had), mean of the "
+        "episodes' minimum margins. Solve times in ms, wall time in s (everything "
+        "included).",
         "",
-        "| scenario | " + " | ".join(COLUMNS) + " |",
-        "|---|" + "---|" * len(COLUMNS),
-        *["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows],
+        "| " + " | ".join(keys) + " |",
+        "|" + "---|" * len(keys),
+        *["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows],
         "",
-        *[f"![{n}]({n}_states_inputs.png) ![{n}]({n}_mechanism.png)" for n in NAMES],
     ]
+    for name in NAMES:
+        figs = [f for f in FIGURES if (OUT / f"{name}_{f}").exists()]
+        lines.append(" ".join(f"![{name}]({name}_{f})" for f in figs))
     (OUT / "summary.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[4:-5]))
+    print("\n".join(lines[4 : 6 + len(rows)]))
 
 
 if __name__ == "__main__":

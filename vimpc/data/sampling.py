@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.stats import qmc
 
 from vimpc._checks import positive_int
 from vimpc.errors import InputError, SolverError
@@ -102,6 +101,8 @@ def halton(low: Any, high: Any, n: int, seed: int = 0, scramble: bool = True) ->
     n = positive_int("n", n)
     if scramble:
         _generator(seed)  # refuse None: the scrambling must be reproducible
+    from scipy.stats import qmc  # scipy.stats takes a second to import; only Halton needs it
+
     engine = qmc.Halton(d=low.size, scramble=scramble, seed=seed)
     if not scramble:
         engine.fast_forward(1)  # the plain sequence starts at the corner 0

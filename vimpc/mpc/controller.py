@@ -89,7 +89,10 @@ class MPC:
     every stage where the plan meets its tightened row. The tube is recomputed at every
     step from the newest measurement. There is no recursive-feasibility guarantee: a
     later problem may be infeasible (hard rows: the fallback), and a nonzero ``slack``
-    on soft rows says the tightened problem could not be met.
+    on soft rows says the tightened problem could not be met. Where the tube of an
+    observation bound outgrows half the bounded range, no state of that stage can be
+    guaranteed safe; its tightening stops at half the range, which leaves the middle
+    (the state with the most room) as the tightened set.
     """
 
     def __init__(
@@ -299,6 +302,14 @@ class MPC:
         X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
         U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
         t = fn(X, U, P[n_p - m.np :])
+        # A bounded entry whose tube exceeds half its range has an empty tightened interval:
+        # no plan can meet it. Capping the tube there leaves the point of most room (the
+        # middle) and changes neither the exact penalty's minimiser nor its gradient, but
+        # spares the solver slacks far from zero on every such stage.
+        lo, hi, _ = self._cons.safety_layout()
+        half = (self._cons.obs_max - self._cons.obs_min) / 2
+        cap = np.concatenate([half[lo], half[hi], np.full(t.shape[0] - lo.size - hi.size, np.inf)])
+        t = ca.fmin(t, ca.repmat(ca.DM(cap), 1, N + 1))
         return ca.Function("tube_on_guess", [w, P], [ca.vertcat(P, ca.vec(t[:, 1:])), t])
 
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
