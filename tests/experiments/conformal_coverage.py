@@ -49,13 +49,19 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
     for name in SCENARIOS:
-        cfg = scenario.load_scenario(ROOT / "scenarios" / f"{name}.toml", ['model.bound="conformal"'])
+        cfg = scenario.load_scenario(
+            ROOT / "scenarios" / f"{name}.toml", ['model.bound="conformal"']
+        )
         env = pipeline.build_env(cfg)
         train = pipeline.collect(cfg, env, "train")
         calibration, _ = pipeline.split_heldout(pipeline.collect(cfg, env, "heldout"))
         test_cfg = {
             **cfg,
-            "data": {**cfg["data"], "heldout_seed": TEST_SEED, "heldout_trajectories": TEST_TRAJECTORIES},
+            "data": {
+                **cfg["data"],
+                "heldout_seed": TEST_SEED,
+                "heldout_trajectories": TEST_TRAJECTORIES,
+            },
         }
         test = pipeline.collect(test_cfg, env, "heldout")
         for delta in DELTAS:
@@ -72,13 +78,15 @@ def main() -> None:
                     "system": env.true_system.name,
                     "delta": delta,
                     "promised": 1 - delta,
+                    "calibration_trajectories": calibration.n_trajectories,
                     "calibration_transitions": family.calibration_.n_calibration,
                     "quantile": family.calibration_.quantile,
                     "coverage": float(inside.mean()),
                     "ci95_low": lo,
                     "ci95_high": hi,
                     "test_transitions": int(inside.size),
-                    "met": "yes" if inside.mean() >= 1 - delta else "no",
+                    "coverage >= 1 - delta": "yes" if inside.mean() >= 1 - delta else "no",
+                    "1 - delta in interval": "yes" if lo <= 1 - delta <= hi else "no",
                 }
             )
             print(rows[-1])
@@ -95,7 +103,10 @@ def main() -> None:
         mine = [r for r in rows if r["scenario"] == name]
         x = [r["promised"] for r in mine]
         y = [r["coverage"] for r in mine]
-        err = [[r["coverage"] - r["ci95_low"] for r in mine], [r["ci95_high"] - r["coverage"] for r in mine]]
+        err = [
+            [r["coverage"] - r["ci95_low"] for r in mine],
+            [r["ci95_high"] - r["coverage"] for r in mine],
+        ]
         ax.errorbar(x, y, yerr=err, fmt="o-", color=f"C{i}", capsize=3, label=mine[0]["system"])
     ax.set_xlabel("promised coverage 1 - delta")
     ax.set_ylabel("coverage on fresh trajectories")
@@ -118,8 +129,10 @@ def main() -> None:
         f"transitions of {TEST_TRAJECTORIES} fresh trajectories (reset seeds from {TEST_SEED}, "
         "same excitation) whose error lies within the bound in every entry at once; 95 % "
         "interval by a bootstrap over whole trajectories. Split conformal promises at least "
-        "1 - delta for exchangeable transitions; transitions of one trajectory are dependent, "
-        "which the promise does not cover and the interval does.",
+        "1 - delta on average over calibration sets of exchangeable transitions; transitions "
+        "of one trajectory are dependent, so the calibration set is worth about as many "
+        "independent samples as it has trajectories, and one calibration set with few "
+        "trajectories can land below the promise.",
         "",
         "| " + " | ".join(keys) + " |",
         "|" + "---|" * len(keys),

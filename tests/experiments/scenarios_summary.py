@@ -112,7 +112,9 @@ def main() -> None:
         "state: episodes with a violation (any step with a negative margin), min margin (the "
         "smallest over all episodes: the margin the controller really had), mean of the "
         "episodes' minimum margins. Solve times in ms, wall time in s (everything "
-        "included).",
+        f"included); the episodes ran in {args.workers} worker processes sharing the machine's "
+        "cores, so solve times are those of a loaded machine (results/benchmarks/ has them "
+        "measured alone).",
         "",
         "| " + " | ".join(keys) + " |",
         "|" + "---|" * len(keys),

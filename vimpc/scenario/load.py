@@ -1,17 +1,8 @@
-"""Scenario files: one TOML file per experiment, validated completely on load.
-
-The schema is declared once, as :class:`~vimpc._settings.Setting` tables: :data:`SCHEMA`
-for the fixed tables, :data:`MODEL_KEYS` plus the chosen model family's own declaration
-(:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
-validation here, the resolved configuration written next to results
-(:func:`dump_toml`) and the tables of ``scenarios/README.md`` (:func:`schema_markdown`).
-
-:func:`load_scenario` checks every key, every value and every combination (sizes against
-the environment's observation and input, a transcription or tightening the model cannot
-serve, a calibration set too small for ``delta``, a saved model or dataset of another
-system) before any environment is built or any data collected; every message names the
-scenario key, the value and what was expected.
-"""
+"""Reading a scenario file and checking all of it before any work: every key, every value,
+sizes against the environment's observation and input, and combinations against the model
+(a transcription or a tightening the model cannot serve, a calibration set too small for
+``delta``, a saved model or dataset of another system). Every message names the scenario
+key, the value and what was expected."""
 
 from __future__ import annotations
 
@@ -20,215 +11,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from vimpc._settings import (
-    NONNEGATIVE,
-    POSITIVE,
-    REQUIRED,
-    Setting,
-    markdown_rows,
-    resolve,
-    unknown_key,
-)
+from vimpc._settings import resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
-
-INITIAL_STATES = ("env", "uniform", "halton")
-
-# the fixed tables; [model] is MODEL_KEYS plus the chosen family's settings
-SCHEMA: dict[str, dict[str, Any]] = {
-    "scenario": {
-        "name": Setting(str, None, "results folder name (default: the file name)"),
-        "description": Setting(str, "", "one line for `vimpc list`"),
-    },
-    "env": {
-        "id": Setting(str, REQUIRED, "a registered id, e.g. `vimpc/CartPole-v0`"),
-        "dt": Setting(
-            float, 0.01, "control step [s]; a multiple of the env's substep (1e-4 s)", rule=POSITIVE
-        ),
-        "kwargs": Setting(
-            dict,
-            {},
-            "constructor arguments of the env (`perturbation`, `friction`, `obs_noise`, "
-            "`param_seed`, `params`, task options)",
-        ),
-    },
-    "data": {
-        "path": Setting(
-            str,
-            None,
-            "a saved training dataset (`.npz` of `vimpc.data.Dataset`) instead of collecting one",
-        ),
-        "trajectories": Setting(
-            int, 50, "training trajectories collected from the env's true system", rule=POSITIVE
-        ),
-        "steps": Setting(int, 100, "steps per trajectory (training and held-out)", rule=POSITIVE),
-        "seed": Setting(int, 0, "reset seed of training trajectory i is `seed + i`"),
-        "initial_state": Setting(
-            str,
-            "env",
-            "where trajectories start: the env's reset distribution, or a box (`low`, `high`)",
-            choices=INITIAL_STATES,
-        ),
-        "low": Setting(
-            list, None, "lower corner of the initial-state box (per observation)", items=float
-        ),
-        "high": Setting(
-            list, None, "upper corner of the initial-state box (per observation)", items=float
-        ),
-        "excitation": Setting(
-            str, "random_steps", "input applied while collecting", choices=tuple(EXCITATION_KINDS)
-        ),
-        "excitation_options": Setting(
-            dict,
-            {},
-            "options of the excitation (`random_steps`: `low`, `high` default to the action "
-            "bounds, `hold`; `chirp`: `amplitude` default to the action bound, `f0`, `f1`)",
-        ),
-        "obs_noise": Setting(
-            float, None, "observation noise std of the data (default: the env's)", rule=NONNEGATIVE
-        ),
-        "heldout_path": Setting(str, None, "a saved held-out dataset instead of collecting one"),
-        "heldout_trajectories": Setting(
-            int,
-            40,
-            "held-out trajectories: the first half calibrates the bound, the rest validates",
-            rule=POSITIVE,
-        ),
-        "heldout_seed": Setting(
-            int, 1_000_000, "reset seed of held-out trajectory i is `heldout_seed + i`"
-        ),
-    },
-    "controller": {
-        "horizon": Setting(int, REQUIRED, "prediction steps", rule=POSITIVE),
-        "solver": Setting(
-            str, "sqpmethod", "NLP solver", choices=("sqpmethod", "fatrop", "ipopt", "rti")
-        ),
-        "transcription": Setting(
-            str,
-            "auto",
-            "`implicit` (integrator residual as constraints), `step`, or `auto` (implicit "
-            "when the model has a residual)",
-            choices=("auto", "implicit", "step"),
-        ),
-        "qpsol": Setting(
-            str,
-            "qrqp",
-            "QP solver of `sqpmethod`/`rti`",
-            choices=("qrqp", "osqp", "daqp", "hpipm", "qpoases"),
-        ),
-        "hessian": Setting(
-            str, "gauss-newton", "for `sqpmethod`/`rti`", choices=("gauss-newton", "exact")
-        ),
-        "max_iter": Setting(int, 30, "iteration budget per solve", rule=POSITIVE),
-        "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
-        "time_budget": Setting(
-            float, None, "seconds; a slower solve reports `LATE`", rule=POSITIVE
-        ),
-        "jit": Setting(bool, False, "compile the NLP to C when the controller is built"),
-        "tightening": Setting(
-            str,
-            "none",
-            "`tube`: tighten every observation constraint by the model's bound propagated "
-            "along the previous plan",
-            choices=("none", "tube"),
-        ),
-        "tube_lipschitz": Setting(
-            float,
-            None,
-            "a fixed Lipschitz constant for the tube instead of the step's Jacobian",
-            rule=POSITIVE,
-        ),
-    },
-    "controller.cost": {
-        "Q": Setting(
-            list,
-            REQUIRED,
-            "diagonal weights on the observation error",
-            items=float,
-            rule=NONNEGATIVE,
-        ),
-        "R": Setting(
-            list, REQUIRED, "diagonal weights on the input", items=float, rule=NONNEGATIVE
-        ),
-        "Q_terminal": Setting(
-            list, None, "terminal weights (default `Q`)", items=float, rule=NONNEGATIVE
-        ),
-        "reference": Setting(list, None, "the observation to reach (default zeros)", items=float),
-        "reference_from_env": Setting(
-            bool, False, "use the env's `reference(t)` (a scalar fills `reference_index`)"
-        ),
-        "reference_index": Setting(int, 0, "see `reference_from_env`"),
-        "periodic": Setting(
-            list, [], "observation entries that are angles (error `2 sin(e/2)`)", items=int
-        ),
-        "R_rate": Setting(list, None, "weights on input changes", items=float, rule=NONNEGATIVE),
-        "energy_weight": Setting(
-            float,
-            0.0,
-            "weight of `(E(x) - E(reference))^2` with the model's energy (swing-up)",
-            rule=NONNEGATIVE,
-        ),
-    },
-    "controller.constraints": {
-        "u_min": Setting(
-            list, None, "input lower bounds (default: the env's action bounds)", items=float
-        ),
-        "u_max": Setting(
-            list, None, "input upper bounds (default: the env's action bounds)", items=float
-        ),
-        "obs_min": Setting(list, None, "observation lower bounds (`-inf`: none)", items=float),
-        "obs_max": Setting(list, None, "observation upper bounds (`inf`: none)", items=float),
-        "soft_bounds": Setting(bool, False, "observation bounds with exact-penalty slacks"),
-        "bound_weight": Setting(float, 1e3, "their penalty weight", rule=POSITIVE),
-        "circles": Setting(
-            list,
-            [],
-            "keep-out circles `{center, radius, indices, soft, weight}` on two observation entries",
-        ),
-    },
-    "episodes": {
-        "count": Setting(int, 1, "episodes; episode k uses seed `seed + k`", rule=POSITIVE),
-        "steps": Setting(int, REQUIRED, "steps per episode", rule=POSITIVE),
-        "seed": Setting(int, 0, "seed of the first episode"),
-    },
-    "metrics": {
-        "success_index": Setting(int, None, "observation entry of the success test"),
-        "success_target": Setting(float, None, "its target value"),
-        "success_against_reference": Setting(
-            bool, False, "compare with the controller's reference instead (tracking tasks)"
-        ),
-        "success_tolerance": Setting(float, 0.1, "allowed distance from the target", rule=POSITIVE),
-        "success_window": Setting(
-            float, 1.0, "success: within tolerance over the last window [s]", rule=POSITIVE
-        ),
-        "success_periodic": Setting(bool, False, "the entry is an angle (wrap the error)"),
-    },
-}
-
-#: the keys of [model] every scenario has; the family's own settings come with it
-MODEL_KEYS: dict[str, Setting] = {
-    "family": Setting(str, "nominal", "the model family (see the tables below)"),
-    "path": Setting(
-        str,
-        None,
-        "a saved `.vimpc` model to use instead of building one (its recorded family settings "
-        "must agree with this table's)",
-    ),
-    "params": Setting(dict, {}, "nominal parameter overrides of the system the family starts from"),
-}
-
-CIRCLE_KEYS: dict[str, Setting] = {
-    "center": Setting(list, REQUIRED, "centre", items=float, length=2),
-    "radius": Setting(float, REQUIRED, "radius", rule=POSITIVE),
-    "indices": Setting(list, REQUIRED, "the two observation entries", items=int, length=2),
-    "soft": Setting(bool, True, "exact-penalty slack"),
-    "weight": Setting(float, 1e3, "penalty weight", rule=POSITIVE),
-}
-
-_TABLE_ORDER = ("scenario", "env", "data", "model", "controller", "episodes", "metrics")
-
-
-# -- reading ---------------------------------------------------------------------------------
+from vimpc.scenario.schema import CIRCLE_KEYS, MODEL_KEYS, SCHEMA, TABLE_ORDER
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -280,10 +66,10 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
 
 def _resolve_tables(raw: dict[str, Any]) -> dict[str, Any]:
     for key in raw:
-        if key not in _TABLE_ORDER:
-            raise unknown_key("", key, _TABLE_ORDER)
+        if key not in TABLE_ORDER:
+            raise unknown_key("", key, TABLE_ORDER)
     cfg: dict[str, Any] = {}
-    for name in _TABLE_ORDER:
+    for name in TABLE_ORDER:
         table = raw.get(name, {})
         if not isinstance(table, dict):
             raise ConfigError(f"{name} must be a table, got {table!r}")
@@ -323,15 +109,12 @@ def _resolve_model(table: dict[str, Any]) -> dict[str, Any]:
     return {**base, **resolve(rest, own, "model.")}
 
 
-# -- checks that need more than one key ----------------------------------------------------
-
-
 def check(cfg: dict[str, Any]) -> None:
     """Every check across keys, against the env's sizes and against the model, before any
     env is built or any data collected (raises :class:`ConfigError`)."""
     from vimpc.models.conformal import minimum_calibration_size
 
-    env = env_spec(cfg)
+    env = EnvSpec(cfg)
     nobs, nu = env.nobs, env.nu
     ctrl, cost, cons = (
         cfg["controller"],
@@ -381,7 +164,7 @@ def check(cfg: dict[str, Any]) -> None:
         for j, entry in enumerate(cons["circles"][i]["indices"]):
             index(f"{where}.indices[{j}]", entry)
     _check_metrics(cfg, index)
-    model = model_spec(cfg, env)
+    model = ModelSpec(cfg, env)
     fields = model.fields
     if ctrl["transcription"] == "implicit" and "residual" not in fields:
         raise ConfigError(
@@ -508,9 +291,6 @@ def _check_dataset_file(key: str, path: str, cfg: dict[str, Any], env: EnvSpec) 
         )
 
 
-# -- the env and the model, known without building them -------------------------------------
-
-
 class EnvSpec:
     """What a scenario's env is, read from its class: system, sizes and names."""
 
@@ -557,11 +337,6 @@ class EnvSpec:
         self.nobs = system.nq + system.nv
         self.nu = system.nu
         self.action_limit = tuple(cls.action_limit)
-
-
-def env_spec(cfg: dict[str, Any]) -> EnvSpec:
-    """The scenario's env, known from its class without building it."""
-    return EnvSpec(cfg)
 
 
 class ModelSpec:
@@ -625,10 +400,6 @@ def _settings_differences(mcfg: dict[str, Any], info: Any) -> list[str]:
     return out
 
 
-def model_spec(cfg: dict[str, Any], env: EnvSpec) -> ModelSpec:
-    return ModelSpec(cfg, env)
-
-
 def build_family(cfg: dict[str, Any], nominal_system):
     """The scenario's model family, unfitted: the env's nominal system with
     ``model.params``, the env's ``dt`` and the family's settings."""
@@ -647,65 +418,3 @@ def build_family(cfg: dict[str, Any], nominal_system):
         return cls(system, cfg["env"]["dt"], **settings)
     except VimpcError as exc:
         raise ConfigError(f"model: {exc}") from None
-
-
-# -- writing ----------------------------------------------------------------------------------
-
-
-def dump_toml(cfg: dict[str, Any]) -> str:
-    """A TOML text of a resolved configuration (tables, scalars, arrays; ``None`` omitted)."""
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, float):
-            if math.isinf(v):
-                return "inf" if v > 0 else "-inf"
-            return repr(v)
-        if isinstance(v, int):
-            return str(v)
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items() if x is not None) + "}"
-        raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-    lines: list[str] = []
-    for name in _TABLE_ORDER:
-        table = cfg[name]
-        subtables = ("cost", "constraints") if name == "controller" else ()
-        lines.append(f"[{name}]")
-        lines += [
-            f"{k} = {value(v)}" for k, v in table.items() if k not in subtables and v is not None
-        ]
-        lines.append("")
-        for sub in subtables:
-            lines.append(f"[{name}.{sub}]")
-            lines += [f"{k} = {value(v)}" for k, v in table[sub].items() if v is not None]
-            lines.append("")
-    return "\n".join(lines).strip() + "\n"
-
-
-def schema_markdown() -> str:
-    """The schema tables of ``scenarios/README.md``, made from the declarations."""
-    from vimpc.models import FAMILIES, family
-
-    header = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    out = ["### Every scenario", "", *header]
-    for name in _TABLE_ORDER:
-        if name == "model":
-            out += markdown_rows(MODEL_KEYS, "model.")
-        elif name == "controller":
-            out += markdown_rows(SCHEMA["controller"], "controller.")
-            for sub in ("cost", "constraints"):
-                out += markdown_rows(SCHEMA[f"controller.{sub}"], f"controller.{sub}.")
-        else:
-            out += markdown_rows(SCHEMA[name], f"{name}.")
-    for fam in sorted(FAMILIES):
-        cls = family(fam)
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
-        out += ["", f'### `model.family = "{fam}"`', "", doc, "", *header]
-        out += markdown_rows(cls.all_settings(), "model.")
-    return "\n".join(out) + "\n"

@@ -1,0 +1,35 @@
+"""Scenario files: one TOML file per experiment, validated completely on load.
+
+The schema is declared once (:mod:`vimpc.scenario.schema`): :data:`SCHEMA` for the fixed
+tables, :data:`MODEL_KEYS` plus the chosen model family's own declaration
+(:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
+validation (:mod:`vimpc.scenario.load`), the resolved configuration written next to
+results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
+(:func:`schema_markdown`).
+"""
+
+from vimpc.scenario.load import EnvSpec as EnvSpec
+from vimpc.scenario.load import ModelSpec as ModelSpec
+from vimpc.scenario.load import build_family as build_family
+from vimpc.scenario.load import load_scenario as load_scenario
+from vimpc.scenario.load import parse_override as parse_override
+from vimpc.scenario.load import read_toml as read_toml
+from vimpc.scenario.schema import CIRCLE_KEYS as CIRCLE_KEYS
+from vimpc.scenario.schema import MODEL_KEYS as MODEL_KEYS
+from vimpc.scenario.schema import SCHEMA as SCHEMA
+from vimpc.scenario.schema import dump_toml as dump_toml
+from vimpc.scenario.schema import schema_markdown as schema_markdown
+
+__all__ = [
+    "CIRCLE_KEYS",
+    "MODEL_KEYS",
+    "SCHEMA",
+    "EnvSpec",
+    "ModelSpec",
+    "build_family",
+    "dump_toml",
+    "load_scenario",
+    "parse_override",
+    "read_toml",
+    "schema_markdown",
+]
