@@ -14,6 +14,7 @@ exactly when the scores are continuous, so ``1 - delta <= P <= 1 - delta + 1/(n 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -304,3 +305,13 @@ def test_residual_scale_is_the_rms_with_a_floor():
     assert scale[1] == pytest.approx(1e-9 * scale[0], rel=1e-6)
     cb = calibrate(model, one_step_data(rng, 500, [2.0, 0.0]), 0.1, scale=scale)
     assert np.isfinite(cb.quantile) and cb.quantile == pytest.approx(1.645, abs=0.2)
+
+
+def test_a_step_that_fails_on_calibration_data_is_refused():
+    # a model whose step is NaN for x0 > 1 (about 16 % of N(0, 1) draws): no score there
+    x, u, p = ca.SX.sym("x", 1), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
+    step = ca.Function("step", [x, u, p], [ca.if_else(x > 1.0, np.nan, GAIN * x + u)])
+    broken = dataclasses.replace(tiny_model(1), step=step)
+    data = one_step_data(np.random.default_rng(3), 200, [0.1], nx=1)
+    with pytest.raises(InputError, match="not finite on .* of 200 calibration transitions"):
+        calibrate(broken, data, 0.1, scale=np.ones(1))

@@ -84,6 +84,22 @@ def test_a_second_fit_reuses_the_cache(fitted, tmp_path, capsys):
     assert load(tmp_path / "b.vimpc").delta == 0.1
 
 
+def test_refit_fits_again_and_replaces_the_cached_fit(fitted, tmp_path, capsys):
+    out = tmp_path / "refit.vimpc"
+    args = ["fit", SAFE, "-o", str(out), "--quiet", "--refit", *_sets(SMALL)]
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "fit summary" in printed and "reused" not in printed
+    first, again = load(fitted), load(out)
+    assert again.info["fit"]["fit_time_s"] != first.info["fit"]["fit_time_s"]  # a new fit
+    # the cache now holds the new fit: the next run reuses it
+    assert (
+        cli.main(["fit", SAFE, "-o", str(tmp_path / "next.vimpc"), "--quiet", *_sets(SMALL)]) == 0
+    )
+    assert "reused the fit cached at" in capsys.readouterr().out
+    assert load(tmp_path / "next.vimpc").info["fit"] == again.info["fit"]
+
+
 def test_run_uses_a_saved_model_and_reports_coverage(fitted, tmp_path):
     code = cli.main(
         [

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,6 @@ class ModelSource:
     path: Path | None
     report: dict[str, Any] | None = None
     reused: bool = False
-    notes: list[str] = field(default_factory=list)
 
 
 def cache_dir() -> Path:
@@ -189,7 +188,8 @@ def obtain_model(
     family = build_family(cfg, env.nominal_system)
     if not family.needs_fit():
         return ModelSource(family.discrete_model(), None)
-    target = cache_dir() / f"{cfg['scenario']['name']}-{cache_key(cfg)}.vimpc"
+    key = cache_key(cfg)
+    target = cache_dir() / f"{cfg['scenario']['name']}-{key}.vimpc"
     if target.exists() and not refit:
         model = load(target)
         log(f"reused the fit cached at {target} (no refit; --refit fits again)")
@@ -203,11 +203,11 @@ def obtain_model(
         raise ConfigError(f"fitting model.family = {mcfg['family']!r}: {exc}") from exc
     model = family.discrete_model()
     report = fit_report(model, train, calibration, validation, family.fit_time_)
-    model = replace(model, info={**model.info, "fit": report, "cache_key": cache_key(cfg)})
+    model = replace(model, info={**model.info, "fit": report, "cache_key": key})
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        save(model, target)
-    except FileExistsError:  # a concurrent run cached the same fit
+        save(model, target, overwrite=refit)
+    except FileExistsError:  # a concurrent run cached the same fit meanwhile
         pass
     return ModelSource(load(target), target, report)
 

@@ -16,11 +16,10 @@ Writes ``results/conformal/{coverage.md, coverage.csv, coverage.png}``.
 
 from __future__ import annotations
 
-import csv
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -90,11 +89,6 @@ def main() -> None:
                 }
             )
             print(rows[-1])
-    with open(OUT / "coverage.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
     fig = Figure(figsize=(6, 5))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
@@ -113,14 +107,7 @@ def main() -> None:
     ax.legend(fontsize=8)
     fig.savefig(OUT / "coverage.png", dpi=110, bbox_inches="tight")
 
-    def fmt(v):
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    keys = list(rows[0])
-    lines = [
-        "# Conformal bounds: coverage on fresh held-out trajectories",
-        "",
-        f"Made by `python tests/experiments/conformal_coverage.py` on {datetime.now(UTC):%Y-%m-%d}. "
+    intro = (
         "Model: the nominal midpoint model of each scenario's env (nominal parameters; the "
         "true system has perturbed masses and inertias, friction and observation noise). "
         "Bound: split conformal, constant per-entry scale (RMS of the training errors), "
@@ -132,16 +119,13 @@ def main() -> None:
         "1 - delta on average over calibration sets of exchangeable transitions; transitions "
         "of one trajectory are dependent, so the calibration set is worth about as many "
         "independent samples as it has trajectories, and one calibration set with few "
-        "trajectories can land below the promise.",
-        "",
-        "| " + " | ".join(keys) + " |",
-        "|" + "---|" * len(keys),
-        *["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows],
-        "",
-        "![coverage](coverage.png)",
-    ]
-    (OUT / "coverage.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[4:-2]))
+        "trajectories can land below the promise."
+    )
+    command = "python tests/experiments/conformal_coverage.py"
+    title = "Conformal bounds: coverage on fresh held-out trajectories"
+    print(
+        write_table(OUT, "coverage", title, command, intro, rows, after="![coverage](coverage.png)")
+    )
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ errors against its bound.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
+
+from _tables import interval, write_table
 
 from vimpc import cli
 
@@ -41,10 +41,6 @@ FIGURES = {
     "none": ("episodes.png",),
     "tube, delta = 0.05": ("episodes.png", "safety.png", "coverage.png"),
 }
-
-
-def _ci(ci) -> str:
-    return f"{ci[0]:.2f}-{ci[1]:.2f}"
 
 
 def main() -> None:
@@ -82,12 +78,12 @@ def main() -> None:
                     "row": label,
                     "episodes": m["episodes"],
                     "off_rail": m["episodes_with_violation"],
-                    "off_rail_rate_ci95": _ci(m["violation_rate_ci95"]),
+                    "off_rail_rate_ci95": interval(m["violation_rate_ci95"]),
                     "max_violation_m": m["max_violation"],
                     "min_margin_m": m["min_margin"],
                     "mean_min_margin_m": m["min_margin_mean"],
                     "success": m["success_rate"],
-                    "success_ci95": _ci(m["success_rate_ci95"]),
+                    "success_ci95": interval(m["success_rate_ci95"]),
                     "promised_coverage": 1 - m["model"]["delta"],
                     "validation_coverage": fit.get("validation_coverage", float("nan")),
                     "closed_loop_coverage_mean": m.get("coverage_mean", float("nan")),
@@ -101,15 +97,6 @@ def main() -> None:
                 name = label.split(",")[0].replace(" ", "")
                 shutil.copy(run / fig, OUT / f"cartpole_{name}_{fig}")
             print(f"{label}: {rows[-1]}")
-    keys = list(rows[0])
-    with open(OUT / "cartpole.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
-
-    def fmt(v):
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-
     headers = {
         "row": "controller",
         "episodes": "episodes",
@@ -128,40 +115,35 @@ def main() -> None:
         "solve_p95_ms": "solve p95 [ms]",
         "failed_solves": "failed solves",
     }
-    command = "python tests/experiments/safety_cartpole.py" + (
-        f" --seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
+    intro = (
+        f"Each row is `vimpc run scenarios/cartpole_safe.toml` with the overrides named, over "
+        f"the same {args.episodes} episodes (reset seeds {args.seed}-{args.seed + args.episodes - 1}; "
+        "the scenario was designed on seeds 0-49) against the same true cart-pole (masses and "
+        "inertias within 10 %, friction [0.3, 0.1], observation noise 1e-3). The rail is "
+        "|s| <= 1 m; an episode is off the rail when the true cart position leaves it at any "
+        "step. The model is the nominal midpoint model; its bound is calibrated by split "
+        "conformal prediction on held-out open-loop trajectories (states spread over the "
+        "region a swing-up visits, random forces up to the actuator limit). Coverage: the "
+        "fraction of one-step errors inside the bound in every entry, on the held-out "
+        "validation trajectories and along the closed-loop episodes."
     )
-    lines = [
-        "# Safe cart-pole: the rail with and without the tube",
-        "",
-        f"Made by `{command}` on {datetime.now(UTC):%Y-%m-%d}. Each row is `vimpc run "
-        f"scenarios/cartpole_safe.toml` with the overrides named, over the same {args.episodes} "
-        f"episodes (reset seeds {args.seed}-{args.seed + args.episodes - 1}; the scenario was "
-        "designed on seeds 0-49) against the same true cart-pole (masses and inertias within "
-        "10 %, friction [0.3, 0.1], observation noise 1e-3). The rail is |s| <= 1 m; an "
-        "episode is off the rail when the true cart position leaves it at any step. The model "
-        "is the nominal midpoint model; its bound is calibrated by split conformal prediction "
-        "on held-out open-loop trajectories (states spread over the region a swing-up visits, "
-        "random forces up to the actuator limit). Coverage: the fraction of one-step errors "
-        "inside the bound in every entry, on the held-out validation trajectories and along "
-        "the closed-loop episodes.",
-        "",
-        "| " + " | ".join(headers[k] for k in keys) + " |",
-        "|" + "---|" * len(keys),
-        *["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows],
-        "",
-        "Every episode's cart position against the rail, without and with the tube (delta = 0.05):",
-        "",
-        "![none](cartpole_none_episodes.png) ![tube](cartpole_tube_episodes.png)",
-        "",
-        "The tube of one episode (delta = 0.05): the rail rows `s >= -1` and `s <= 1` as "
-        "realized on the true state, the value the plan predicted one step earlier and the "
-        "tube it kept from the rail; and the model's one-step errors against its bound:",
-        "",
-        "![safety](cartpole_tube_safety.png) ![coverage](cartpole_tube_coverage.png)",
-    ]
-    (OUT / "cartpole.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[4 : 6 + len(rows)]))
+    after = """
+Every episode's cart position against the rail, without and with the tube (delta = 0.05):
+
+![none](cartpole_none_episodes.png) ![tube](cartpole_tube_episodes.png)
+
+The tube of one episode (delta = 0.05): the rail rows `s >= -1` and `s <= 1` as realized on
+the true state, with the plans made every second drawn over their horizon with their
+tubes; and the model's one-step errors against its bound:
+
+![safety](cartpole_tube_safety.png) ![coverage](cartpole_tube_coverage.png)
+"""
+    command = (
+        "python tests/experiments/safety_cartpole.py "
+        f"--seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
+    )
+    title = "Safe cart-pole: the rail with and without the tube"
+    print(write_table(OUT, "cartpole", title, command, intro, rows, headers, after))
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ has observation bounds, ``<scenario>_states_inputs.png``, ``<scenario>_mechanism
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
+
+from _tables import interval, write_table
 
 from vimpc import cli
 
@@ -30,10 +30,6 @@ NAMES = (
     "rollingdisk_parking",
 )
 FIGURES = ("episodes.png", "states_inputs.png", "mechanism.png")
-
-
-def _ci(ci) -> str:
-    return f"{ci[0]:.2f}-{ci[1]:.2f}"
 
 
 def main() -> None:
@@ -65,9 +61,9 @@ def main() -> None:
                     "episodes": m["episodes"],
                     "seeds": f"{m['seeds'][0]}-{m['seeds'][-1]}",
                     "success": m["success_rate"],
-                    "success_ci95": _ci(m["success_rate_ci95"]),
+                    "success_ci95": interval(m["success_rate_ci95"]),
                     "episodes_with_violation": m["episodes_with_violation"],
-                    "violation_ci95": _ci(m["violation_rate_ci95"]),
+                    "violation_ci95": interval(m["violation_rate_ci95"]),
                     "min_margin": m["min_margin"],
                     "mean_min_margin": m["min_margin_mean"],
                     "cost_mean": m["cost_mean"],
@@ -87,45 +83,29 @@ def main() -> None:
     for stale in OUT.glob("*.png"):
         if not any(stale.name == f"{n}_{f}" for n in NAMES for f in FIGURES):
             stale.unlink()
-    keys = list(rows[0])
-    with open(OUT / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
-
-    def fmt(v):
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-
     command = (
         f"python tests/experiments/scenarios_summary.py --episodes {args.episodes} "
         f"--workers {args.workers}"
     )
-    lines = [
-        "# The scenarios over many seeds",
-        "",
-        f"Made by `{command}` on {datetime.now(UTC):%Y-%m-%d} (each row is `vimpc run "
-        f"scenarios/<scenario>.toml --set episodes.count={args.episodes}`). The true systems "
-        "are perturbed (masses and inertias within 10 %, friction, observation noise 1e-3); "
-        "the controller's model is the nominal system with the midpoint variational "
-        "integrator (`cartpole_safe`: with a conformal bound and the tube). Rates with their "
-        "95 % Wilson interval over episodes. Safety, on the env's safety margin of the true "
-        "state: episodes with a violation (any step with a negative margin), min margin (the "
-        "smallest over all episodes: the margin the controller really had), mean of the "
-        "episodes' minimum margins. Solve times in ms, wall time in s (everything "
-        f"included); the episodes ran in {args.workers} worker processes sharing the machine's "
-        "cores, so solve times are those of a loaded machine (results/benchmarks/ has them "
-        "measured alone).",
-        "",
-        "| " + " | ".join(keys) + " |",
-        "|" + "---|" * len(keys),
-        *["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows],
-        "",
-    ]
-    for name in NAMES:
-        figs = [f for f in FIGURES if (OUT / f"{name}_{f}").exists()]
-        lines.append(" ".join(f"![{name}]({name}_{f})" for f in figs))
-    (OUT / "summary.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[4 : 6 + len(rows)]))
+    intro = (
+        f"Each row is `vimpc run scenarios/<scenario>.toml --set episodes.count={args.episodes}`. "
+        "The true systems are perturbed (masses and inertias within 10 %, friction, "
+        "observation noise 1e-3); the controller's model is the nominal system with the "
+        "midpoint variational integrator (`cartpole_safe`: with a conformal bound and the "
+        "tube). Rates with their 95 % Wilson interval over episodes. Safety, on the env's "
+        "safety margin of the true state: episodes with a violation (any step with a negative "
+        "margin), min margin (the smallest over all episodes: the margin the controller "
+        "really had), mean of the episodes' minimum margins. Solve times in ms, wall time in "
+        f"s (everything included); the episodes ran in {args.workers} worker processes sharing "
+        "the machine's cores, so solve times are those of a loaded machine "
+        "(results/benchmarks/ has them measured alone)."
+    )
+    figures = "\n".join(
+        " ".join(f"![{name}]({name}_{f})" for f in FIGURES if (OUT / f"{name}_{f}").exists())
+        for name in NAMES
+    )
+    title = "The scenarios over many seeds"
+    print(write_table(OUT, "summary", title, command, intro, rows, after=figures))
 
 
 if __name__ == "__main__":

@@ -143,6 +143,12 @@ def calibrate(
             )
         s = np.broadcast_to(scale, errors.shape)
     scores = np.max(errors / s, axis=1)
-    k = math.ceil((n + 1) * (1.0 - delta) - 1e-12)
+    if not np.all(np.isfinite(scores)):
+        bad = int(np.count_nonzero(~np.isfinite(scores)))
+        raise InputError(
+            f"the model's one-step error is not finite on {bad} of {n} calibration transitions "
+            "(its step failed there); a bound cannot be calibrated on them"
+        )
+    k = max(1, math.ceil((n + 1) * (1.0 - delta) - 1e-12))  # k = 0 only for delta ~ 1
     quantile = float(np.sort(scores)[k - 1])
     return ConformalBound(float(delta), quantile, n, scale=scale, spread=spread)
