@@ -14,6 +14,7 @@ from vimpc.errors import InputError
 from vimpc.integrators import ExplicitIntegrator, VariationalIntegrator
 from vimpc.mechanics import CartPole, Pendulum
 from vimpc.models import NominalModel, integrator_model
+from vimpc.testing import DiscreteModelContract
 
 RULES = ("first_order", "midpoint", "trapezoidal")
 FORMS = ("position_momentum", "del")
@@ -352,3 +353,17 @@ def test_integrator_model_checks_theta():
         integrator_model(integ, 0.05, theta=[1.0, 2.0], theta_names=("a",))
     with pytest.raises(InputError, match="theta must be 0 finite numbers"):
         integrator_model(VariationalIntegrator(ROD), 0.05, theta=[1.0])
+
+
+class TestLagrangianParametersCartPole(DiscreteModelContract):
+    # a Lagrangian with parameters exposed as p (the form a learned Lagrangian takes)
+    def make_model(self):
+        s = CartPole(friction=[0.2, 0.05])
+        integ = VariationalIntegrator(s, lagrangian=cartpole_lagrangian, n_theta=4)
+        return integrator_model(integ, 0.05, theta=cartpole_theta(s), theta_as_parameters=True)
+
+    def sample_states(self, rng, n):
+        return rng.uniform([-1.0, -math.pi, -2.0, -4.0], [1.0, math.pi, 2.0, 4.0], size=(n, 4))
+
+    def sample_inputs(self, rng, n):
+        return rng.uniform(-10.0, 10.0, size=(n, 1))

@@ -25,8 +25,7 @@ from vimpc._settings import (
 from vimpc.data import Dataset, add_noise, make_excitation, rollout_env, rollout_model
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, InputError, NotFittedError
-from vimpc.integrators import VariationalIntegrator
-from vimpc.mechanics import CartPole, FourBar, Pendulum, RollingDisk
+from vimpc.mechanics import FourBar, Pendulum, RollingDisk
 from vimpc.models import (
     BOUND_SETTINGS,
     FAMILIES,
@@ -34,7 +33,6 @@ from vimpc.models import (
     NominalModel,
     SpreadFamily,
     family,
-    integrator_model,
 )
 from vimpc.models.evaluation import bound_values, coverage, one_step_errors, transitions
 from vimpc.testing import DiscreteModelContract
@@ -480,30 +478,3 @@ class TestRollingDiskKeepsRolling(DiscreteModelContract):
 
     def sample_inputs(self, rng, n):
         return rng.uniform(-1.0, 1.0, size=(n, 2))
-
-
-def _cartpole_lagrangian(q, v, theta):
-    # L = 1/2 (mc + m) s'^2 + m l/2 cos(th) s' th' + 1/2 (J + m l^2/4) th'^2 + m g l/2 cos(th)
-    c = ca.cos(q[1])
-    return (
-        0.5 * theta[0] * v[0] ** 2
-        + theta[1] * c * v[0] * v[1]
-        + 0.5 * theta[2] * v[1] ** 2
-        + theta[3] * c
-    )
-
-
-class TestLagrangianParametersCartPole(DiscreteModelContract):
-    # a Lagrangian with parameters exposed as p (the form a learned Lagrangian takes)
-    def make_model(self):
-        s = CartPole(friction=[0.2, 0.05])
-        mc, m, l, J, g = (s.params[k] for k in ("mc", "m", "l", "J", "g"))
-        theta = [mc + m, m * l / 2, J + m * l * l / 4, m * g * l / 2]
-        integ = VariationalIntegrator(s, lagrangian=_cartpole_lagrangian, n_theta=4)
-        return integrator_model(integ, DT, theta=theta, theta_as_parameters=True)
-
-    def sample_states(self, rng, n):
-        return rng.uniform([-1.0, -math.pi, -2.0, -4.0], [1.0, math.pi, 2.0, 4.0], size=(n, 4))
-
-    def sample_inputs(self, rng, n):
-        return rng.uniform(-10.0, 10.0, size=(n, 1))
