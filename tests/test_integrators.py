@@ -25,7 +25,6 @@ from vimpc.mechanics import (
     Pendulum,
     RollingDisk,
 )
-from vimpc.models import NominalModel
 
 RULES = ("first_order", "midpoint", "trapezoidal")
 FORMS = ("position_momentum", "del")
@@ -604,14 +603,3 @@ def test_flow_is_substeps_of_step():
     np.testing.assert_allclose(
         np.asarray(flow(x0, u, [])).ravel(), rollout(integ, 0.01, x0, held(u, 5))[:, -1], atol=1e-14
     )
-
-
-def test_nominal_model_rejects_unknown_integrator():
-    with pytest.raises(
-        InputError, match="integrator must be one of .*got 'midpiont'; did you mean 'midpoint'"
-    ):
-        NominalModel(Pendulum(), 0.02, integrator="midpiont")
-    with pytest.raises(InputError, match="dt must be a positive"):
-        NominalModel(Pendulum(), -0.02)
-    with pytest.raises(InputError, match="substeps must be a positive integer, got 0"):
-        NominalModel(Pendulum(), 0.02, substeps=0)
