@@ -151,7 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = pipeline.build_env(cfg)
     source = _obtain_model(cfg, env, args, print)
     path = None if source.path is None else str(source.path)
-    runner = pipeline.EpisodeRunner(cfg, path)
+    # the plots need a controller here; a serial run uses the same one for its episodes
+    runner = None if args.workers > 1 and args.no_plots else pipeline.EpisodeRunner(cfg, path)
     ep = cfg["episodes"]
     seeds = [ep["seed"] + k for k in range(ep["count"])]
     with tqdm(
@@ -185,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "fitted_now": source.report is not None and not source.reused,
         "reused_cached_fit": source.reused,
         "fit": source.report,
-        "delta": runner.model.delta,
+        "delta": source.model.delta,
     }
     metrics = {
         **summary,

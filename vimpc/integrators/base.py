@@ -85,34 +85,31 @@ class Integrator(abc.ABC):
             return self.system.lagrangian(q, v)
         return self._lagrangian(q, v, theta)
 
-    def _symbols(self):
+    def _state_function(self, name: str, out: str, given, derived) -> ca.Function:
+        """``(x, theta) -> given(q, v)`` for the system's own Lagrangian, else
+        ``derived(L, v)`` by automatic differentiation of the given one."""
         s = self.system
-        return ca.SX.sym("x", s.nq + s.nv), ca.SX.sym("theta", self.n_theta)
+        x, th = ca.SX.sym("x", s.nq + s.nv), ca.SX.sym("theta", self.n_theta)
+        q, v = x[: s.nq], x[s.nq :]
+        if self._lagrangian is None:
+            value = given(q, v)
+        else:
+            value = derived(self.lagrangian(q, v, th), v)
+        return ca.Function(name, [x, th], [value], ["x", "theta"], [out])
 
     def energy_function(self) -> ca.Function:
         """``(x, theta) -> E`` [J]: the system's energy, or ``v . dL/dv - L`` by automatic
         differentiation of a given Lagrangian."""
-        s = self.system
-        x, th = self._symbols()
-        q, v = x[: s.nq], x[s.nq :]
-        if self._lagrangian is None:
-            E = s.energy(q, v)
-        else:
-            L = self.lagrangian(q, v, th)
-            E = ca.dot(v, ca.gradient(L, v)) - L
-        return ca.Function("energy", [x, th], [E], ["x", "theta"], ["E"])
+        return self._state_function(
+            "energy", "E", self.system.energy, lambda L, v: ca.dot(v, ca.gradient(L, v)) - L
+        )
 
     def momentum_function(self) -> ca.Function:
         """``(x, theta) -> p = dL/dv``: the system's momentum, or by automatic
         differentiation of a given Lagrangian."""
-        s = self.system
-        x, th = self._symbols()
-        q, v = x[: s.nq], x[s.nq :]
-        if self._lagrangian is None:
-            p = s.momentum(q, v)
-        else:
-            p = ca.gradient(self.lagrangian(q, v, th), v)
-        return ca.Function("momentum", [x, th], [p], ["x", "theta"], ["p"])
+        return self._state_function(
+            "momentum", "p", self.system.momentum, lambda L, v: ca.gradient(L, v)
+        )
 
     # -- sizes ---------------------------------------------------------------------------
     @property

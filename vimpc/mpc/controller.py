@@ -167,7 +167,7 @@ class MPC:
             model, self.horizon, self._cost, self._cons, transcription, tightened=tightened
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
-        self._no_tube = np.zeros((self.horizon + 1, n_safety))  # shape of the reported tube
+        self._tube_shape = (self.horizon + 1, n_safety)
         plugin, opts = nlpsol_options(
             solver,
             max_iter=self.max_iter,
@@ -235,7 +235,7 @@ class MPC:
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
         w0 = ca.DM(self._initial_guess(x0))
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
-        tube, tube_time = np.zeros(self._no_tube.shape), 0.0
+        tube, tube_time = np.zeros(self._tube_shape), 0.0
         if self._tube_fn is not None:
             start = time.perf_counter()
             P, applied = self._tube_fn(w0, P)
