@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import sys
 import time
 from datetime import UTC, datetime
@@ -28,26 +30,46 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _run_dir(root: Path, name: str) -> tuple[Path, Path]:
-    """A new ``root/name/<UTC timestamp>`` (never an existing one) and its staging twin."""
+PARTIAL = ".partial"
+
+
+def _reserve_run_dir(root: Path, name: str) -> tuple[Path, Path]:
+    """``(final, staging)`` for a new run: ``root/name/<UTC timestamp>[-k]`` and its
+    ``.partial`` twin, which is created here. Creation is exclusive, so runs started at
+    the same moment get folders of their own: a name is taken when its staging folder is
+    created by this process and no finished folder of that name exists."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     base = root / name
-    final = base / stamp
-    k = 1
-    while final.exists() or final.with_name(final.name + ".partial").exists():
-        final = base / f"{stamp}-{k}"
-        k += 1
-    return final, final.with_name(final.name + ".partial")
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot create {str(base)!r}: {exc.strerror}") from None
+    for k in range(10_000):
+        final = base / (stamp if k == 0 else f"{stamp}-{k}")
+        stage = final.with_name(final.name + PARTIAL)
+        try:
+            stage.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"--out: cannot write in {str(base)!r}: {exc.strerror}") from None
+        if final.exists():  # finished by another run since this name was free
+            stage.rmdir()
+            continue
+        return final, stage
+    raise ConfigError(f"--out: no free run folder for {stamp} in {str(base)!r}")
 
 
 def _usable_folder(path: Path, what: str) -> None:
-    """Refuse an output location that is a file or cannot be created, before any work."""
+    """Refuse an output location that is a file or cannot be written, before any work."""
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{what} {str(path)!r} is a file, not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{what} {str(path)!r} cannot be created: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {str(path)!r} is not writable")
 
 
 def _obtain_model(cfg, env, args, log):
@@ -62,10 +84,7 @@ def _obtain_model(cfg, env, args, log):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from vimpc import pipeline, report, scenario
-    from vimpc.closedloop import summarize
+    from vimpc import scenario
 
     started = time.perf_counter()
     cfg = scenario.load_scenario(args.scenario, args.set or [])
@@ -74,8 +93,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     root = Path(args.out)
     _usable_folder(root, "--out")
     name = cfg["scenario"]["name"]
-    print(f"vimpc run {name}: {cfg['scenario']['description']}".rstrip(": "))
+    final_dir, stage_dir = _reserve_run_dir(root, name)
+    try:
+        _run(cfg, args, started, final_dir, stage_dir)
+    except BaseException:
+        # an interrupted or failed run leaves nothing that looks like a result
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        raise
+    return 0
 
+
+def _run(cfg, args, started: float, final_dir: Path, stage_dir: Path) -> None:
+    """The body of ``vimpc run``: results are staged in ``stage_dir``, renamed to
+    ``final_dir`` when complete."""
+    from tqdm import tqdm
+
+    from vimpc import pipeline, report, scenario
+    from vimpc.closedloop import summarize
+
+    name = cfg["scenario"]["name"]
+    print(f"vimpc run {name}: {cfg['scenario']['description']}".rstrip(": "))
+    write_atomic(stage_dir / "config.resolved.toml", scenario.dump_toml(cfg))
     env = pipeline.build_env(cfg)
     source = _obtain_model(cfg, env, args, print)
     path = None if source.path is None else str(source.path)
@@ -99,9 +137,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     per_episode = [m for _, m in results]
     summary = summarize(per_episode, trajectories)
 
-    final_dir, stage_dir = _run_dir(root, name)
-    stage_dir.mkdir(parents=True)
-    write_atomic(stage_dir / "config.resolved.toml", scenario.dump_toml(cfg))
     write_atomic(stage_dir / "versions.json", json.dumps(_versions(), indent=2) + "\n")
     for k, traj in enumerate(trajectories):
         write_atomic(
@@ -126,11 +161,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     }
     # metrics.json is written last: its presence marks a complete run
     write_atomic(stage_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    stage_dir.rename(final_dir)
+    os.rename(stage_dir, final_dir)
     print(report.summary_table(summary))
     print(f"  wall time                     {metrics['wall_time_s']:.1f} s")
     print(f"results: {final_dir}")
-    return 0
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -147,10 +181,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise ConfigError(f"{str(out)!r} exists; choose another path or pass --overwrite")
     if not out.parent.is_dir():
         raise ConfigError(f"--output {str(out)!r}: the folder {str(out.parent)!r} does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output {str(out)!r}: the folder {str(out.parent)!r} is not writable")
     env = pipeline.build_env(cfg)
     source = _obtain_model(cfg, env, args, print)
     model = source.model
-    path = save(model, out, overwrite=args.overwrite)
+    try:
+        path = save(model, out, overwrite=args.overwrite)
+    except FileExistsError:
+        raise ConfigError(
+            f"{str(out)!r} appeared while the model was being built; choose another --output "
+            "or pass --overwrite (a cached fit is reused)"
+        ) from None
     parts = [f"residual: {'yes' if model.implicit else 'no'}"]
     if model.bound is not None:
         parts.append(f"bound with delta = {model.delta}")
@@ -165,23 +207,36 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def shipped_scenarios() -> Path:
+    """The scenario files that come with vimpc (the ``scenarios`` folder of its source)."""
+    import vimpc
+
+    return Path(vimpc.__file__).resolve().parent.parent / "scenarios"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     import gymnasium
 
     import vimpc  # noqa: F401
     from vimpc.scenario import read_toml
 
-    folder = Path(args.dir)
+    folder = shipped_scenarios() if args.dir is None else Path(args.dir)
+    if not folder.is_dir():
+        what = "--dir" if args.dir is not None else "the shipped scenarios folder"
+        raise ConfigError(f"{what} {str(folder)!r} is not a folder")
     files = sorted(folder.glob("*.toml"))
     if not files:
         print(f"no scenarios in {folder}")
+    width = max((len(f.name) for f in files), default=0)
     for f in files:
         try:
             table = read_toml(f).get("scenario", {})
             desc = table.get("description", "") if isinstance(table, dict) else ""
+            desc = desc if isinstance(desc, str) else ""
         except ConfigError as exc:
-            desc = f"(unreadable: {str(exc).split(': ', 1)[-1]})"
-        print(f"{str(f):<40} {desc}")
+            desc = f"(skipped: {exc})"
+        print(f"{f.name:<{width}}  {desc}")
+    print(f"({folder})")
     print("environments: " + ", ".join(k for k in gymnasium.registry if k.startswith("vimpc/")))
     return 0
 
@@ -194,7 +249,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vimpc", description=__doc__)
+    from vimpc import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="vimpc",
+        description="Learning-based model-predictive control of mechanical systems: run a "
+        "scenario, fit and export its model, list scenarios, print the scenario schema.",
+    )
+    parser.add_argument("--version", action="version", version=f"vimpc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def scenario_args(p: argparse.ArgumentParser) -> None:
@@ -225,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         fit.add_argument("--overwrite", action="store_true", help="replace an existing file")
         fit.set_defaults(func=cmd_fit)
     lst = sub.add_parser("list", help="list scenario files and environments")
-    lst.add_argument("--dir", default="scenarios", help="folder of scenario files")
+    lst.add_argument(
+        "--dir", default=None, help="folder of scenario files (default: the shipped scenarios)"
+    )
     lst.set_defaults(func=cmd_list)
     schema = sub.add_parser("schema", help="print the scenario schema (markdown tables)")
     schema.set_defaults(func=cmd_schema)

@@ -395,16 +395,28 @@ class EpisodeRunner:
         return traj, metrics
 
 
-_RUNNER: EpisodeRunner | None = None
+_RUNNER: EpisodeRunner | BaseException | None = None
 
 
 def _init_worker(cfg: dict[str, Any], model_path: str | None) -> None:
+    """Build the worker's runner; Ctrl-C is left to the parent, which ends the workers. An
+    error is kept for the first episode to raise (a pool would restart a worker whose
+    initializer fails, again and again)."""
+    import signal
+
     global _RUNNER
-    _RUNNER = EpisodeRunner(cfg, model_path)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _RUNNER = EpisodeRunner(cfg, model_path)
+    except Exception as exc:  # raised in the parent by the first episode
+        _RUNNER = exc
 
 
-def _run_in_worker(seed: int):
-    return _RUNNER.run(seed)
+def _run_in_worker(item: tuple[int, int]):
+    if isinstance(_RUNNER, BaseException):
+        raise _RUNNER
+    index, seed = item
+    return index, _RUNNER.run(seed)
 
 
 def run_episodes(
@@ -420,9 +432,10 @@ def run_episodes(
     """Run one episode per seed; results in the order of ``seeds``.
 
     With ``workers > 1`` the episodes run in that many processes (spawned, each building
-    its own :class:`EpisodeRunner`), with the same results as a serial run. ``on_step`` is
-    called after every step of a serial run, ``on_episode(steps)`` after every finished
-    episode (progress bars).
+    its own :class:`EpisodeRunner`), with the same results as a serial run; an exception
+    or a Ctrl-C in the parent ends the workers at once. ``on_step`` is called after every
+    step of a serial run, ``on_episode(steps)`` after every finished episode (progress
+    bars).
     """
     path = None if model_path is None else str(model_path)
     if workers <= 1:
@@ -434,22 +447,20 @@ def run_episodes(
                 on_episode(len(out[-1][0].inputs))
         return out
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
-    context = multiprocessing.get_context("spawn")
     results: dict[int, Any] = {}
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init_worker, initargs=(cfg, path)
-    ) as pool:
-        futures = {pool.submit(_run_in_worker, seed): i for i, seed in enumerate(seeds)}
-        try:
-            from concurrent.futures import as_completed
-
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                if on_episode is not None:
-                    on_episode(len(results[futures[future]][0].inputs))
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    pool = multiprocessing.get_context("spawn").Pool(
+        workers, initializer=_init_worker, initargs=(cfg, path)
+    )
+    try:
+        for index, result in pool.imap_unordered(_run_in_worker, enumerate(seeds)):
+            results[index] = result
+            if on_episode is not None:
+                on_episode(len(result[0].inputs))
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
     return [results[i] for i in range(len(seeds))]

@@ -10,6 +10,7 @@ import casadi as ca
 import numpy as np
 
 from vimpc import _checks
+from vimpc._interrupt import deferred_interrupts
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, Cost
@@ -246,7 +247,8 @@ class MPC:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
         try:
-            sol = self._solver(**args)
+            with deferred_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
+                sol = self._solver(**args)
             error = None
         except RuntimeError as exc:  # error_on_fail is off; this is a hard evaluation error
             sol, error = None, exc

@@ -1,0 +1,247 @@
+"""The command line as a person uses it: interrupts, concurrent runs, output locations
+checked before any work, the listing, version and help."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from vimpc import cli, pipeline
+from vimpc.errors import ConfigError
+
+ROOT = Path(__file__).parents[1]
+PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
+CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
+SHORT = ["--set", "episodes.steps=3", "--set", "controller.horizon=5", "--no-plots", "--quiet"]
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _vimpc(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vimpc.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    """Fail the test if an env is built: the checks must come before any work."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an env was built before the bad input was refused")
+
+    monkeypatch.setattr(pipeline, "build_env", refuse)
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+
+def _interrupt_a_run(out: Path, *extra: str) -> tuple[float, int, str]:
+    """Start a long cart-pole run, send one SIGINT once it has been running for a while,
+    and return (seconds from the signal to the exit, exit code, stderr)."""
+    proc = _vimpc(
+        "run", CARTPOLE, "--out", str(out), "--quiet", "--no-plots",
+        "--set", "episodes.count=200", *extra,
+    )  # fmt: skip
+    first = proc.stdout.readline()  # printed once the scenario is valid
+    assert first.startswith("vimpc run"), first + proc.stderr.read()
+    time.sleep(2.5)  # env and model built, episodes (and their solves) running
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("one SIGINT did not stop the run within 30 s") from None
+    return time.perf_counter() - sent, code, proc.stderr.read()
+
+
+@pytest.mark.parametrize("solver", ["sqpmethod", "fatrop", "ipopt"])
+def test_one_sigint_stops_a_run_inside_the_solver_and_leaves_no_partial_results(solver, tmp_path):
+    # The solves take most of each step, so the signal lands inside one almost always;
+    # CasADi's solvers used to swallow it and the run went on to the end.
+    latency, code, err = _interrupt_a_run(tmp_path, "--set", f'controller.solver="{solver}"')
+    assert code == 130, err
+    assert "interrupted" in err
+    # a second is the promise; the margin is for a loaded machine
+    assert latency < 3.0
+    assert not list(tmp_path.rglob("*.partial")) and not list(tmp_path.rglob("metrics.json"))
+
+
+def test_one_sigint_stops_a_run_with_workers(tmp_path):
+    latency, code, err = _interrupt_a_run(tmp_path, "--workers", "2")
+    assert code == 130, err
+    assert latency < 3.0
+    assert not list(tmp_path.rglob("*.partial")) and not list(tmp_path.rglob("metrics.json"))
+
+
+def test_an_interrupted_run_removes_its_staging_folder(tmp_path, monkeypatch):
+    import vimpc.closedloop as closedloop
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(closedloop, "run_episode", interrupted)
+    assert cli.main(["run", PENDULUM, "--out", str(tmp_path), *SHORT]) == 130
+    assert [p.name for p in tmp_path.rglob("*")] == ["pendulum_swingup"]
+
+
+# -- concurrent runs -------------------------------------------------------------------------
+
+
+def test_two_runs_started_together_both_keep_their_results(tmp_path):
+    procs = [_vimpc("run", PENDULUM, "--out", str(tmp_path), *SHORT) for _ in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    runs = sorted((tmp_path / "pendulum_swingup").iterdir())
+    assert len(runs) == 2, runs
+    for run in runs:
+        assert not run.name.endswith(".partial")
+        assert json.loads((run / "metrics.json").read_text())["episodes"] == 1
+
+
+def test_run_folders_are_reserved_exclusively(tmp_path):
+    # many reservations in the same second, from threads racing each other
+    got: list[Path] = []
+    barrier = threading.Barrier(16)
+
+    def reserve() -> None:
+        barrier.wait()
+        final, stage = cli._reserve_run_dir(tmp_path, "x")
+        got.append(final)
+        stage.rename(final)
+
+    threads = [threading.Thread(target=reserve) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(got)) == 16
+    assert len(list((tmp_path / "x").iterdir())) == 16
+
+
+def test_a_name_whose_finished_folder_exists_is_not_taken(tmp_path, monkeypatch):
+    from datetime import datetime as real
+
+    class Frozen(real):
+        @classmethod
+        def now(cls, tz=None):
+            return real(2026, 1, 1, tzinfo=tz)
+
+    monkeypatch.setattr(cli, "datetime", Frozen)
+    (tmp_path / "x" / "20260101T000000Z").mkdir(parents=True)
+    final, stage = cli._reserve_run_dir(tmp_path, "x")
+    assert final.name == "20260101T000000Z-1" and stage.is_dir()
+
+
+# -- output locations ------------------------------------------------------------------------
+
+
+def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, no_env, capsys):
+    target = tmp_path / "file"
+    target.write_text("mine")
+    for out in (target, target / "below"):
+        assert cli.main(["run", PENDULUM, "--out", str(out), *SHORT]) == 2
+        err = capsys.readouterr().err
+        assert "--out" in err and str(target) in err
+    assert target.read_text() == "mine"
+
+
+@pytest.mark.skipif(AS_ROOT, reason="permissions do not bind root")
+def test_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, no_env, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert cli.main(["run", PENDULUM, "--out", str(locked), *SHORT]) == 2
+    assert "not writable" in capsys.readouterr().err
+    assert cli.main(["fit", PENDULUM, "-o", str(locked / "m.vimpc")]) == 2
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_export_into_a_missing_folder_or_onto_a_folder_is_refused_before_any_work(
+    tmp_path, no_env, capsys
+):
+    (tmp_path / "m.vimpc").mkdir()
+    cases = {
+        str(tmp_path / "missing" / "m.vimpc"): "does not exist",
+        str(tmp_path / "m.vimpc"): "is a folder",
+        str(tmp_path / "m.txt"): "must end in .vimpc",
+    }
+    for out, message in cases.items():
+        assert cli.main(["export", PENDULUM, "-o", out]) == 2
+        err = capsys.readouterr().err
+        assert message in err and out in err
+
+
+def test_a_model_file_that_appears_during_the_fit_is_kept(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "m.vimpc"
+    real = pipeline.obtain_model
+
+    def someone_writes_meanwhile(*args, **kwargs):
+        source = real(*args, **kwargs)
+        out.write_text("theirs")
+        return source
+
+    monkeypatch.setattr(pipeline, "obtain_model", someone_writes_meanwhile)
+    assert cli.main(["export", PENDULUM, "-o", str(out), "--quiet"]) == 2
+    assert "appeared while the model was being built" in capsys.readouterr().err
+    assert out.read_text() == "theirs"
+
+
+# -- list, version, help ---------------------------------------------------------------------
+
+
+def test_list_works_outside_the_repository(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "pendulum_swingup.toml" in out and "vimpc/CartPole-v0" in out
+
+
+def test_list_skips_unreadable_scenarios_and_refuses_a_missing_folder(tmp_path, capsys):
+    (tmp_path / "binary.toml").write_bytes(bytes(range(256)))
+    (tmp_path / "broken.toml").write_text("[scenario\n")
+    (tmp_path / "odd.toml").write_text('scenario = 3\n[env]\nid = "x"\n')
+    (tmp_path / "odder.toml").write_text("[scenario]\ndescription = 5\n")
+    (tmp_path / "good.toml").write_text('[scenario]\ndescription = "fine"\n')
+    assert cli.main(["list", "--dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    by_name = {line.split()[0]: line for line in lines if line.split()[0].endswith(".toml")}
+    assert set(by_name) == {"binary.toml", "broken.toml", "odd.toml", "odder.toml", "good.toml"}
+    assert "skipped" in by_name["binary.toml"] and "UTF-8" in by_name["binary.toml"]
+    assert "skipped" in by_name["broken.toml"] and "TOML" in by_name["broken.toml"]
+    assert by_name["good.toml"].endswith("fine")
+    assert cli.main(["list", "--dir", str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_version_and_help_read_cleanly(capsys):
+    from vimpc import __version__
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"vimpc {__version__}"
+    parser = cli.build_parser()
+    texts = [parser.format_help()]
+    texts += [p.format_help() for p in parser._subparsers._group_actions[0].choices.values()]
+    for text in texts:
+        assert "``" not in text and ":func:" not in text
+
+
+def test_reserving_fails_clearly_where_the_scenario_folder_is_a_file(tmp_path):
+    (tmp_path / "x").write_text("")
+    with pytest.raises(ConfigError, match="cannot create"):
+        cli._reserve_run_dir(tmp_path, "x")
