@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vimpc import cli, pipeline
+from vimpc import cli, pipeline, scenario
 from vimpc.errors import ConfigError
 
 ROOT = Path(__file__).parents[1]
@@ -245,3 +245,18 @@ def test_reserving_fails_clearly_where_the_scenario_folder_is_a_file(tmp_path):
     (tmp_path / "x").write_text("")
     with pytest.raises(ConfigError, match="cannot create"):
         cli._reserve_run_dir(tmp_path, "x")
+
+
+def test_an_unreadable_cached_fit_is_fitted_again(tmp_path, capsys):
+    safe = str(ROOT / "scenarios" / "cartpole_safe.toml")
+    small = ["--set", "data.trajectories=5", "--set", "data.heldout_trajectories=50"]
+    small += ["--set", "data.steps=20", "--quiet"]
+    assert cli.main(["fit", safe, "-o", str(tmp_path / "a.vimpc"), *small]) == 0
+    cfg = scenario.load_scenario(safe, [small[k + 1] for k in range(0, 6, 2)])
+    cached = pipeline.cache_dir() / f"cartpole_safe-{pipeline.cache_key(cfg)}.vimpc"
+    text = cached.read_text()
+    cached.write_text(text.replace('"dt"', '"dT"', 1))  # the checksum no longer matches
+    capsys.readouterr()
+    assert cli.main(["fit", safe, "-o", str(tmp_path / "b.vimpc"), *small]) == 0
+    assert "is unreadable" in capsys.readouterr().out
+    assert cached.read_text() != text.replace('"dt"', '"dT"', 1)  # replaced by the new fit

@@ -191,9 +191,14 @@ def obtain_model(
     key = cache_key(cfg)
     target = cache_dir() / f"{cfg['scenario']['name']}-{key}.vimpc"
     if target.exists() and not refit:
-        model = load(target)
-        log(f"reused the fit cached at {target} (no refit; --refit fits again)")
-        return ModelSource(model, target, model.info.get("fit"), reused=True)
+        try:
+            model = load(target)
+        except (ValueError, VimpcError) as exc:
+            log(f"the fit cached at {target} is unreadable ({exc}); fitting again")
+            refit = True
+        else:
+            log(f"reused the fit cached at {target} (no refit; --refit fits again)")
+            return ModelSource(model, target, model.info.get("fit"), reused=True)
     train = _dataset(cfg, env, "train", progress)
     heldout = _dataset(cfg, env, "heldout", progress)
     calibration, validation = split_heldout(heldout)
