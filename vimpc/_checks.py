@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,8 +41,9 @@ def positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def finite_vector(name: str, value: Any, size: int) -> np.ndarray:
-    """Return ``value`` as a float64 vector of length ``size`` with no NaN or inf."""
+def finite_vector(name: str, value: Any, size: int, names: Sequence[str] = ()) -> np.ndarray:
+    """Return ``value`` as a float64 vector of length ``size`` with no NaN or inf; the
+    error names the first entry that is not finite (by index, and by ``names[i]``)."""
     try:
         x = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -53,8 +54,28 @@ def finite_vector(name: str, value: Any, size: int) -> np.ndarray:
         x = x.reshape(size)
     if x.shape != (size,):
         raise InputError(f"{name} must have shape ({size},), got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise InputError(f"{name} must be finite (no NaN or inf), got {x.tolist()}")
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        i = int(bad[0])
+        label = f" ({names[i]})" if i < len(names) else ""
+        more = f" and {bad.size - 1} more" if bad.size > 1 else ""
+        raise InputError(
+            f"{name} must be finite (no NaN or inf) in every entry: {name}[{i}]{label} is "
+            f"{float(x[i])!r}{more}; got {x.tolist()}"
+        )
+    return x
+
+
+def finite_number(name: str, value: Any, expected: str) -> float:
+    """Return ``value`` as a finite float; the error says what was ``expected``."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be {expected}, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be {expected}, got {value!r}") from None
+    if not math.isfinite(x):
+        raise InputError(f"{name} must be {expected}, got {x!r}")
     return x
 
 

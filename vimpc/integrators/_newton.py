@@ -1,11 +1,25 @@
-"""Newton solves of implicit steps as CasADi rootfinders."""
+"""Newton solves of implicit steps as CasADi rootfinders.
+
+``fast_newton`` stops on either of two tests. The step test carries convergence at every
+state: the step functions hand it unknowns scaled to the state's size (relative to ``|q|``
+and ``|q| / h``, with an absolute floor), so ``STEP_TOL`` is a relative tolerance. The
+residual test is absolute on purpose and serves only as an early exit near the origin: the
+residual's round-off level grows like ``eps ||M|| |q| / h`` (see
+:meth:`~vimpc.integrators.VariationalIntegrator.residual_level`), and a residual test
+relative to that level would accept the first Newton iterate, whose error is systematic
+(the same sign step after step), where the step test takes one more step down to
+round-off. Measured on the cart-pole over 10^4 substeps of 1e-4 s: 5e-8 from a fully
+converged reference with a test at four times the level, 8e-11 with these tests.
+"""
 
 from __future__ import annotations
 
 import casadi as ca
 
-# Residuals are momenta of order one; 1e-12 leaves room above round-off.
+# Residuals near the origin are momenta of order one; 1e-12 leaves room above round-off.
 ABSTOL = 1e-12
+# On the scaled unknowns: 1e-14 relative, a few tens of ulps.
+STEP_TOL = 1e-14
 MAX_ITER = 30
 
 
@@ -14,6 +28,7 @@ def solve(name: str, residual: ca.Function, error_on_fail: bool) -> ca.Function:
 
     ``fast_newton`` is a plain Newton iteration with a dense LU, cheap for the
     small systems here and differentiable by the implicit function theorem.
+    ``z`` should be scaled to the size of the state (the step test is on ``z``).
     With ``error_on_fail=False`` a non-converged solve returns its last iterate
     (inside an NLP the solver then sees the residual and recovers).
     """
@@ -23,7 +38,7 @@ def solve(name: str, residual: ca.Function, error_on_fail: bool) -> ca.Function:
         residual,
         {
             "abstol": ABSTOL,
-            "abstolStep": 1e-14,
+            "abstolStep": STEP_TOL,
             "max_iter": MAX_ITER,
             "error_on_fail": error_on_fail,
         },

@@ -23,7 +23,8 @@ in ``x_next`` alone: with ``W = (C C^T)^{-1}``, an equation pair
 ``e = C^T lam, c = 0`` is written ``r = e - C^T W (C e - c)``, which vanishes
 exactly when ``e`` lies in the range of ``C^T`` and ``c = 0`` (multiply by ``C``).
 The same residual serves the Newton step and the controller's implicit
-transcription.
+transcription. Far from the origin its round-off level grows with ``|q| / h``
+(:meth:`VariationalIntegrator.residual_level`); tolerances on it scale with that level.
 
 Learned parts enter through two arguments: ``lagrangian(q, v, theta)`` replaces the
 system's Lagrangian in ``L_d`` and in ``dL/dv`` (see
@@ -228,6 +229,38 @@ class VariationalIntegrator(ImplicitIntegrator):
                 [scale * newton(guess, x, u, th)],
                 ["x", "u", "theta"],
                 ["x_next"],
+            )
+        return self._cache[key]
+
+    def residual_level(self, h: float) -> ca.Function:
+        """``(x, theta) -> level``: the size, row by row, below which round-off hides the
+        residual of a step from ``x`` (in the row's units, up to a factor of order one).
+
+        The unknown ``q_next`` is known to ``ulp(|q|)`` and enters the residual through
+        ``(q_next - q) / h`` times the mass matrix ``M = d^2L/dv^2``, so the momentum rows
+        get ``||M||_inf (|q|_inf / h + |v|_inf)`` (a cart of 2 kg 1e4 m down its rail at
+        ``h = 1e-4`` s: 2e8 kg m/s, so no residual below ``eps`` times that, 5e-8, can be
+        promised in float64); the ``del`` form's position rows
+        ``q_next - (q + h v)`` get ``|q|_inf + h |v|_inf``. Residual tolerances far from
+        the origin scale with it (the environments' check on their ground truth).
+        """
+        h = _checks.positive("h", h)
+        key = ("level", h)
+        if key not in self._cache:
+            s = self.system
+            n = s.nq
+            x, th = ca.SX.sym("x", self.nx), ca.SX.sym("theta", self.n_theta)
+            q, v = x[:n], x[n:]
+            M = ca.hessian(self.lagrangian(q, v, th), v)[0]
+            q_size, v_size = ca.norm_inf(q), ca.norm_inf(v)
+            momentum = ca.mmax(ca.sum2(ca.fabs(M))) * (q_size / h + v_size)
+            if self.form == "position_momentum":
+                level = ca.repmat(momentum, self.nx, 1)
+            else:
+                position = q_size + h * v_size
+                level = ca.vertcat(ca.repmat(position, n, 1), ca.repmat(momentum, n, 1))
+            self._cache[key] = ca.Function(
+                f"{s.name}_{self.rule}_residual_level", [x, th], [level], ["x", "theta"], ["level"]
             )
         return self._cache[key]
 

@@ -15,7 +15,7 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, Cost
 from vimpc.mpc.result import MPCResult, Status
-from vimpc.mpc.solvers import nlpsol_options
+from vimpc.mpc.solvers import SOLVERS, checked_options, nlpsol_options, option_error
 from vimpc.mpc.transcription import transcribe
 from vimpc.mpc.tube import tube_function
 
@@ -55,7 +55,10 @@ class MPC:
         safe_input: the input applied when a solve fails and no previous plan
             exists (default: zero clipped to the input bounds).
         solver_options: CasADi ``nlpsol`` options merged over the preset (nested
-            tables such as ``{"fatrop": {"mu_init": 0.01}}`` merge key by key).
+            tables such as ``{"fatrop": {"mu_init": 0.01}}`` merge key by key). A key
+            the solver does not know, at the top or in the ``ipopt``, ``fatrop`` or
+            ``qpsol_options`` table, or a value of the wrong type raises
+            :class:`~vimpc.errors.InputError` naming it, when the controller is built.
         jit: opt in to compiling the NLP's functions to C with the system's C
             compiler when the controller is built (a few seconds for the cart-pole
             at N = 20; each solve then runs about twice as fast). Off by default,
@@ -72,7 +75,9 @@ class MPC:
     Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
     (used by time-varying references) and returns an :class:`MPCResult`. A failed,
     infeasible or late solve never raises: on failure the input is the next input
-    of the previous plan (shifted), or ``safe_input`` when there is none.
+    of the previous plan (shifted), or ``safe_input`` when there is none. Arguments
+    that cannot be solved from (a NaN or infinite entry of ``obs`` or ``p``, a time
+    ``t`` that is not a finite number) raise :class:`~vimpc.errors.InputError`.
 
     Tube tightening (``tightening="tube"``): before each solve, along the initial guess
     (the previous plan shifted by one stage; on a cold start the measured state held
@@ -133,7 +138,8 @@ class MPC:
         self.time_budget = (
             None if time_budget is None else _checks.positive("time_budget", time_budget)
         )
-        self.solver_name = solver
+        self.solver_name = _checks.one_of("solver", solver, SOLVERS)
+        given_options = checked_options(solver, solver_options)
         self.tightening = _checks.one_of("tightening", tightening, TIGHTENINGS)
         if tightening == "tube" and model.bound is None:
             raise InputError(
@@ -183,12 +189,18 @@ class MPC:
             opts.update(
                 jit=True, compiler="shell", jit_options={"flags": ["-O1"], "verbose": False}
             )
-        for key, value in (solver_options or {}).items():
+        for key, value in given_options.items():
             if isinstance(value, dict) and isinstance(opts.get(key), dict):
                 opts[key] = {**opts[key], **value}
             else:
                 opts[key] = value
-        self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+        try:
+            self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+        except RuntimeError as exc:
+            error = option_error(solver, plugin, qpsol, given_options, str(exc))
+            if error is None:
+                raise
+            raise error from exc
         L = self._tr.layout
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         # static bounds converted once: numpy -> DM conversion is a visible part of a 1 ms solve
@@ -230,8 +242,11 @@ class MPC:
 
     def __call__(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         m, N, L = self.model, self.horizon, self._layout
-        obs = _checks.finite_vector("obs", obs, m.nobs)
-        p = m.p_default if p is None else _checks.finite_vector("p", p, m.np)
+        obs = _checks.finite_vector("obs", obs, m.nobs, self.obs_names)
+        t = _checks.finite_number(
+            "t", t, "a finite number of seconds (the time of obs, read by the cost's reference)"
+        )
+        p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
         x0 = np.asarray(m.from_obs(obs), dtype=np.float64).reshape(-1)
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
         w0 = ca.DM(self._initial_guess(x0))
