@@ -337,23 +337,29 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
 
 
 def success_test(cfg: dict[str, Any]):
-    """The scenario's success criterion on a trajectory, or None."""
+    """The scenario's success criterion on a trajectory, or None: every entry of
+    ``metrics.success_index`` within its tolerance of its target (or of the controller's
+    reference) at every step of the last ``success_window`` seconds, angles wrapped where
+    ``success_periodic`` says so."""
     m = cfg["metrics"]
     if m["success_index"] is None:
         return None
-    i, target, tol, window = (
-        m["success_index"],
-        m["success_target"],
-        m["success_tolerance"],
-        m["success_window"],
-    )
+    index = np.atleast_1d(np.asarray(m["success_index"], dtype=int))
+
+    def per_entry(value: Any, dtype: type) -> np.ndarray:  # one value for all, or one per entry
+        return np.broadcast_to(np.asarray(value, dtype=dtype), index.shape)
+
+    tol = per_entry(m["success_tolerance"], np.float64)
+    periodic = per_entry(m["success_periodic"], bool)
+    against_reference = m["success_against_reference"]
+    target = None if against_reference else per_entry(m["success_target"], np.float64)
+    window = m["success_window"]
 
     def success(traj) -> bool:
         recent = traj.t >= traj.t[-1] - window
-        goal = traj.reference[recent, i] if m["success_against_reference"] else target
-        tail = traj.states[recent, i] - goal
-        if m["success_periodic"]:
-            tail = np.angle(np.exp(1j * tail))
+        goal = traj.reference[recent][:, index] if against_reference else target
+        tail = traj.states[recent][:, index] - goal
+        tail = np.where(periodic, np.angle(np.exp(1j * tail)), tail)
         return bool(np.all(np.abs(tail) <= tol))
 
     return success

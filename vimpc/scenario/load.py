@@ -1,12 +1,15 @@
 """Reading a scenario file and checking all of it before any work: every key, every value,
-sizes against the environment's observation and input, and combinations against the model
+the results folder name, sizes, observation entries (an index or the env's name for it, made
+an index) and input bounds against the environment, and combinations against the model
 (a transcription or a tightening the model cannot serve, a calibration set too small for
 ``delta``, a saved model or dataset of another system). Every message names the scenario
 key, the value and what was expected."""
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -30,14 +33,20 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """The TOML document at ``path``, or a :class:`ConfigError` saying why it is none."""
+    """The TOML document at ``path``, or a :class:`ConfigError` saying why it is none (no such
+    file, a folder, unreadable, not UTF-8 text, not TOML). The document is not checked: a
+    ``scenario`` that is not a table is refused by :func:`load_scenario`."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"scenario file {str(path)!r} is a folder, not a scenario file")
     if not path.is_file():
         raise ConfigError(f"scenario file {str(path)!r} does not exist")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a scenario file: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
 
@@ -60,8 +69,24 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
     cfg = _resolve_tables(raw)
     if cfg["scenario"]["name"] is None:
         cfg["scenario"]["name"] = path.stem
+        _check_name(path.stem, f" (from the file name {path.name!r}; set scenario.name)")
     check(cfg)
     return cfg
+
+
+#: a results folder name: one path component, not "." or ".."
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_name(name: str, origin: str = "") -> None:
+    """``scenario.name`` names the run's folder under the results root, so it must stay one
+    folder inside it."""
+    if not _NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"scenario.name = {name!r}{origin} must be one folder name: letters, digits, '-', "
+            "'_' and '.', not empty and not '.' or '..' (the run is written to "
+            "<--out>/<scenario.name>/)"
+        )
 
 
 def _resolve_tables(raw: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +139,10 @@ def check(cfg: dict[str, Any]) -> None:
     env is built or any data collected (raises :class:`ConfigError`)."""
     from vimpc.models.conformal import minimum_calibration_size
 
+    _check_name(cfg["scenario"]["name"])
     env = EnvSpec(cfg)
     nobs, nu = env.nobs, env.nu
+    env_id = cfg["env"]["id"]
     ctrl, cost, cons = (
         cfg["controller"],
         cfg["controller"]["cost"],
@@ -129,12 +156,24 @@ def check(cfg: dict[str, Any]) -> None:
                 f"{len(value)}: {value!r}"
             )
 
-    def index(key: str, value: Any) -> None:
-        if value is not None and not 0 <= value < nobs:
+    def entry(key: str, value: int | str) -> int:
+        """The observation index ``value`` gives, or names."""
+        names = env.obs_names
+        if isinstance(value, str):
+            if value in names:
+                return names.index(value)
+            hint = difflib.get_close_matches(value, names, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise ConfigError(
-                f"{key} = {value} is not an observation index of {cfg['env']['id']} "
-                f"(0 to {nobs - 1}: {', '.join(env.obs_names)})"
+                f"{key} = {value!r} is not an observation name of {env_id}{extra} (names: "
+                f"{', '.join(names)}; or an index 0 to {nobs - 1})"
             )
+        if not 0 <= value < nobs:
+            raise ConfigError(
+                f"{key} = {value} is not an observation index of {env_id} "
+                f"(0 to {nobs - 1}: {', '.join(names)})"
+            )
+        return value
 
     for key in ("Q", "Q_terminal", "reference"):
         size(f"controller.cost.{key}", cost[key], nobs, "observation")
@@ -144,10 +183,11 @@ def check(cfg: dict[str, Any]) -> None:
         size(f"controller.constraints.{key}", cons[key], nobs, "observation")
     for key in ("u_min", "u_max"):
         size(f"controller.constraints.{key}", cons[key], nu, "input")
-    for i, entry in enumerate(cost["periodic"]):
-        index(f"controller.cost.periodic[{i}]", entry)
-    if cost["reference_from_env"]:
-        index("controller.cost.reference_index", cost["reference_index"])
+    cost["periodic"] = [
+        entry(f"controller.cost.periodic[{i}]", item) for i, item in enumerate(cost["periodic"])
+    ]
+    # checked even when unused, so switching reference_from_env on cannot bring an error later
+    cost["reference_index"] = entry("controller.cost.reference_index", cost["reference_index"])
     for lo_key, hi_key in (("u_min", "u_max"), ("obs_min", "obs_max")):
         lo, hi = cons[lo_key], cons[hi_key]
         for i, (a, b) in enumerate(zip(lo or [], hi or [], strict=False)):
@@ -156,14 +196,21 @@ def check(cfg: dict[str, Any]) -> None:
                     f"controller.constraints.{lo_key}[{i}] = {a} exceeds "
                     f"controller.constraints.{hi_key}[{i}] = {b}: infeasible bounds"
                 )
+    _check_input_bounds(cfg, env)
     for i, circle in enumerate(cons["circles"]):
         where = f"controller.constraints.circles[{i}]"
         if not isinstance(circle, dict):
             raise ConfigError(f"{where} must be a table, got {circle!r}")
-        cons["circles"][i] = resolve(circle, CIRCLE_KEYS, where + ".")
-        for j, entry in enumerate(cons["circles"][i]["indices"]):
-            index(f"{where}.indices[{j}]", entry)
-    _check_metrics(cfg, index)
+        circle = cons["circles"][i] = resolve(circle, CIRCLE_KEYS, where + ".")
+        circle["indices"] = [
+            entry(f"{where}.indices[{j}]", item) for j, item in enumerate(circle["indices"])
+        ]
+        if circle["indices"][0] == circle["indices"][1]:
+            raise ConfigError(
+                f"{where}.indices must be two different observation entries (the circle's "
+                f"plane), got {circle['indices']!r}"
+            )
+    _check_metrics(cfg, entry)
     model = ModelSpec(cfg, env)
     fields = model.fields
     if ctrl["transcription"] == "implicit" and "residual" not in fields:
@@ -214,7 +261,29 @@ def check(cfg: dict[str, Any]) -> None:
                 )
 
 
-def _check_metrics(cfg: dict[str, Any], index) -> None:
+def _check_input_bounds(cfg: dict[str, Any], env: EnvSpec) -> None:
+    """``u_min`` and ``u_max`` within the env's action bounds (it clips inputs to them, so a
+    wider bound would let the controller plan inputs that never act); unset, they are those
+    bounds."""
+    cons = cfg["controller"]["constraints"]
+    limit = [float(a) for a in env.action_limit]
+    names = env.nominal.input_names
+    for key, sign in (("u_min", -1.0), ("u_max", 1.0)):
+        if cons[key] is None:
+            cons[key] = [sign * a for a in limit]
+            continue
+        for i, (value, a) in enumerate(zip(cons[key], limit, strict=True)):
+            if not -a <= value <= a:
+                raise ConfigError(
+                    f"controller.constraints.{key}[{i}] = {value} is outside the action bounds "
+                    f"of {cfg['env']['id']}: it clips input {i} ({names[i]}) to [{-a}, {a}]; "
+                    f"give a value in that range, or leave controller.constraints.{key} unset "
+                    "for the env's bounds"
+                )
+
+
+def _check_metrics(cfg: dict[str, Any], entry) -> None:
+    """The success test's entries as indices, and its per-entry values sized to them."""
     metrics = cfg["metrics"]
     has_target = metrics["success_target"] is not None or metrics["success_against_reference"]
     if (metrics["success_index"] is None) == has_target:
@@ -222,7 +291,30 @@ def _check_metrics(cfg: dict[str, Any], index) -> None:
             "metrics.success_index goes with metrics.success_target or "
             "metrics.success_against_reference = true; set both or neither"
         )
-    index("metrics.success_index", metrics["success_index"])
+    if metrics["success_target"] is not None and metrics["success_against_reference"]:
+        raise ConfigError(
+            f"metrics.success_target = {metrics['success_target']!r} would be ignored: with "
+            "metrics.success_against_reference = true the controller's reference is the "
+            "target; remove one of them"
+        )
+    given = metrics["success_index"]
+    if given is None:
+        return
+    if isinstance(given, list):
+        metrics["success_index"] = [
+            entry(f"metrics.success_index[{i}]", item) for i, item in enumerate(given)
+        ]
+        n = len(given)
+    else:
+        metrics["success_index"] = entry("metrics.success_index", given)
+        n = 1
+    for key in ("success_target", "success_tolerance", "success_periodic"):
+        value = metrics[key]
+        if isinstance(value, list) and len(value) != n:
+            raise ConfigError(
+                f"metrics.{key} must be one value for every entry or have {n} entries (one per "
+                f"entry of metrics.success_index = {given!r}), got {len(value)}: {value!r}"
+            )
 
 
 def _check_data_keys(cfg: dict[str, Any], env: EnvSpec) -> None:
@@ -295,8 +387,6 @@ class EnvSpec:
     """What a scenario's env is, read from its class: system, sizes and names."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
-        import difflib
-
         import gymnasium
         from vimpc_envs._base import MechanicalEnv
 

@@ -5,17 +5,117 @@ follows from it without reading a file: the resolved configuration as TOML
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, final
 
-from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Setting, markdown_rows
+from vimpc._settings import (
+    NONNEGATIVE,
+    POSITIVE,
+    REQUIRED,
+    TYPE_NAMES,
+    Rule,
+    Setting,
+    markdown_rows,
+)
 from vimpc.data.excitation import EXCITATION_KINDS
+from vimpc.errors import ConfigError, VimpcError
 
 INITIAL_STATES = ("env", "uniform", "halton")
+
+#: the item kind of :class:`Entries` that names an entry of the env's observation
+OBSERVATION: Any = "observation"
+
+
+@final
+@dataclass(frozen=True)
+class Entries:
+    """A key that takes observation entries, or one value per entry, declared like a
+    :class:`~vimpc._settings.Setting` (same ``default``, ``doc``, ``check``).
+
+    ``kind`` is :data:`OBSERVATION` (an entry of the env's observation, by index or by the
+    name the env gives it: ``2`` or ``"x"``; names become indices when the scenario is checked
+    against its env), ``float`` or ``bool``. ``one`` allows a single item, ``array`` an array
+    of them (``length`` fixes its length; an array standing for one item has at least one);
+    ``rule`` is a condition on each number.
+    """
+
+    kind: Any
+    default: Any
+    doc: str
+    one: bool = True
+    array: bool = True
+    length: int | None = None
+    rule: Rule | None = None
+
+    def check(self, key: str, value: Any, error: type[VimpcError] = ConfigError) -> Any:
+        """``value`` with each item checked (an index stays an int, a name a string; a number
+        becomes a float), or ``error`` naming ``key``, the value and what was expected."""
+        if value is None and self.default is None:
+            return None
+        if isinstance(value, list):
+            if not self.array:
+                raise error(f"{key} must be {self._one_words()}, got {value!r}")
+            if self.length is not None and len(value) != self.length:
+                raise error(f"{key} must have {self.length} entries, got {len(value)}: {value!r}")
+            if self.one and not value:
+                raise error(f"{key} must be {self._one_words()} or a non-empty array, got []")
+            return [self._item(f"{key}[{i}]", item, error) for i, item in enumerate(value)]
+        if not self.one:
+            raise error(f"{key} must be an array of {self._plural()}, got {value!r}")
+        return self._item(key, value, error)
+
+    def _item(self, key: str, value: Any, error: type[VimpcError]) -> Any:
+        if self.kind is OBSERVATION:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value:
+                return value
+            raise error(
+                f"{key} must be an observation index or name, got {value!r} "
+                f"({type(value).__name__})"
+            )
+        return Setting(self.kind, REQUIRED, "", rule=self.rule).check(key, value, error)
+
+    def _one_words(self) -> str:
+        if self.kind is OBSERVATION:
+            return "an observation index or name"
+        if self.rule is not None:
+            return self.rule.words(self.kind)
+        return TYPE_NAMES[self.kind]
+
+    def _plural(self) -> str:
+        if self.kind is OBSERVATION:
+            return "observation indices or names"
+        words = self._one_words().split(" ", 1)[1]  # without the article
+        return "true or false values" if self.kind is bool else words + "s"
+
+    # -- documentation ----------------------------------------------------------------------
+    def type_text(self) -> str:
+        if self.kind is OBSERVATION:
+            one, many = "index or name", "indices or names"
+        elif self.kind is bool:
+            one, many = "bool", "bools"
+        else:
+            one = self._one_words().split(" ", 1)[1]  # without the article
+            many = self._plural()
+        size = f" ({self.length})" if self.length is not None else ""
+        if self.one and self.array:
+            return f"{one}, or array of {many}"
+        return f"array of {many}{size}" if self.array else one
+
+    def default_text(self) -> str:
+        return Setting(list, self.default, "").default_text()
+
 
 # the fixed tables; [model] is MODEL_KEYS plus the chosen family's settings
 SCHEMA: dict[str, dict[str, Any]] = {
     "scenario": {
-        "name": Setting(str, None, "results folder name (default: the file name)"),
+        "name": Setting(
+            str,
+            None,
+            "results folder name under `--out` (default: the file name): one folder of letters, "
+            "digits, `-`, `_`, `.`",
+        ),
         "description": Setting(str, "", "one line for `vimpc list`"),
     },
     "env": {
@@ -136,9 +236,14 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "reference_from_env": Setting(
             bool, False, "use the env's `reference(t)` (a scalar fills `reference_index`)"
         ),
-        "reference_index": Setting(int, 0, "see `reference_from_env`"),
-        "periodic": Setting(
-            list, [], "observation entries that are angles (error `2 sin(e/2)`)", items=int
+        "reference_index": Entries(
+            OBSERVATION,
+            0,
+            "see `reference_from_env` (checked also when that is false)",
+            array=False,
+        ),
+        "periodic": Entries(
+            OBSERVATION, [], "observation entries that are angles (error `2 sin(e/2)`)", one=False
         ),
         "R_rate": Setting(list, None, "weights on input changes", items=float, rule=NONNEGATIVE),
         "energy_weight": Setting(
@@ -150,10 +255,16 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     "controller.constraints": {
         "u_min": Setting(
-            list, None, "input lower bounds (default: the env's action bounds)", items=float
+            list,
+            None,
+            "input lower bounds within the env's action bounds (default: those bounds)",
+            items=float,
         ),
         "u_max": Setting(
-            list, None, "input upper bounds (default: the env's action bounds)", items=float
+            list,
+            None,
+            "input upper bounds within the env's action bounds (default: those bounds)",
+            items=float,
         ),
         "obs_min": Setting(list, None, "observation lower bounds (`-inf`: none)", items=float),
         "obs_max": Setting(list, None, "observation upper bounds (`inf`: none)", items=float),
@@ -162,7 +273,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "circles": Setting(
             list,
             [],
-            "keep-out circles `{center, radius, indices, soft, weight}` on two observation entries",
+            "keep-out circles `{center, radius, indices, soft, weight}` on two observation "
+            "entries (indices or names)",
         ),
     },
     "episodes": {
@@ -171,16 +283,27 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "seed": Setting(int, 0, "seed of the first episode"),
     },
     "metrics": {
-        "success_index": Setting(int, None, "observation entry of the success test"),
-        "success_target": Setting(float, None, "its target value"),
+        "success_index": Entries(
+            OBSERVATION, None, "observation entry, or entries, of the success test"
+        ),
+        "success_target": Entries(
+            float, None, "target value per entry (one number: the same for every entry)"
+        ),
         "success_against_reference": Setting(
             bool, False, "compare with the controller's reference instead (tracking tasks)"
         ),
-        "success_tolerance": Setting(float, 0.1, "allowed distance from the target", rule=POSITIVE),
-        "success_window": Setting(
-            float, 1.0, "success: within tolerance over the last window [s]", rule=POSITIVE
+        "success_tolerance": Entries(
+            float, 0.1, "allowed distance from the target, per entry or one for all", rule=POSITIVE
         ),
-        "success_periodic": Setting(bool, False, "the entry is an angle (wrap the error)"),
+        "success_window": Setting(
+            float,
+            1.0,
+            "success: every entry within tolerance over the last window [s]",
+            rule=POSITIVE,
+        ),
+        "success_periodic": Entries(
+            bool, False, "the entry is an angle (wrap the error), per entry or one for all"
+        ),
     },
 }
 
@@ -199,7 +322,9 @@ MODEL_KEYS: dict[str, Setting] = {
 CIRCLE_KEYS: dict[str, Setting] = {
     "center": Setting(list, REQUIRED, "centre", items=float, length=2),
     "radius": Setting(float, REQUIRED, "radius", rule=POSITIVE),
-    "indices": Setting(list, REQUIRED, "the two observation entries", items=int, length=2),
+    "indices": Entries(
+        OBSERVATION, REQUIRED, "the two observation entries (indices or names)", one=False, length=2
+    ),
     "soft": Setting(bool, True, "exact-penalty slack"),
     "weight": Setting(float, 1e3, "penalty weight", rule=POSITIVE),
 }
