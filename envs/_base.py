@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium
@@ -27,9 +28,81 @@ from ._render import Renderer
 
 # Tolerance on the constraint residual of a state given in ``reset(options=...)``.
 STATE_TOLERANCE = 1e-8
-# Largest integrator residual accepted after a step. Newton stops at 1e-12 (momentum units);
-# a solve that did not converge leaves residuals orders of magnitude above this.
-INTEGRATOR_TOLERANCE = 1e-8
+# Largest integrator residual accepted after a step, on the residual weighed against its
+# round-off level (which grows with |q| / substep; see _truth.RESIDUAL_RTOL): converged
+# Newton solves end orders of magnitude below, anywhere in the observation space.
+INTEGRATOR_TOLERANCE = _truth.RESIDUAL_ABSTOL
+
+
+def _number(x: float) -> str:
+    return f"{x:g}"
+
+
+def _with_unit(text: str, unit: str) -> str:
+    return f"{text} {unit}" if unit else text
+
+
+@dataclass(frozen=True)
+class ObservationBound:
+    """A true safety limit ``lower <= obs[index] <= upper`` on one observation entry
+    (``entry``, in ``unit``; an infinite end is absent). Its margins, ``upper - obs[index]``
+    then ``obs[index] - lower`` for the finite ends, are the rows ``rows`` of the env's
+    :meth:`~MechanicalEnv.safety_margin`."""
+
+    index: int
+    entry: str
+    unit: str
+    lower: float
+    upper: float
+    rows: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """The limit as a person writes it, e.g. ``|theta_dot| <= 10 rad/s``."""
+        lo, hi, x = self.lower, self.upper, self.entry
+        if math.isfinite(lo) and math.isfinite(hi) and lo == -hi:
+            text = f"|{x}| <= {_number(hi)}"
+        elif math.isfinite(lo) and math.isfinite(hi):
+            text = f"{_number(lo)} <= {x} <= {_number(hi)}"
+        elif math.isfinite(hi):
+            text = f"{x} <= {_number(hi)}"
+        else:
+            text = f"{x} >= {_number(lo)}"
+        return _with_unit(text, self.unit)
+
+    def margin(self, obs: Any) -> np.ndarray:
+        """The limit's margins at ``obs`` (``>= 0`` inside), in the order of ``rows``."""
+        x = float(obs[self.index])
+        ends = [(self.upper, self.upper - x), (self.lower, x - self.lower)]
+        return np.array([m for end, m in ends if math.isfinite(end)])
+
+
+@dataclass(frozen=True)
+class KeepOutCircle:
+    """A true safety limit: the point ``(obs[indices[0]], obs[indices[1]])`` (entries
+    ``entries``, in ``unit``) stays at least ``radius`` from ``center``. Its margin
+    ``|point - center| - radius`` is the row ``rows[0]`` of the env's
+    :meth:`~MechanicalEnv.safety_margin`."""
+
+    indices: tuple[int, int]
+    entries: tuple[str, str]
+    unit: str
+    center: tuple[float, float]
+    radius: float
+    rows: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """The limit as a person writes it, e.g. ``|(x, y) - (1, 0)| >= 0.3 m``."""
+        point = ", ".join(self.entries)
+        centre = ", ".join(_number(c) for c in self.center)
+        return _with_unit(f"|({point}) - ({centre})| >= {_number(self.radius)}", self.unit)
+
+    def margin(self, obs: Any) -> np.ndarray:
+        """The limit's margin at ``obs`` (``>= 0`` outside the circle)."""
+        i, j = self.indices
+        dx, dy = float(obs[i]) - self.center[0], float(obs[j]) - self.center[1]
+        return np.array([math.hypot(dx, dy) - self.radius])
 
 
 class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
@@ -40,7 +113,9 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
     ``friction_rates``), ``action_limit`` (symmetric bounds of the Box action space,
     physical units), ``observation_limit`` (symmetric bounds of each ``(q, v)``
     entry), the task methods :meth:`stage_cost`, :meth:`safety_margin`,
-    :meth:`_sample_state` and the drawing (:meth:`_view`, :meth:`_decorate`).
+    :meth:`_sample_state` and the drawing (:meth:`_view`, :meth:`_decorate`), and
+    :attr:`safety_limits`: the true limits behind the safety margin, for plots and
+    summaries.
 
     Observation ``(q, v)`` plus ``N(0, obs_noise^2)`` noise on every entry; the
     reward of a step is ``-stage_cost(x_next, u, t_next)`` on the noise-free state
@@ -183,6 +258,19 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
     def safety_margin(self, obs: Any) -> np.ndarray:
         """Safety margins of ``obs``: a 1-D array, ``>= 0`` where the constraint holds."""
 
+    @property
+    def safety_limits(self) -> tuple[ObservationBound | KeepOutCircle, ...]:
+        """The task's true safety limits, which :meth:`safety_margin` measures, each naming
+        the rows of the margin that belong to it (none declared here)."""
+        return ()
+
+    def _bound(self, index: int, lower: float, upper: float, rows: tuple[int, ...]):
+        """An :class:`ObservationBound` on observation entry ``index``, named and in units
+        from the system's declarations."""
+        return ObservationBound(
+            index, self._state_names()[index], self._true.state_units[index], lower, upper, rows
+        )
+
     @abc.abstractmethod
     def _sample_state(self) -> np.ndarray:
         """A random start state ``(q, v)`` on the constraints, drawn from ``self.np_random``."""
@@ -245,7 +333,9 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
         return SolverError(
             f"{type(self).__name__}: the Newton solve of the midpoint variational integrator "
             f"failed{detail} at t = {self.time:.6g} s from state {self._x.tolist()} with action "
-            f"{applied.tolist()}; try a smaller substep (now {self._substep:g} s)"
+            f"{applied.tolist()}: the iteration did not converge (its tolerance already grows "
+            f"with the round-off of large coordinates, ~ |q| / substep); a smaller substep "
+            f"(now {self._substep:g} s) starts it nearer the solution"
         )
 
     def _nonfinite(self, applied: np.ndarray, x_next: np.ndarray) -> SolverError:

@@ -112,6 +112,11 @@ class CartPoleEnv(MechanicalEnv):
         s = float(obs[0])
         return np.array([self.s_max - s, self.s_max + s])
 
+    @property
+    def safety_limits(self):
+        """The rail, ``|s| <= s_max`` [m]."""
+        return (self._bound(0, -self.s_max, self.s_max, rows=(0, 1)),)
+
     def _sample_state(self) -> np.ndarray:
         return self.np_random.uniform(-0.1, 0.1, size=4)
 

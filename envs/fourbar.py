@@ -129,6 +129,11 @@ class FourBarEnv(MechanicalEnv):
         rate = float(obs[3])
         return np.array([self.max_crank_speed - rate, self.max_crank_speed + rate])
 
+    @property
+    def safety_limits(self):
+        """``|theta1_dot| <= max_crank_speed`` [rad/s]."""
+        return (self._bound(3, -self.max_crank_speed, self.max_crank_speed, rows=(0, 1)),)
+
     def _sample_state(self) -> np.ndarray:
         crank = self.np_random.uniform(-math.pi, math.pi)
         rate = self.np_random.uniform(-0.1, 0.1)

@@ -104,6 +104,11 @@ class PendulumEnv(MechanicalEnv):
         rate = float(obs[1])
         return np.array([self.max_speed - rate, self.max_speed + rate])
 
+    @property
+    def safety_limits(self):
+        """``|theta_dot| <= max_speed`` [rad/s]."""
+        return (self._bound(1, -self.max_speed, self.max_speed, rows=(0, 1)),)
+
     def _sample_state(self) -> np.ndarray:
         return self.np_random.uniform(-0.1, 0.1, size=2)
 

@@ -11,7 +11,7 @@ from vimpc import _checks
 from vimpc.errors import InputError
 from vimpc.mechanics import RollingDisk
 
-from ._base import MechanicalEnv, angle_cost
+from ._base import KeepOutCircle, MechanicalEnv, angle_cost
 from ._render import GROUND_COLOR, TASK_COLOR
 
 
@@ -150,6 +150,22 @@ class RollingDiskEnv(MechanicalEnv):
     def safety_margin(self, obs: Any) -> np.ndarray:
         """``[|(x, y) - obstacle_center| - obstacle_radius]`` [m]."""
         return np.array([self._margin(float(obs[2]), float(obs[3]))])
+
+    @property
+    def safety_limits(self):
+        """The obstacle: the contact point ``(x, y)`` stays ``obstacle_radius`` [m] or more
+        from ``obstacle_center``."""
+        names, units = self._state_names(), self._true.state_units
+        return (
+            KeepOutCircle(
+                (2, 3),
+                (names[2], names[3]),
+                units[2],
+                (float(self.obstacle_center[0]), float(self.obstacle_center[1])),
+                self.obstacle_radius,
+                rows=(0,),
+            ),
+        )
 
     def _sample_state(self) -> np.ndarray:
         rng = self.np_random

@@ -135,7 +135,7 @@ def _run(cfg, args, started: float, final_dir: Path, stage_dir: Path) -> None:
         )
     trajectories = [traj for traj, _ in results]
     per_episode = [m for _, m in results]
-    summary = summarize(per_episode, trajectories)
+    summary = summarize(per_episode, trajectories, env.safety_limits)
 
     write_atomic(stage_dir / "versions.json", json.dumps(_versions(), indent=2) + "\n")
     for k, traj in enumerate(trajectories):

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+#: width of the summary table's first column; its values start at column ``KEY_WIDTH + 4``
+KEY_WIDTH = 28
 
 
 def _rate(value: float, ci: list[float]) -> str:
@@ -15,11 +19,39 @@ def _rate(value: float, ci: list[float]) -> str:
     return f"{value:.2f} (95% CI {ci[0]:.2f}-{ci[1]:.2f})"
 
 
+def _with_unit(value: str, unit: str) -> str:
+    return f"{value} {unit}" if unit else value
+
+
+def _limit_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """One row per true safety limit: its name, the states outside it and the closest
+    approach."""
+    limits = summary["safety_limits"]
+    if not limits:
+        rows = len(summary["margin_row_violations"])
+        return [
+            ("true safety limits", f"not named by the env ({rows} margin rows)" if rows else "none")
+        ]
+    return [
+        (
+            "true safety limits" if k == 0 else "",
+            f"{limit['name']}: {limit['states_outside']} states outside, smallest margin "
+            + _with_unit(f"{limit['min_margin']:.4g}", limit["unit"]),
+        )
+        for k, limit in enumerate(limits)
+    ]
+
+
 def summary_table(summary: dict[str, Any]) -> str:
+    """The run's summary (:func:`vimpc.closedloop.summarize`) as aligned ``key  value``
+    rows, with the env's true safety limits by name."""
     n = summary["episodes"]
+    units = {limit["unit"] for limit in summary["safety_limits"]}
+    unit = units.pop() if len(units) == 1 else ""
     rows = [
         ("episodes", f"{n}"),
         ("success rate", _rate(summary["success_rate"], summary["success_rate_ci95"])),
+        *_limit_rows(summary),
         (
             "episodes with a violation",
             f"{summary['episodes_with_violation']} of {n}, rate "
@@ -27,10 +59,12 @@ def summary_table(summary: dict[str, Any]) -> str:
         ),
         (
             "safety margin",
-            f"min {summary['min_margin']:.4g}, mean of episode minima "
-            f"{summary['min_margin_mean']:.4g} (std {summary['min_margin_std']:.2g})",
+            "min "
+            + _with_unit(f"{summary['min_margin']:.4g}", unit)
+            + f", mean of episode minima {summary['min_margin_mean']:.4g} "
+            f"(std {summary['min_margin_std']:.2g})",
         ),
-        ("largest violation", f"{summary['max_violation']:.3g}"),
+        ("largest violation", _with_unit(f"{summary['max_violation']:.3g}", unit)),
         ("cost", f"mean {summary['cost_mean']:.4g} (std {summary['cost_std']:.3g})"),
         ("tracking RMSE", f"mean {summary['tracking_rmse_mean']:.4g}"),
     ]
@@ -51,14 +85,18 @@ def summary_table(summary: dict[str, Any]) -> str:
     rows += [
         ("constraint residual (max)", f"{summary['max_constraint_residual']:.2e}"),
         (
-            "solve time median / p95 / max",
+            "solve time median/p95/max",
             f"{summary['solve_time_median_ms']:.2f} / "
             f"{summary['solve_time_p95_ms']:.2f} / {summary['solve_time_max_ms']:.2f} ms",
         ),
-        ("failed solves", f"{summary['failed_solves']}"),
+        (
+            "solves",
+            f"{summary['solves']}: {summary['failed_solves']} failed, "
+            f"{summary['late_solves']} late, "
+            f"{summary['iteration_limit_solves']} at the iteration limit",
+        ),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+    return "\n".join(f"  {k:<{KEY_WIDTH}}  {v}" for k, v in rows)
 
 
 def fit_table(report: dict[str, Any], names: list[str]) -> str:
@@ -80,39 +118,132 @@ def fit_table(report: dict[str, Any], names: list[str]) -> str:
     return "\n".join(lines)
 
 
-def run_figures(cfg, runner, trajectories, folder: Path) -> None:
-    """The run's figures in ``folder`` (matplotlib is imported here, not with vimpc)."""
+def _true_limits(limits: Sequence[Any], n: int):
+    """``(true_min, true_max, circles)`` from the env's safety limits: per observation
+    entry (NaN where unlimited) and ``(center, radius, indices)`` of each keep-out circle."""
+    from vimpc_envs._base import KeepOutCircle, ObservationBound
+
+    true_min, true_max, circles = np.full(n, np.nan), np.full(n, np.nan), []
+    for limit in limits:
+        if isinstance(limit, ObservationBound):
+            true_min[limit.index], true_max[limit.index] = limit.lower, limit.upper
+        elif isinstance(limit, KeepOutCircle):
+            circles.append((limit.center, limit.radius, tuple(limit.indices)))
+    return true_min, true_max, circles
+
+
+def _safety_rows(cfg, ctl, names, units, true_min, true_max, true_circles):
+    """Names (with units), units and the value on the task's true limit (NaN where no true
+    limit matches) of each of the controller's safety rows: a bound row ``obs_max - obs``
+    meets the true upper limit at ``obs_max - true_max``; a circle row
+    ``|p - c|^2 - r^2`` meets a true circle about the same centre at ``r_true^2 - r^2``."""
+    cons = ctl.constraints
+    lo, hi, path_rows = cons.safety_layout()
+    labels = [_with_unit(f"{names[i]} >= {cons.obs_min[i]:g}", units[i]) for i in lo]
+    labels += [_with_unit(f"{names[i]} <= {cons.obs_max[i]:g}", units[i]) for i in hi]
+    levels = [true_min[i] - cons.obs_min[i] for i in lo]
+    levels += [cons.obs_max[i] - true_max[i] for i in hi]
+    row_units = [units[i] for i in (*lo, *hi)]
+    circles = cfg["controller"]["constraints"]["circles"]
+    for k, rows in enumerate(path_rows):
+        label, level, unit = None, np.nan, ""
+        if len(circles) == len(path_rows):
+            c = circles[k]
+            (ix, iy), (cx, cy) = c["indices"], c["center"]
+            label = _with_unit(
+                f"|({names[ix]}, {names[iy]}) - ({cx:g}, {cy:g})| >= {c['radius']:g}", units[ix]
+            )
+            unit = f"{units[ix]}^2" if units[ix] else ""
+            for center, radius, indices in true_circles:
+                if tuple(c["indices"]) == indices and np.allclose(center, c["center"]):
+                    level = radius**2 - c["radius"] ** 2
+        labels += [label or ctl.safety_names[r] for r in rows]
+        levels += [level] * len(rows)
+        row_units += [unit] * len(rows)
+    levels = [v if np.isfinite(v) else np.nan for v in levels]
+    return labels, row_units, levels
+
+
+def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
+    """The run's figures by file stem (matplotlib is imported here, not with vimpc):
+    ``states_inputs``, ``solve_times``, ``mechanism`` always; ``episodes`` where an entry
+    has a planning or a true limit; ``safety`` where the controller has safety rows;
+    ``coverage`` where the model has a bound."""
     from vimpc import plotting
 
-    system = runner.env.nominal_system
+    env = runner.env
+    system = env.nominal_system
     names = [*system.coordinate_names, *(f"{n}_dot" for n in system.coordinate_names)]
+    units = system.state_units
     ctl = runner.controller
     cons = ctl.constraints
-    periodic = tuple(cfg["controller"]["cost"]["periodic"])
-    first = trajectories[0]
-    plotting.plot_states_inputs(
-        first,
-        names,
-        system.input_names,
-        cons.u_min,
-        cons.u_max,
-        folder / "states_inputs.png",
-        cons.obs_min,
-        cons.obs_max,
-        periodic,
+    title = cfg["scenario"]["name"]
+    true_min, true_max, true_circles = _true_limits(env.safety_limits, len(names))
+    out = {
+        "states_inputs": plotting.states_inputs_figure(
+            trajectories,
+            names=names,
+            units=units,
+            input_names=system.input_names,
+            input_units=system.input_units,
+            u_min=cons.u_min,
+            u_max=cons.u_max,
+            obs_min=cons.obs_min,
+            obs_max=cons.obs_max,
+            true_min=true_min,
+            true_max=true_max,
+            periodic=tuple(cfg["controller"]["cost"]["periodic"]),
+            tracked=np.flatnonzero(np.diag(ctl.cost.Q)).tolist(),
+            title=title,
+        ),
+        "solve_times": plotting.solve_times_figure(trajectories, title=title),
+        "episodes": plotting.constrained_entries_figure(
+            trajectories,
+            names=names,
+            units=units,
+            obs_min=cons.obs_min,
+            obs_max=cons.obs_max,
+            true_min=true_min,
+            true_max=true_max,
+            title=title,
+        ),
+        "mechanism": plotting.mechanism_figure(
+            trajectories,
+            system,
+            plan_circles=[
+                (c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]
+            ],
+            true_circles=[(center, radius) for center, radius, _ in true_circles],
+            title=title,
+        ),
+    }
+    labels, row_units, levels = _safety_rows(
+        cfg, ctl, names, units, true_min, true_max, true_circles
     )
-    plotting.plot_solve_times(trajectories, folder / "solve_times.png")
-    plotting.plot_constrained_entries(
-        trajectories, names, cons.obs_min, cons.obs_max, folder / "episodes.png"
+    out["safety"] = plotting.safety_figure(
+        trajectories,
+        ctl.safety_function,
+        labels,
+        units=row_units,
+        true_levels=levels,
+        title=title,
     )
-    plotting.plot_mechanism(
-        first,
-        system,
-        folder / "mechanism.png",
-        circles=[(c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]],
-    )
-    plotting.plot_safety(first, ctl.safety_function, ctl.safety_names, folder / "safety.png")
-    if runner.model.bound is not None:
-        plotting.plot_coverage(
-            first, runner.model, list(runner.model.state_names), folder / "coverage.png"
+    model = runner.model
+    if model.bound is not None:
+        unit_of = dict(zip(names, units, strict=True))
+        out["coverage"] = plotting.coverage_figure(
+            trajectories,
+            model,
+            list(model.state_names),
+            [unit_of.get(name, "") for name in model.state_names],
+            title=title,
         )
+    return {name: fig for name, fig in out.items() if fig is not None}
+
+
+def run_figures(cfg, runner, trajectories, folder: Path) -> None:
+    """The run's figures (:func:`run_figure_set`) written as ``<name>.png`` in ``folder``."""
+    from vimpc import plotting
+
+    for name, fig in run_figure_set(cfg, runner, trajectories).items():
+        plotting.save(fig, folder / f"{name}.png")

@@ -16,8 +16,12 @@ import numpy as np
 
 from vimpc.closedloop.episode import Trajectory
 from vimpc.dynamics import DiscreteModel
+from vimpc.mpc.result import Status
 
 FAILED_STATUSES = ("FAILED", "INFEASIBLE")
+#: solves whose input was used although the solver did not finish cleanly
+LATE_STATUS = Status.LATE.name
+ITERATION_LIMIT_STATUS = Status.ITERATION_LIMIT.name
 
 
 def wrapped_error(traj: Trajectory, periodic: Sequence[int] = ()) -> np.ndarray:
@@ -84,7 +88,9 @@ def episode_metrics(
     reference). Safety, on the env's safety margin of the true state: ``violations``
     (steps with a negative margin), ``max_violation`` (largest ``-margin``),
     ``min_margin`` (smallest margin over the episode: the margin the controller really
-    had; ``inf`` if the task has no safety constraint). Solve times in milliseconds.
+    had; ``inf`` if the task has no safety constraint). Solve times in milliseconds;
+    ``failed_solves`` (fell back), ``late_solves`` (solved after the time budget) and
+    ``iteration_limit_solves`` (stopped at the iteration limit) count steps by status.
 
     With the controller's ``model``: ``prediction_rmse`` of its one-step errors and, when
     it has a bound, ``coverage`` (fraction of steps whose error lies within the bound in
@@ -114,6 +120,8 @@ def episode_metrics(
         "solve_time_max_ms": float(times_ms.max()),
         "failed_solves": int(np.count_nonzero(failed)),
         "failed_solve_fraction": float(failed.mean()),
+        "late_solves": int(np.count_nonzero(traj.status == LATE_STATUS)),
+        "iteration_limit_solves": int(np.count_nonzero(traj.status == ITERATION_LIMIT_STATUS)),
         "steps": int(len(traj.inputs)),
     }
     if model is not None:
@@ -151,13 +159,23 @@ def _spread(values: Sequence[float]) -> tuple[float, float]:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
 
 
-def summarize(per_episode: Sequence[dict[str, float]], trajectories: Sequence[Trajectory]) -> dict:
+def summarize(
+    per_episode: Sequence[dict[str, float]],
+    trajectories: Sequence[Trajectory],
+    safety_limits: Sequence[Any] = (),
+) -> dict:
     """Aggregate over episodes.
 
     Rates (success, episodes with a violation) come with their 95 % Wilson interval
     (``*_ci95``); means with their standard deviation over episodes (``*_std``); the
-    worst case where safety is concerned (``min_margin``, ``max_violation``). Solve-time
-    statistics pool all steps of all episodes.
+    worst case where safety is concerned (``min_margin``, ``max_violation``). Per row of the
+    env's safety margin, over all episodes: ``margin_row_violations`` (states with a
+    negative margin) and ``margin_row_min`` (the smallest margin); with the env's
+    ``safety_limits`` (records with ``name``, ``unit`` and the margin ``rows`` they own),
+    ``safety_limits`` lists each by name with its ``states_outside`` and ``min_margin``.
+    Solve-time statistics
+    and the solve counts by status (``solves``, ``failed_solves``, ``late_solves``,
+    ``iteration_limit_solves``) pool all steps of all episodes.
     """
     if not per_episode:
         raise ValueError("summarize needs at least one episode")
@@ -178,6 +196,18 @@ def summarize(per_episode: Sequence[dict[str, float]], trajectories: Sequence[Tr
     out["violations"] = int(sum(m["violations"] for m in per_episode))
     out["max_violation"] = float(max(m["max_violation"] for m in per_episode))
     out["min_margin"] = float(min(m["min_margin"] for m in per_episode))
+    margins = np.concatenate([t.safety_margin for t in trajectories])
+    out["margin_row_violations"] = [int(n) for n in np.count_nonzero(margins < 0, axis=0)]
+    out["margin_row_min"] = [float(v) for v in margins.min(axis=0)] if len(margins) else []
+    out["safety_limits"] = [
+        {
+            "name": limit.name,
+            "unit": limit.unit,
+            "states_outside": sum(out["margin_row_violations"][r] for r in limit.rows),
+            "min_margin": min(out["margin_row_min"][r] for r in limit.rows),
+        }
+        for limit in safety_limits
+    ]
     for key, name in (
         ("cost", "cost"),
         ("tracking_rmse", "tracking_rmse"),
@@ -196,6 +226,9 @@ def summarize(per_episode: Sequence[dict[str, float]], trajectories: Sequence[Tr
     out["solve_time_median_ms"] = float(np.median(times_ms))
     out["solve_time_p95_ms"] = float(np.percentile(times_ms, 95))
     out["solve_time_max_ms"] = float(times_ms.max())
+    out["solves"] = int(status.size)
     out["failed_solves"] = int(np.count_nonzero(np.isin(status, FAILED_STATUSES)))
     out["failed_solve_fraction"] = float(np.mean(np.isin(status, FAILED_STATUSES)))
+    out["late_solves"] = int(np.count_nonzero(status == LATE_STATUS))
+    out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))
     return out

@@ -26,6 +26,14 @@ class Kepler(NaturalSystem):
     def input_names(self):
         return ("fx", "fy")
 
+    @property
+    def coordinate_units(self):
+        return ("m", "m")
+
+    @property
+    def input_units(self):
+        return ("N", "N")
+
     def mass_matrix(self, q):
         m = self.params["m"]
         return ops.diag([m, m], like=q)
@@ -56,6 +64,14 @@ class HenonHeiles(NaturalSystem):
     @property
     def input_names(self):
         return ("fx", "fy")
+
+    @property
+    def coordinate_units(self):
+        return ("", "")  # a nondimensional test problem
+
+    @property
+    def input_units(self):
+        return ("", "")
 
     def mass_matrix(self, q):
         return ops.eye(2, like=q)

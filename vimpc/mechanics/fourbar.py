@@ -65,6 +65,10 @@ class FourBar(PlanarBodies):
     def coordinate_names(self):
         return ("theta1", "theta2", "theta3")
 
+    @property
+    def coordinate_units(self):
+        return ("rad", "rad", "rad")
+
     def bodies(self):
         p = self.params
         m = p["m"]
@@ -149,6 +153,10 @@ class ParallelogramFourBar(PlanarBodies):
     @property
     def coordinate_names(self):
         return ("theta1", "theta2")
+
+    @property
+    def coordinate_units(self):
+        return ("rad", "rad")
 
     def bodies(self):
         m, l = self.params["m"], self.params["l"]

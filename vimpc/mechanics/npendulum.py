@@ -57,8 +57,16 @@ class NPendulum(NaturalSystem):
         return tuple(f"{c}{i + 1}" for i in range(self._n) for c in ("x", "y"))
 
     @property
+    def coordinate_units(self):
+        return ("m",) * (2 * self._n)
+
+    @property
     def input_names(self):
         return ("force",)
+
+    @property
+    def input_units(self):
+        return ("N",)
 
     @property
     def n_holonomic(self) -> int:

@@ -55,6 +55,10 @@ class Pendulum(PlanarBodies):
     def coordinate_names(self):
         return ("theta",)
 
+    @property
+    def coordinate_units(self):
+        return ("rad",)
+
     def bodies(self):
         p = self.params
         return (BodySpec("rod", p["m"], p["J"], p["l"]),)
@@ -95,6 +99,10 @@ class DoublePendulum(PlanarBodies):
     @property
     def coordinate_names(self):
         return ("theta1", "theta2")
+
+    @property
+    def coordinate_units(self):
+        return ("rad", "rad")
 
     def bodies(self):
         p = self.params
@@ -154,6 +162,10 @@ class CartPole(PlanarBodies):
     def coordinate_names(self):
         return ("s", "theta")
 
+    @property
+    def coordinate_units(self):
+        return ("m", "rad")
+
     def bodies(self):
         p = self.params
         return (BodySpec("cart", p["mc"], p["Jc"]), BodySpec("pole", p["m"], p["J"], p["l"]))
@@ -198,6 +210,10 @@ class CartPendulum(PlanarBodies):
     @property
     def coordinate_names(self):
         return ("s", "phi")
+
+    @property
+    def coordinate_units(self):
+        return ("m", "rad")
 
     def bodies(self):
         p = self.params

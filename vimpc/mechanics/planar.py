@@ -115,6 +115,12 @@ class PlanarBodies(NaturalSystem):
         joints = self.joints()
         return tuple(joints[i].name for i in self.actuated)
 
+    @property
+    def input_units(self) -> tuple[str, ...]:
+        """A revolute joint is driven by a torque [N m], a slider by a force [N]."""
+        joints = self.joints()
+        return tuple("N m" if isinstance(joints[i], Revolute) else "N" for i in self.actuated)
+
     def mass_matrix(self, q):
         M = ops.zeros(self.nv, self.nv, like=q)
         for body, pose in zip(self.bodies(), self.poses(q), strict=True):
@@ -248,6 +254,10 @@ class MaximalCoordinates(PlanarBodies):
     @property
     def coordinate_names(self) -> tuple[str, ...]:
         return tuple(f"{b.name}.{c}" for b in self.bodies() for c in ("x", "y", "phi"))
+
+    @property
+    def coordinate_units(self) -> tuple[str, ...]:
+        return ("m", "m", "rad") * len(self.bodies())
 
     @property
     def n_holonomic(self) -> int:

@@ -30,8 +30,16 @@ class RollingDisk(NaturalSystem):
         return ("theta", "phi", "x", "y")
 
     @property
+    def coordinate_units(self):
+        return ("rad", "rad", "m", "m")
+
+    @property
     def input_names(self):
         return ("drive_torque", "steer_torque")
+
+    @property
+    def input_units(self):
+        return ("N m", "N m")
 
     @property
     def n_nonholonomic(self) -> int:

@@ -128,6 +128,26 @@ class MechanicalSystem(abc.ABC):
         """Names of the inputs ``u``."""
 
     @property
+    @abc.abstractmethod
+    def coordinate_units(self) -> tuple[str, ...]:
+        """SI units of the coordinates ``q`` (``"rad"``, ``"m"``; ``""`` when dimensionless)."""
+
+    @property
+    @abc.abstractmethod
+    def input_units(self) -> tuple[str, ...]:
+        """SI units of the inputs ``u`` (``"N"`` for a force, ``"N m"`` for a torque)."""
+
+    @property
+    def velocity_units(self) -> tuple[str, ...]:
+        """Units of the generalized velocities ``v``: those of ``q`` per second."""
+        return tuple(f"{u}/s" if u else "1/s" for u in self.coordinate_units)
+
+    @property
+    def state_units(self) -> tuple[str, ...]:
+        """Units of the state ``(q, v)``, entry by entry."""
+        return (*self.coordinate_units, *self.velocity_units)
+
+    @property
     def nq(self) -> int:
         return len(self.coordinate_names)
 
