@@ -310,6 +310,8 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
         try:
             x_next, residual, integrator_residual = self._step_fn(self._x, applied)
         except RuntimeError as error:
+            if "KeyboardInterrupt" in str(error):  # a Ctrl-C that CasADi turned into an error
+                raise KeyboardInterrupt from None
             raise self._newton_failure(applied) from error
         if not float(integrator_residual) <= INTEGRATOR_TOLERANCE:
             if np.isnan(float(integrator_residual)):

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vimpc import cli, pipeline, scenario
@@ -24,12 +25,19 @@ SHORT = ["--set", "episodes.steps=3", "--set", "controller.horizon=5", "--no-plo
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def _default_sigint() -> None:
+    """A child started from a shell's background job inherits SIGINT ignored; these tests
+    need the default, as in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _vimpc(*args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "vimpc.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
         **kwargs,
     )
 
@@ -96,6 +104,75 @@ def test_an_interrupted_run_removes_its_staging_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(closedloop, "run_episode", interrupted)
     assert cli.main(["run", PENDULUM, "--out", str(tmp_path), *SHORT]) == 130
     assert [p.name for p in tmp_path.rglob("*")] == ["pendulum_swingup"]
+
+
+def _swallowing_controller(env):
+    """A controller whose first call receives a SIGINT and swallows the KeyboardInterrupt,
+    as CasADi does inside a call; it then returns a valid result."""
+    from types import SimpleNamespace
+
+    from vimpc.mpc import Status
+
+    calls = []
+
+    def controller(obs, t):
+        calls.append(t)
+        if len(calls) == 1:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # the handler runs here and raises
+            except KeyboardInterrupt:
+                pass  # swallowed
+        u = np.zeros(env.action_space.shape)
+        return SimpleNamespace(u=u, status=Status.SOLVED, solve_time=0.0, iterations=0, slack=0.0)
+
+    return controller, calls
+
+
+def test_a_swallowed_ctrl_c_is_raised_at_the_next_step_under_the_latch():
+    import gymnasium
+
+    from vimpc._interrupt import interrupt_latch
+    from vimpc.closedloop import run_episode
+
+    env = gymnasium.make("vimpc/Pendulum-v0").unwrapped
+    controller, calls = _swallowing_controller(env)
+    with interrupt_latch(), pytest.raises(KeyboardInterrupt):
+        run_episode(env, controller, 5, seed=0)
+    assert len(calls) == 1  # stopped after the step it arrived in
+    # without the latch the same interrupt is lost and the episode runs to its end
+    controller, calls = _swallowing_controller(env)
+    run_episode(env, controller, 5, seed=0)
+    assert len(calls) == 5
+
+
+@pytest.mark.parametrize("plugin", ["ipopt", "sqpmethod", "fatrop"])
+def test_a_ctrl_c_during_solves_is_raised_not_swallowed(plugin):
+    # CasADi stops a solve at a SIGINT and reports a failed solve (or an error); the
+    # interrupt itself must reach the caller
+    import casadi as ca
+
+    from vimpc._interrupt import kept_interrupts
+
+    x = ca.MX.sym("x", 40)
+    nlp = {"x": x, "f": ca.sumsqr(ca.sin(x) - 0.3) + ca.sum1(x**4), "g": ca.sum1(x)}
+    opts = {
+        "ipopt": {"ipopt": {"print_level": 0, "sb": "yes"}},
+        "sqpmethod": {
+            "print_header": False, "print_iteration": False, "print_status": False,
+            "qpsol": "qrqp",
+            "qpsol_options": {"print_iter": False, "print_header": False, "error_on_fail": False},
+        },
+        "fatrop": {"structure_detection": "none", "fatrop": {"print_level": 0}},
+    }[plugin]  # fmt: skip
+    solver = ca.nlpsol("s", plugin, nlp, {"print_time": False, **opts})
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    deadline = time.perf_counter() + 5
+    with pytest.raises(KeyboardInterrupt):
+        while time.perf_counter() < deadline:
+            with kept_interrupts():
+                solver(x0=1.0, lbg=-10, ubg=10)
+    assert time.perf_counter() < deadline - 4.0  # raised at the signal, not at the end
 
 
 # -- concurrent runs -------------------------------------------------------------------------
@@ -168,6 +245,21 @@ def test_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, no_env,
     assert "not writable" in capsys.readouterr().err
     assert cli.main(["fit", PENDULUM, "-o", str(locked / "m.vimpc")]) == 2
     assert "not writable" in capsys.readouterr().err
+
+
+def test_out_that_the_user_may_not_write_is_refused_before_any_work(
+    tmp_path, no_env, monkeypatch, capsys
+):
+    # the permission itself, as the operating system reports it (root may write anywhere)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: Path(p) != locked and real(p, mode))
+    assert cli.main(["run", PENDULUM, "--out", str(locked), *SHORT]) == 2
+    assert f"--out {str(locked)!r} is not writable" in capsys.readouterr().err
+    assert cli.main(["fit", PENDULUM, "-o", str(locked / "m.vimpc")]) == 2
+    assert f"the folder {str(locked)!r} is not writable" in capsys.readouterr().err
+    assert not list(locked.iterdir())
 
 
 def test_export_into_a_missing_folder_or_onto_a_folder_is_refused_before_any_work(

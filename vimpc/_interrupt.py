@@ -1,42 +1,100 @@
 """Ctrl-C inside CasADi calls.
 
-CasADi's solvers poll Python's signal handlers while they iterate. When the handler
-raises ``KeyboardInterrupt`` there, CasADi catches it and ends the solve as a failure
-(``NonIpopt_Exception_Thrown``, a ``RuntimeError``), so the interrupt is lost and a
-closed loop goes on with its fallback input. :class:`deferred_interrupts` holds a Ctrl-C
-that arrives during such a call and raises it as soon as the call returns.
+CasADi polls Python's signal handlers while it computes (a solver between iterations, its
+Python bindings around many calls). When the handler raises ``KeyboardInterrupt`` there,
+CasADi stops the call, but turns the interrupt into a failure of the call (a failed
+solve, a ``RuntimeError``, at worst a ``SystemError``) or drops it, and a closed loop
+goes on with its fallback input. Two tools keep a Ctrl-C:
+
+- :class:`kept_interrupts` around a long CasADi call (a solve) lets a SIGINT stop the
+  call as CasADi does, and raises ``KeyboardInterrupt`` when the call returns, whatever
+  CasADi made of it;
+- :func:`interrupt_latch` around a whole command remembers every SIGINT (and raises it
+  as usual), so one that CasADi swallowed elsewhere is raised again by :func:`check` at
+  the next step of a closed loop, and an error it caused is recognised by
+  :func:`interrupted`.
+
+Both act only where Python's default SIGINT handler is in place, in the main thread; a
+program with its own handler keeps it.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_pending = False  # a SIGINT arrived under interrupt_latch() and was not acted on yet
 
 
-class deferred_interrupts:  # noqa: N801  (used like a function: ``with deferred_interrupts():``)
-    """Run the body with SIGINT recorded instead of raised; raise ``KeyboardInterrupt``
-    after the body if one arrived.
+def _latch(signum, frame) -> None:
+    global _pending
+    _pending = True
+    raise KeyboardInterrupt
 
-    Applies only where Python's default SIGINT handler is in place and only in the main
-    thread (where signal handlers can be set); a program with its own handler keeps it.
-    """
 
-    __slots__ = ("_caught", "_active")
+def _ours(handler) -> bool:
+    return handler is signal.default_int_handler or handler is _latch
+
+
+@contextmanager
+def interrupt_latch() -> Iterator[None]:
+    """Remember every SIGINT while the body runs (see the module's text)."""
+    global _pending
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    _pending = False
+    signal.signal(signal.SIGINT, _latch)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _pending = False
+
+
+def interrupted() -> bool:
+    """Whether a SIGINT arrived under :func:`interrupt_latch` (whatever became of it)."""
+    return _pending
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if a SIGINT arrived under :func:`interrupt_latch` and was
+    swallowed on its way (cheap: call it at every step of a loop)."""
+    if _pending:
+        raise KeyboardInterrupt
+
+
+class kept_interrupts:  # noqa: N801  (used like a function: ``with kept_interrupts():``)
+    """Raise ``KeyboardInterrupt`` after the body if a SIGINT arrived during it (the
+    SIGINT also raises where it lands, so CasADi stops at its next poll)."""
+
+    __slots__ = ("_caught", "_previous")
 
     def __enter__(self) -> None:
         self._caught = False
-        self._active = threading.current_thread() is threading.main_thread()
-        if self._active:
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGINT, self._record)
-            if previous is not signal.default_int_handler:
+            if _ours(previous):
+                self._previous = previous
+            else:  # someone else's handler: leave it in charge
                 signal.signal(signal.SIGINT, previous)
-                self._active = False
 
     def _record(self, signum, frame) -> None:
+        global _pending
         self._caught = True
+        if self._previous is _latch:
+            _pending = True
+        raise KeyboardInterrupt
 
-    def __exit__(self, *exc) -> None:
-        if self._active:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if self._caught:
-                raise KeyboardInterrupt
+    def __exit__(self, kind, value, traceback) -> bool:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            if self._caught and kind is not KeyboardInterrupt:
+                raise KeyboardInterrupt  # what CasADi made of it (if anything) is the context
+        return False

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from vimpc._files import write_atomic
+from vimpc._interrupt import interrupt_latch, interrupted
 from vimpc.errors import ConfigError, VimpcError
 
 
@@ -298,14 +299,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except VimpcError as exc:
-        print(f"vimpc: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("vimpc: interrupted; no result was written as complete", file=sys.stderr)
-        return 130
+    if hasattr(sys.stdout, "reconfigure"):  # lines appear as they are printed, also in a pipe
+        sys.stdout.reconfigure(line_buffering=True)
+    with interrupt_latch():
+        try:
+            return args.func(args)
+        except KeyboardInterrupt:
+            return _interrupted()
+        except VimpcError as exc:
+            if interrupted():  # an error a Ctrl-C caused inside CasADi
+                return _interrupted()
+            print(f"vimpc: error: {exc}", file=sys.stderr)
+            return 2
+        except Exception:
+            if interrupted():
+                return _interrupted()
+            raise
+
+
+def _interrupted() -> int:
+    print("vimpc: interrupted; no result was written as complete", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

@@ -42,7 +42,13 @@ def _once(out: Path, sets: list[str], workers: int, delay: float, env: dict) -> 
     for item in sets:
         cmd += ["--set", item]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
     )
     proc.stdout.readline()
     time.sleep(delay)

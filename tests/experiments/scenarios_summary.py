@@ -1,11 +1,12 @@
 """Run every scenario over many seeds and tabulate their metrics with intervals.
 
-    python tests/experiments/scenarios_summary.py [--episodes 50] [--workers 2]
+    python tests/experiments/scenarios_summary.py [--episodes 50] [--workers 2] [--seed S]
 
 Each row is ``vimpc run scenarios/<scenario>.toml --set episodes.count=<episodes>`` (reset
-seeds from the scenario file's ``episodes.seed``). Writes results/scenarios/{summary.md,
-summary.csv} and each scenario's figures (``<scenario>_episodes.png`` where the scenario
-has observation bounds, ``<scenario>_states_inputs.png``, ``<scenario>_mechanism.png``).
+seeds from the scenario file's ``episodes.seed``, or from ``S``: seeds the scenarios were
+not designed on). Writes results/scenarios/{summary.md, summary.csv} and each scenario's
+figures (``<scenario>_episodes.png``, ``_states_inputs.png``, ``_mechanism.png``,
+``_safety.png``).
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ NAMES = (
     "fourbar_tracking",
     "rollingdisk_parking",
 )
-FIGURES = ("episodes.png", "states_inputs.png", "mechanism.png")
+FIGURES = ("episodes.png", "states_inputs.png", "mechanism.png", "safety.png")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=None, help="first reset seed of every row")
     args = parser.parse_args()
+    seed = [] if args.seed is None else ["--set", f"episodes.seed={args.seed}"]
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -51,6 +54,7 @@ def main() -> None:
                 str(args.workers),
                 "--set",
                 f"episodes.count={args.episodes}",
+                *seed,
             ]
             assert cli.main(argv) == 0, name
             (run,) = [p for p in (Path(tmp) / name).iterdir() if p.is_dir()]
@@ -62,6 +66,7 @@ def main() -> None:
                     "seeds": f"{m['seeds'][0]}-{m['seeds'][-1]}",
                     "success": m["success_rate"],
                     "success_ci95": interval(m["success_rate_ci95"]),
+                    "safety_limits": "; ".join(x["name"] for x in m["safety_limits"]),
                     "episodes_with_violation": m["episodes_with_violation"],
                     "violation_ci95": interval(m["violation_rate_ci95"]),
                     "min_margin": m["min_margin"],
@@ -72,7 +77,10 @@ def main() -> None:
                     "max_constraint_residual": m["max_constraint_residual"],
                     "solve_median_ms": m["solve_time_median_ms"],
                     "solve_p95_ms": m["solve_time_p95_ms"],
+                    "solves": m["solves"],
                     "failed_solves": m["failed_solves"],
+                    "late_solves": m["late_solves"],
+                    "iteration_limit_solves": m["iteration_limit_solves"],
                     "wall_time_s": m["wall_time_s"],
                 }
             )
@@ -85,10 +93,12 @@ def main() -> None:
             stale.unlink()
     command = (
         f"python tests/experiments/scenarios_summary.py --episodes {args.episodes} "
-        f"--workers {args.workers}"
+        f"--workers {args.workers}" + ("" if args.seed is None else f" --seed {args.seed}")
     )
     intro = (
-        f"Each row is `vimpc run scenarios/<scenario>.toml --set episodes.count={args.episodes}`. "
+        f"Each row is `vimpc run scenarios/<scenario>.toml --set episodes.count={args.episodes}"
+        + ("" if args.seed is None else f" --set episodes.seed={args.seed}")
+        + "`. "
         "The true systems are perturbed (masses and inertias within 10 %, friction, "
         "observation noise 1e-3); the controller's model is the nominal system with the "
         "midpoint variational integrator (`cartpole_safe`: with a conformal bound and the "

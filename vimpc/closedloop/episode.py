@@ -10,6 +10,7 @@ import gymnasium
 import numpy as np
 
 from vimpc import _checks
+from vimpc._interrupt import check as check_interrupt
 from vimpc.errors import InputError
 from vimpc.mpc.result import MPCResult
 
@@ -138,6 +139,7 @@ def run_episode(
         tube = getattr(result, "tube", None)
         rec["tube"].append(np.zeros((len(plan), 0)) if tube is None else tube)
         record_state(obs, info, (k + 1) * dt)
+        check_interrupt()  # a Ctrl-C that CasADi swallowed during the step
         if on_step is not None:
             on_step(k)
         if terminated or truncated:

@@ -10,7 +10,7 @@ import casadi as ca
 import numpy as np
 
 from vimpc import _checks
-from vimpc._interrupt import deferred_interrupts
+from vimpc._interrupt import kept_interrupts
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, Cost
@@ -262,7 +262,7 @@ class MPC:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
         try:
-            with deferred_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
+            with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                 sol = self._solver(**args)
             error = None
         except RuntimeError as exc:  # error_on_fail is off; this is a hard evaluation error
