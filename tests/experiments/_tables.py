@@ -19,7 +19,8 @@ def interval(ci: Sequence[float]) -> str:
 
 
 def _cell(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|")  # a literal bar inside a markdown table cell
 
 
 def write_table(
