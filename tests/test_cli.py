@@ -175,6 +175,28 @@ def test_a_ctrl_c_during_solves_is_raised_not_swallowed(plugin):
     assert time.perf_counter() < deadline - 4.0  # raised at the signal, not at the end
 
 
+def test_an_env_step_that_casadi_interrupted_raises_keyboard_interrupt():
+    import gymnasium
+
+    from vimpc.errors import SolverError
+
+    env = gymnasium.make("vimpc/CartPole-v0").unwrapped
+    env.reset(seed=0)
+
+    def interrupted(x, u):
+        raise RuntimeError("Error in Function::call for 'step' [Rootfinder]: KeyboardInterrupt")
+
+    def failed(x, u):
+        raise RuntimeError("Error in Function::call for 'step' [Rootfinder]: singular Jacobian")
+
+    env._step_fn = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        env.step([0.0])
+    env._step_fn = failed
+    with pytest.raises(SolverError, match="Newton solve"):
+        env.step([0.0])
+
+
 # -- concurrent runs -------------------------------------------------------------------------
 
 
