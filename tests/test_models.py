@@ -351,11 +351,14 @@ def test_registry():
         cls = family(name)
         assert issubclass(cls, ModelFamily) and cls.name == name
     with pytest.raises(
-        ConfigError, match=r"model.family must be one of \['nominal'\], got 'nominl'; did you mean"
+        ConfigError,
+        match=r"model.family must be one of \['gp_vi', 'nominal'\], got 'nominl'; did you mean",
     ):
         vimpc.models.family("nominl")
     with pytest.raises(ConfigError, match=r"^scenario.model must be one of .*got 'gp'$"):
         family("gp", key="scenario.model")
+    with pytest.raises(ConfigError, match=r"got 'gp_iv'; did you mean 'gp_vi'\?$"):
+        family("gp_iv")
 
 
 def test_registry_refuses_a_misregistered_family(monkeypatch):

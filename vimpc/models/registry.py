@@ -16,6 +16,7 @@ from vimpc.models.base import ModelFamily
 #: name -> "module:Class"
 FAMILIES: dict[str, str] = {
     "nominal": "vimpc.models.nominal:NominalModel",
+    "gp_vi": "vimpc.models.gp_vi:GPVIModel",
 }
 
 

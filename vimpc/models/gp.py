@@ -1,0 +1,220 @@
+"""Gaussian-process regression for model families: hyperparameters by maximising the
+marginal likelihood (gpytorch, imported only here and only when fitting), the posterior
+in numpy, and the posterior mean and variance as CasADi expressions.
+
+One output per GP, an ARD squared-exponential kernel
+
+    k(z, z') = sf2 * exp(-1/2 * sum_i ((z_i - z'_i) / l_i)^2),
+
+Gaussian observation noise ``sn2`` and a zero mean (a family puts its prior model in
+front). The posterior is exact (every training sample a support point) or, with fewer
+support points ``Z_m`` chosen among the samples, the deterministic-training-conditional
+(DTC) approximation with mean ``k(z, Z_m) (sn2 K_mm + K_mn K_nm)^-1 K_mn y``, whose cost in
+a controller grows with the support points, not the samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import casadi as ca
+import numpy as np
+
+from vimpc.errors import InputError
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """One GP's kernel and noise: ``lengthscales (d,)``, ``signal_var``, ``noise_var``, and
+    the negative log marginal likelihood per sample they reached (``nll``)."""
+
+    lengthscales: np.ndarray
+    signal_var: float
+    noise_var: float
+    nll: float
+
+
+def _sq_dist(a: np.ndarray, b: np.ndarray, lengthscales: np.ndarray) -> np.ndarray:
+    d = (a[:, None, :] - b[None, :, :]) / lengthscales
+    return np.einsum("ijk,ijk->ij", d, d)
+
+
+def kernel(a: np.ndarray, b: np.ndarray, hp: Hyperparameters) -> np.ndarray:
+    """``k(a_i, b_j)`` for rows of ``a (n, d)`` and ``b (m, d)``."""
+    return hp.signal_var * np.exp(-0.5 * _sq_dist(a, b, hp.lengthscales))
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """A GP's posterior as the support points need it: ``mean(z) = k(z, Z) alpha`` and
+    ``var(z) = sf2 - k(z, Z) A k(Z, z)`` (the latent function's variance; the noise is
+    ``hp.noise_var``)."""
+
+    hp: Hyperparameters
+    support: np.ndarray  # (m, d)
+    alpha: np.ndarray  # (m,)
+    A: np.ndarray  # (m, m)
+
+    @classmethod
+    def exact(cls, Z: np.ndarray, y: np.ndarray, hp: Hyperparameters) -> Posterior:
+        """The exact posterior on the samples ``Z (n, d)``, ``y (n,)``."""
+        K = kernel(Z, Z, hp) + hp.noise_var * np.eye(len(Z))
+        L = np.linalg.cholesky(K)
+        alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
+        Linv = np.linalg.solve(L, np.eye(len(Z)))
+        return cls(hp, Z.copy(), alpha, Linv.T @ Linv)
+
+    @classmethod
+    def dtc(cls, Z: np.ndarray, y: np.ndarray, hp: Hyperparameters, support: np.ndarray):
+        """The DTC approximation with the support points ``support (m, d)``: mean
+        ``k_zm (sn2 K_mm + K_mn K_nm)^-1 K_mn y``, variance ``sf2 - k_zm (K_mm^-1 - sn2 S)
+        k_mz`` with ``S = (sn2 K_mm + K_mn K_nm)^-1``, computed through Cholesky factors
+        (``K_mm = L L^T``, ``B = sn2 I + V V^T`` with ``V = L^-1 K_mn``), since ``K_mm`` of
+        long length scales is close to singular."""
+        m = len(support)
+        Kmm = kernel(support, support, hp) + 1e-10 * hp.signal_var * np.eye(m)
+        L = np.linalg.cholesky(Kmm)
+        V = np.linalg.solve(L, kernel(support, Z, hp))  # (m, n)
+        LB = np.linalg.cholesky(hp.noise_var * np.eye(m) + V @ V.T)
+        Linv = np.linalg.solve(L, np.eye(m))
+        W = np.linalg.solve(LB, Linv)  # LB^-1 L^-1, so S = W^T W
+        alpha = W.T @ (W @ (kernel(support, Z, hp) @ y))
+        A = Linv.T @ Linv - hp.noise_var * (W.T @ W)
+        return cls(hp, support.copy(), alpha, 0.5 * (A + A.T))
+
+    # -- numpy ----------------------------------------------------------------------------------
+    def mean(self, z: np.ndarray) -> np.ndarray:
+        return kernel(np.atleast_2d(z), self.support, self.hp) @ self.alpha
+
+    def var(self, z: np.ndarray) -> np.ndarray:
+        k = kernel(np.atleast_2d(z), self.support, self.hp)
+        return np.maximum(self.hp.signal_var - np.einsum("ij,jk,ik->i", k, self.A, k), 0.0)
+
+    # -- CasADi -------------------------------------------------------------------------------
+    def _k(self, z):
+        scaled = ca.DM(self.support / self.hp.lengthscales)  # (m, d)
+        zs = z / ca.DM(self.hp.lengthscales)
+        diff = scaled - ca.repmat(zs.T, scaled.shape[0], 1)
+        return self.hp.signal_var * ca.exp(-0.5 * ca.sum2(diff * diff))  # (m, 1)
+
+    def casadi_mean(self, z):
+        """The posterior mean at the symbolic ``z (d, 1)`` (SX or MX)."""
+        return ca.dot(self._k(z), ca.DM(self.alpha))
+
+    def casadi_var(self, z):
+        """The latent variance at the symbolic ``z`` (kept >= 0)."""
+        k = self._k(z)
+        return ca.fmax(self.hp.signal_var - ca.dot(k, ca.mtimes(ca.DM(self.A), k)), 0.0)
+
+
+def support_points(Z: np.ndarray, m: int, lengthscales: np.ndarray, seed: int) -> np.ndarray:
+    """``m`` rows of ``Z`` spread over the data: greedy farthest points in the kernel's
+    metric, from a seeded first point (deterministic)."""
+    if m >= len(Z):
+        return Z.copy()
+    Zs = Z / lengthscales
+    rng = np.random.default_rng(seed)
+    chosen = [int(rng.integers(len(Z)))]
+    dist = np.sum((Zs - Zs[chosen[0]]) ** 2, axis=1)
+    for _ in range(m - 1):
+        i = int(np.argmax(dist))
+        chosen.append(i)
+        dist = np.minimum(dist, np.sum((Zs - Zs[i]) ** 2, axis=1))
+    return Z[np.sort(chosen)]
+
+
+def fit_hyperparameters(
+    Z: np.ndarray, y: np.ndarray, *, restarts: int, iterations: int, seed: int
+) -> Hyperparameters:
+    """Maximise the exact marginal likelihood of one GP (gpytorch, L-BFGS, float64) from
+    ``restarts`` initial guesses (the first from the data's spreads, the others perturbed
+    log-normally); the best finite optimum wins.
+
+    Raises:
+        InputError: fewer than 2 samples, or non-finite data.
+    """
+    import gpytorch
+    import torch
+
+    Z = np.asarray(Z, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(Z) < 2:
+        raise InputError(f"a GP needs at least 2 training samples, got {len(Z)}")
+    if not (np.all(np.isfinite(Z)) and np.all(np.isfinite(y))):
+        raise InputError("the GP's training data contain NaN or inf")
+    d = Z.shape[1]
+    spread = Z.std(axis=0)
+    spread = np.where(spread > 0, spread, 1.0)
+    y_var = float(np.var(y)) if np.var(y) > 0 else 1e-12
+    Zt, yt = torch.as_tensor(Z), torch.as_tensor(y)
+    rng = np.random.default_rng(seed)
+
+    class _GP(gpytorch.models.ExactGP):
+        def __init__(self, likelihood):
+            super().__init__(Zt, yt, likelihood)
+            self.mean_module = gpytorch.means.ZeroMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=d)
+            )
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(
+                self.mean_module(x), self.covar_module(x)
+            )
+
+    best: Hyperparameters | None = None
+    torch.manual_seed(seed)
+    with (
+        gpytorch.settings.fast_computations(False, False, False),
+        gpytorch.settings.max_cholesky_size(10**7),
+    ):
+        for r in range(restarts):
+            factor = np.ones(d + 2) if r == 0 else np.exp(rng.normal(0.0, 0.7, d + 2))
+            likelihood = gpytorch.likelihoods.GaussianLikelihood(
+                noise_constraint=gpytorch.constraints.GreaterThan(1e-12)
+            ).double()
+            model = _GP(likelihood).double()
+            model.covar_module.base_kernel.lengthscale = torch.as_tensor(spread * factor[:d])
+            model.covar_module.outputscale = torch.as_tensor(y_var * factor[d])
+            likelihood.noise = torch.as_tensor(max(0.1 * y_var * factor[d + 1], 1e-10))
+            model.train()
+            likelihood.train()
+            mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+            optimiser = torch.optim.LBFGS(
+                model.parameters(),
+                lr=1.0,
+                max_iter=iterations,
+                tolerance_grad=1e-9,
+                tolerance_change=1e-12,
+                line_search_fn="strong_wolfe",
+            )
+
+            def closure(optimiser=optimiser, model=model, mll=mll):
+                optimiser.zero_grad()
+                loss = -mll(model(Zt), yt)
+                loss.backward()
+                return loss
+
+            try:
+                optimiser.step(closure)
+                with torch.no_grad():
+                    nll = float(-mll(model(Zt), yt))
+            except (RuntimeError, ValueError):  # a Cholesky that failed: this start is lost
+                continue
+            if not np.isfinite(nll) or (best is not None and nll >= best.nll):
+                continue
+            best = Hyperparameters(
+                lengthscales=model.covar_module.base_kernel.lengthscale.detach()
+                .numpy()
+                .ravel()
+                .copy(),
+                signal_var=float(model.covar_module.outputscale.detach()),
+                noise_var=float(likelihood.noise.detach()),
+                nll=nll,
+            )
+    if best is None:
+        raise InputError(
+            f"the GP's marginal likelihood could not be optimised from any of {restarts} starts "
+            "(every Cholesky factorisation failed); check the data for duplicates or scale"
+        )
+    return best
