@@ -16,7 +16,7 @@ from vimpc.data import make_excitation, rollout_env
 from vimpc.errors import InputError
 from vimpc.mechanics import CartPole
 from vimpc.models import NominalModel, family
-from vimpc.models.gp import Hyperparameters, Posterior, fit_hyperparameters
+from vimpc.models.gp import Hyperparameters, Posterior, fit_hyperparameters, kernel
 from vimpc.models.gp_vi import GPVIModel
 from vimpc.testing import DiscreteModelContract
 
@@ -91,6 +91,20 @@ def test_dtc_with_every_sample_as_support_is_the_exact_posterior():
     # fewer support points: an approximation, not a copy
     few = Posterior.dtc(Z, y, hp, Z[:10])
     assert np.max(np.abs(few.mean(test) - exact.mean(test))) > 1e-4
+
+
+def test_dtc_stays_accurate_where_the_support_kernel_is_nearly_singular():
+    # long length scales and little noise (a GP that learned a smooth residual from clean
+    # data): K_mm has a condition number near 1/eps, and inverting it directly lost the mean
+    rng = np.random.default_rng(3)
+    Z = rng.uniform(-3.0, 3.0, size=(200, 3))
+    y = 0.05 * Z[:, 0] + 0.01 * Z[:, 1] ** 2 + 1e-3 * rng.standard_normal(200)
+    hp = Hyperparameters(np.array([3.0, 30.0, 300.0]), 1e-2, 1e-6, 0.0)
+    exact = Posterior.exact(Z, y, hp)
+    dtc = Posterior.dtc(Z, y, hp, Z[::2])
+    assert np.linalg.cond(kernel(Z[::2], Z[::2], hp)) > 1e12
+    test = rng.uniform(-3.0, 3.0, size=(100, 3))
+    np.testing.assert_allclose(dtc.mean(test), exact.mean(test), rtol=0, atol=1e-4)
 
 
 # -- the family on the pendulum ----------------------------------------------------------------
