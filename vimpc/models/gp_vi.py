@@ -2,10 +2,13 @@
 next velocity on top of a nominal variational integrator (Brüdigam et al., eqs. 7, 9-10).
 
 Training pairs ``z_k = (q_k, v_k, u_k) -> v_{k+1}`` come from measured transitions. The
-prior mean is the nominal first-order variational integrator of the given system (whose
-parameters may be wrong) in the paper's forward-difference form, or zero. One GP per
-velocity component learns what the prior misses; the positions follow as
-``q_{k+1} = q_k + dt v_{k+1}``. Inputs that are constant in the data are dropped; with
+prior model is a nominal variational integrator of the given system (whose parameters
+may be wrong): the paper's first-order one in its forward-difference form, or the
+midpoint one, which stays accurate at larger steps; or there is none. One GP per velocity
+component learns the correction ``dv`` the prior misses, and the step is
+``x_{k+1} = prior(x_k, u_k) + (dt dv, dv)``: with the first-order prior exactly the
+paper's ``v_{k+1} = v_prior + dv``, ``q_{k+1} = q_k + dt v_{k+1}``; with none,
+``v_{k+1} = dv``, ``q_{k+1} = q_k + dt v_{k+1}``. Inputs that are constant in the data are dropped; with
 ``coordinates = "sincos"`` every angle (a coordinate in rad) enters as its sine and
 cosine.
 
@@ -49,9 +52,10 @@ class GPVIModel(SpreadFamily):
     settings = {
         "prior": Setting(
             str,
-            "nominal",
-            "prior mean of the next velocity: the nominal first-order VI, or zero",
-            choices=("nominal", "zero"),
+            "midpoint",
+            "prior model: the nominal midpoint VI, the paper's first-order VI (forward-"
+            "difference form), or none (`zero`)",
+            choices=("midpoint", "first_order", "zero"),
         ),
         "coordinates": Setting(
             str,
@@ -85,7 +89,9 @@ class GPVIModel(SpreadFamily):
             )
         if s.nq != s.nv:
             raise InputError(f"gp_vi needs as many velocities as coordinates; {s.name} has not")
-        self._prior = NominalModel(s, dt, integrator="first_order", form="del").discrete_model()
+        form = "del" if self.prior == "first_order" else "position_momentum"
+        integrator = "first_order" if self.prior == "first_order" else "midpoint"
+        self._prior = NominalModel(s, dt, integrator=integrator, form=form).discrete_model()
 
     # -- features -------------------------------------------------------------------------------
     def _angles(self) -> list[int]:
@@ -160,17 +166,16 @@ class GPVIModel(SpreadFamily):
         z = self._gp_input(x, u)
         correction = ca.vertcat(*[post.casadi_mean(z) for post in self.posteriors_])
         if self.prior == "zero":
-            v_next = correction
             step = ca.Function(
-                "step", [x, u, p], [ca.vertcat(x[:nq] + self.dt * v_next, v_next)],
+                "step", [x, u, p], [ca.vertcat(x[:nq] + self.dt * correction, correction)],
                 ["x", "u", "p"], ["x_next"],
             )  # fmt: skip
         else:
             xm, um, pm = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", s.nu), ca.MX.sym("p", 0)
-            gp = ca.Function("gp", [x, u], [correction])
-            v_next = self._prior.step(xm, um, ca.DM.zeros(0, 1))[nq:] + gp(xm, um)
+            dv = ca.Function("gp", [x, u], [correction])(xm, um)
+            prior = self._prior.step(xm, um, ca.DM.zeros(0, 1))
             step = ca.Function(
-                "step", [xm, um, pm], [ca.vertcat(xm[:nq] + self.dt * v_next, v_next)],
+                "step", [xm, um, pm], [prior + ca.vertcat(self.dt * dv, dv)],
                 ["x", "u", "p"], ["x_next"],
             )  # fmt: skip
         info = {**self.info(), "n_samples": int(self.n_samples_)}
