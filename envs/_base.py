@@ -268,7 +268,7 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
         """An :class:`ObservationBound` on observation entry ``index``, named and in units
         from the system's declarations."""
         return ObservationBound(
-            index, self._state_names()[index], self._true.state_units[index], lower, upper, rows
+            index, self.obs_names[index], self._true.state_units[index], lower, upper, rows
         )
 
     @abc.abstractmethod
@@ -393,7 +393,9 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
             raise InputError(f"action must be finite (no NaN or inf), got {u.tolist()}; {expected}")
         return u
 
-    def _state_names(self) -> tuple[str, ...]:
+    @property
+    def obs_names(self) -> tuple[str, ...]:
+        """The observation's entries: the coordinates, then their velocities (``_dot``)."""
         names = self._true.coordinate_names
         return (*names, *(f"{n}_dot" for n in names))
 
@@ -408,7 +410,7 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
             i = int(outside[0])
             raise InputError(
                 f"options['state'] must lie inside the observation bounds: entry {i} "
-                f"({self._state_names()[i]}) is {x[i]!r}, expected |value| <= {bound[i]:g}"
+                f"({self.obs_names[i]}) is {x[i]!r}, expected |value| <= {bound[i]:g}"
             )
         s = self._true
         q, v = x[: self._nq], x[self._nq :]

@@ -155,7 +155,7 @@ class RollingDiskEnv(MechanicalEnv):
     def safety_limits(self):
         """The obstacle: the contact point ``(x, y)`` stays ``obstacle_radius`` [m] or more
         from ``obstacle_center``."""
-        names, units = self._state_names(), self._true.state_units
+        names, units = self.obs_names, self._true.state_units
         return (
             KeepOutCircle(
                 (2, 3),

@@ -54,8 +54,8 @@ def finite_vector(name: str, value: Any, size: int, names: Sequence[str] = ()) -
         x = x.reshape(size)
     if x.shape != (size,):
         raise InputError(f"{name} must have shape ({size},), got shape {x.shape}")
-    bad = np.flatnonzero(~np.isfinite(x))
-    if bad.size:
+    if not np.all(np.isfinite(x)):  # the common case costs one pass; the message, more
+        bad = np.flatnonzero(~np.isfinite(x))
         i = int(bad[0])
         label = f" ({names[i]})" if i < len(names) else ""
         more = f" and {bad.size - 1} more" if bad.size > 1 else ""

@@ -78,9 +78,8 @@ def _obtain_model(cfg, env, args, log):
 
     source = pipeline.obtain_model(cfg, env, refit=args.refit, progress=not args.quiet, log=log)
     if source.report is not None and not source.reused:
-        names = [*env.true_system.coordinate_names]
         log("fit summary (held-out validation data):")
-        log(report.fit_table(source.report, [*names, *(f"{n}_dot" for n in names)]))
+        log(report.fit_table(source.report, list(env.obs_names)))
     return source
 
 

@@ -313,7 +313,6 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
         path=tuple(circles),
     )
     transcription = None if ccfg["transcription"] == "auto" else ccfg["transcription"]
-    names = env.true_system.coordinate_names
     try:
         return MPC(
             model,
@@ -330,7 +329,7 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
             jit=ccfg["jit"],
             tightening=ccfg["tightening"],
             tube_lipschitz=ccfg["tube_lipschitz"],
-            obs_names=(*names, *(f"{n}_dot" for n in names)),
+            obs_names=env.obs_names,
         )
     except VimpcError as exc:
         raise ConfigError(f"controller: {exc}") from None

@@ -173,7 +173,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
 
     env = runner.env
     system = env.nominal_system
-    names = [*system.coordinate_names, *(f"{n}_dot" for n in system.coordinate_names)]
+    names = list(env.obs_names)
     units = system.state_units
     ctl = runner.controller
     cons = ctl.constraints
