@@ -11,10 +11,10 @@ import gymnasium
 import numpy as np
 import pytest
 
-import vimpc  # noqa: F401  (registers the environments)
+import vimpc  # registers the environments
 from vimpc.data import make_excitation, rollout_env
 from vimpc.errors import InputError
-from vimpc.mechanics import CartPole
+from vimpc.mechanics import CartPole, FourBar, RollingDisk
 from vimpc.models import NominalModel, family
 from vimpc.models.gp import Hyperparameters, Posterior, fit_hyperparameters, kernel
 from vimpc.models.gp_vi import GPVIModel
@@ -177,8 +177,14 @@ def test_the_registry_knows_the_family_and_it_refuses_bad_input():
         GPVIModel(env.nominal_system, DT).fit(bad)
     with pytest.raises(InputError, match="dt"):
         GPVIModel(env.nominal_system, 2 * DT).fit(train)
-    with pytest.raises(InputError, match="holonomic"):
-        GPVIModel(CartPole().maximal(), DT)
+    with pytest.raises(InputError, match="prior = 'midpoint' or 'zero'"):
+        GPVIModel(CartPole().maximal(), DT, prior="first_order")
+    with pytest.raises(InputError, match="nonholonomic"):
+        GPVIModel(RollingDisk(), DT)
+    with pytest.raises(InputError, match=r"delta must be a number in \(0, 1\)"):
+        GPVIModel(env.nominal_system, DT, bound="theorem1", delta=1.5)
+    with pytest.raises(InputError, match="at least 2 training pairs"):
+        GPVIModel(env.nominal_system, DT, samples=1).fit(train)
 
 
 class TestGPVIContract(DiscreteModelContract):
@@ -196,3 +202,153 @@ class TestGPVIContract(DiscreteModelContract):
     def heldout_transitions(self, rng):
         _, _, _, test = _pendulum_data()
         return test.pairs("obs")
+
+
+# -- constraints: the four-bar in joint angles (three angles, two loop-closure constraints) ----
+
+FB_DT = 0.02
+
+
+@functools.cache
+def _fourbar_data():
+    # large friction on every joint: what the nominal (frictionless) prior misses
+    env = gymnasium.make(
+        "vimpc/FourBar-v0", dt=FB_DT, friction=[0.5, 0.5, 0.5, 0.5], obs_noise=1e-3
+    ).unwrapped
+    rng = np.random.default_rng(0)
+
+    def collect(n: int, seed: int):
+        inputs = np.stack(
+            [
+                make_excitation("random_steps", 50, 1, FB_DT, rng, low=[-3.0], high=[3.0])
+                for _ in range(n)
+            ]
+        )
+        return rollout_env(env, n, 50, inputs, seed)
+
+    return env, collect(16, 0), collect(8, 100_000)
+
+
+@functools.cache
+def _fourbar_fitted(**settings):
+    env, train, _ = _fourbar_data()
+    return GPVIModel(env.nominal_system, FB_DT, samples=200, restarts=1, **settings).fit(train)
+
+
+@pytest.mark.parametrize("prior", ["midpoint", "zero"])
+def test_with_constraints_every_step_lands_on_them_and_the_residual_agrees(prior):
+    env, _, test = _fourbar_data()
+    family_ = _fourbar_fitted(prior=prior)
+    model = family_.discrete_model()
+    assert model.residual is not None and model.constraint is not None
+    X, U, Xn = test.pairs("states")
+    n = len(X)
+    pred = np.asarray(model.step.map(n)(X.T, U.T, np.zeros((0, n)))).T
+    # every step lands on the constraints (the projection's Newton runs to round-off) ...
+    assert np.max(np.abs(np.asarray(model.constraint.map(n)(pred.T)))) < 1e-10
+    # ... and zeroes the residual the controller's implicit transcription uses
+    r = np.asarray(model.residual.map(n)(X.T, U.T, pred.T, np.zeros((0, n))))
+    assert np.max(np.abs(r)) < 1e-9
+    # a long rollout does not drift off them (the state of an explicit rule would)
+    xs = model.simulate(X[0], np.tile([1.0], (1000, 1)))
+    assert np.max(np.abs(np.asarray(model.constraint.map(1001)(xs.T)))) < 1e-10
+    # and the learned velocities beat the frictionless nominal model's
+    nominal = NominalModel(env.nominal_system, FB_DT).discrete_model()
+    pn = np.asarray(nominal.step.map(n)(X.T, U.T, np.zeros((0, n)))).T
+    learned = np.sqrt(np.mean((Xn[:, 3:] - pred[:, 3:]) ** 2))
+    base = np.sqrt(np.mean((Xn[:, 3:] - pn[:, 3:]) ** 2))
+    assert learned < base / (20 if prior == "midpoint" else 2), (learned, base)
+    # the projection's Lipschitz estimate: finite, and >= 1 where it is a projection
+    assert 1.0 - 1e-6 <= family_.lipschitz_ < 10.0
+
+
+def test_a_state_far_from_the_constraints_fails_loudly_not_silently():
+    model = _fourbar_fitted(prior="zero").discrete_model()
+    q, v = FourBar().assemble(0.3, 1.0)
+    far = np.concatenate([q + np.array([0.0, 2.0, -2.0]), v])  # the loop torn far apart
+    with pytest.raises(RuntimeError, match="rootfinder"):
+        model.step(far, [0.0], [])
+
+
+class TestGPVIFourBarContract(DiscreteModelContract):
+    """The fitted constrained GP-VI four-bar (midpoint prior) with the Theorem 1 bound."""
+
+    constraint_preserving = True
+    constraint_tol = 1e-10
+
+    def make_model(self):
+        return _fourbar_fitted(prior="midpoint", bound="theorem1").discrete_model()
+
+    def sample_states(self, rng, n):
+        bar = FourBar()
+        return np.array(
+            [np.concatenate(bar.assemble(a, w)) for a, w in rng.uniform([-3, -4], [3, 4], (n, 2))]
+        )
+
+    def sample_inputs(self, rng, n):
+        return rng.uniform(-3.0, 3.0, size=(n, 1))
+
+    def heldout_transitions(self, rng):
+        _, _, test = _fourbar_data()
+        return test.pairs("obs")
+
+
+# -- the Theorem 1 bound ------------------------------------------------------------------------
+
+
+def test_the_uniform_error_bound_holds_for_functions_drawn_from_the_gp():
+    # Lederer et al.'s bound is about functions that are samples of the GP: draw 200 of
+    # them on a fine grid, condition on 12 noisy observations each, and count the draws
+    # whose error leaves sqrt(beta) std + gamma anywhere on the grid (promised <= delta).
+    from vimpc.models.gp import uniform_error_bound
+
+    hp = Hyperparameters(np.array([0.4]), 1.0, 1e-4, 0.0)
+    grid = np.linspace(0.0, 3.0, 601)[:, None]
+    K = kernel(grid, grid, hp) + 1e-10 * np.eye(len(grid))
+    L = np.linalg.cholesky(K)
+    rng = np.random.default_rng(0)
+    idx = np.sort(rng.choice(len(grid), 12, replace=False))
+    delta, violated, widths = 0.05, 0, []
+    for _ in range(200):
+        f = L @ rng.standard_normal(len(grid))
+        y = f[idx] + np.sqrt(hp.noise_var) * rng.standard_normal(len(idx))
+        post = Posterior.exact(grid[idx], y, hp)
+        std = np.sqrt(post.var(grid))
+        b = uniform_error_bound(post, [0.0], [3.0], delta, std_ref=float(np.median(std)))
+        violated += np.any(np.abs(f - post.mean(grid)) > b.value(std))
+        widths.append(np.sqrt(b.beta))
+    assert violated <= delta * 200, violated
+    # conservative, but not absurdly: sqrt(beta) of a 1-d box at delta = 0.05
+    assert 3.0 < np.median(widths) < 12.0, np.median(widths)
+
+
+def test_recalibrating_changes_the_bound_and_not_the_fit():
+    family_ = GPVIModel(_pendulum_data()[0].nominal_system, DT, samples=64, restarts=1)
+    _, train, calibration, test = _pendulum_data()
+    family_.fit(train)
+    before = [p.alpha.copy() for p in family_.posteriors_]
+    with pytest.raises(InputError, match="bound settings"):
+        family_.recalibrate(samples=10)
+    with pytest.raises(InputError, match="needs held-out calibration data"):
+        family_.recalibrate(bound="conformal")
+    assert family_.bound == "none"  # a refused recalibration changes nothing
+    X, U, _ = test.pairs("obs")
+    widths = {}
+    for delta in (0.2, 0.01):
+        model = family_.recalibrate(bound="theorem1", delta=delta).discrete_model()
+        assert model.delta == delta and model.info["bound"]["delta"] == delta
+        widths[delta] = np.asarray(model.bound.map(len(X))(X.T, U.T, np.zeros((0, len(X)))))
+    assert np.all(widths[0.01] > widths[0.2])  # a smaller delta, a wider bound
+    assert all(np.array_equal(a, p.alpha) for a, p in zip(before, family_.posteriors_, strict=True))
+    with pytest.raises(vimpc.errors.NotFittedError):
+        GPVIModel(_pendulum_data()[0].nominal_system, DT).recalibrate(delta=0.1)
+
+
+def test_the_theorem1_bound_covers_held_out_transitions_more_often_than_promised():
+    _, train, _, test = _pendulum_data()
+    model = _fitted(samples=128, bound="theorem1", delta=0.05).discrete_model()
+    from vimpc.models.evaluation import coverage
+
+    assert coverage(model, test) >= 0.95
+    info = model.info["bound"]
+    assert info["projection_lipschitz"] == 1.0 and len(info["sqrt_beta"]) == 1

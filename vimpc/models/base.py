@@ -10,7 +10,8 @@ attributes ending in ``_``; ``discrete_model`` exports the result as a
 Every family also carries the calibration settings of :data:`BOUND_SETTINGS`: with
 ``bound = "conformal"``, ``fit`` calibrates a bound on held-out data by split conformal
 prediction (:mod:`vimpc.models.conformal`), and the exported model carries it with its
-``delta``.
+``delta``. A family that derives a bound of its own (a GP's uniform error bound) names it
+in ``bound_methods`` and returns it from :meth:`ModelFamily._own_bound`.
 
 A new family subclasses :class:`ModelFamily`, declares ``name`` and ``settings``,
 implements :meth:`~ModelFamily._fit`, :meth:`~ModelFamily._build` and
@@ -23,6 +24,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 
 import casadi as ca
@@ -71,26 +73,28 @@ class ModelFamily(abc.ABC):
     name: ClassVar[str]
     #: the family's own settings (the bound settings are added by :meth:`all_settings`)
     settings: ClassVar[Mapping[str, Setting]] = {}
+    #: values of ``bound`` besides "none" and "conformal" that the family derives itself
+    bound_methods: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, system: MechanicalSystem, dt: float, **settings: Any) -> None:
         if not isinstance(system, MechanicalSystem):
             raise InputError(f"system must be a MechanicalSystem, got {type(system).__name__}")
         self.system = system
         self.dt = _checks.positive("dt", dt)
-        values = _settings.resolve(settings, self.all_settings(), error=InputError)
-        self._settings = values
-        for key, value in values.items():
-            setattr(self, key, value)
-        if self.conformal_scale == "spread" and not isinstance(self, SpreadFamily):
-            raise InputError(
-                f"conformal_scale = 'spread' needs a family with a state-dependent spread; "
-                f"{self.name!r} has none, use conformal_scale = 'constant'"
-            )
+        self._apply_settings(_settings.resolve(settings, self.all_settings(), error=InputError))
 
     @classmethod
     def all_settings(cls) -> dict[str, Setting]:
-        """The family's settings followed by the bound settings."""
-        return {**cls.settings, **BOUND_SETTINGS}
+        """The family's settings followed by the bound settings (with the family's own
+        bound methods among the choices of ``bound``)."""
+        out = {**cls.settings, **BOUND_SETTINGS}
+        if cls.bound_methods:
+            base = BOUND_SETTINGS["bound"]
+            docs = "; ".join(f"`{k}`: {v}" for k, v in cls.bound_methods.items())
+            out["bound"] = replace(
+                base, choices=(*base.choices, *cls.bound_methods), doc=f"{base.doc}; {docs}"
+            )
+        return out
 
     def get_settings(self) -> dict[str, Any]:
         """The settings as given or defaulted (what a scenario's resolved file records)."""
@@ -113,6 +117,10 @@ class ModelFamily(abc.ABC):
     def needs_training_data(self) -> bool:
         """Whether :meth:`fit` needs training data (families that learn: True)."""
         return True
+
+    def _own_bound(self) -> FixedBound:
+        """The bound named by ``self.bound`` among :attr:`bound_methods`, from the fit."""
+        raise NotImplementedError(f"{type(self).__name__} derives no bound of its own")
 
     def _is_fitted(self) -> bool:
         return hasattr(self, "fit_time_")
@@ -147,39 +155,90 @@ class ModelFamily(abc.ABC):
         # the previous bound or without the bound its settings promise
         if data is None and self.needs_training_data():
             raise InputError(f"{type(self).__name__}.fit needs training data: fit(data)")
-        if self.bound == "conformal":
-            if calibration is None:
-                raise InputError(
-                    f"{type(self).__name__} with bound = 'conformal' needs held-out "
-                    "calibration data: fit(data, calibration)"
-                )
-            if self.conformal_scale == "constant" and data is None:
-                raise InputError(
-                    "conformal_scale = 'constant' sets the bound's shape from the training "
-                    "errors: fit(data, calibration) needs training data"
-                )
+        self._check_bound_inputs(data, calibration, "fit(data, calibration)")
         for attribute in ("fit_time_", "calibration_"):
             self.__dict__.pop(attribute, None)
         self._fit(data)
-        bound = None
-        if self.bound == "conformal":
-            model = self._build()
-            if self.conformal_scale == "spread":
-                scale, spread = None, self._spread()
-            else:
-                scale, spread = conformal.residual_scale(model, data), None
-            bound = conformal.calibrate(model, calibration, self.delta, scale=scale, spread=spread)
-        self.calibration_ = bound
+        self.calibration_ = self._calibrate(data, calibration)
         self.fit_time_ = time.perf_counter() - start
         return self
 
+    def recalibrate(
+        self, data: Dataset | None = None, calibration: Dataset | None = None, **bound: Any
+    ) -> Self:
+        """Derive the bound again with other bound settings (``bound``, ``delta``,
+        ``conformal_scale``) on the fitted model, without fitting it again: ``data`` are
+        the training data (needed by ``conformal_scale = "constant"``), ``calibration``
+        the held-out trajectories of a conformal bound. Returns ``self``.
+
+        Raises:
+            NotFittedError: before :meth:`fit`.
+            InputError: a key that is not a bound setting; a value out of range; missing
+                data.
+        """
+        self._require_fitted("recalibrate()")
+        unknown = sorted(set(bound) - set(BOUND_SETTINGS))
+        if unknown:
+            raise InputError(
+                f"recalibrate takes the bound settings {sorted(BOUND_SETTINGS)}, got {unknown}"
+            )
+        for what, d in (("data", data), ("calibration", calibration)):
+            if d is not None:
+                self._check_data(what, d)
+        merged = {**self._settings, **bound}
+        values = _settings.resolve(merged, self.all_settings(), error=InputError)
+        previous = dict(self._settings)
+        self._apply_settings(values)  # refuses a bad combination before anything changes
+        try:
+            self._check_bound_inputs(data, calibration, "recalibrate(data, calibration)")
+            self.calibration_ = self._calibrate(data, calibration)
+        except BaseException:
+            self._apply_settings(previous)
+            raise
+        return self
+
+    def _apply_settings(self, values: dict[str, Any]) -> None:
+        if values["conformal_scale"] == "spread" and not isinstance(self, SpreadFamily):
+            raise InputError(
+                f"conformal_scale = 'spread' needs a family with a state-dependent spread; "
+                f"{self.name!r} has none, use conformal_scale = 'constant'"
+            )
+        self._settings = values
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def _check_bound_inputs(
+        self, data: Dataset | None, calibration: Dataset | None, call: str
+    ) -> None:
+        if self.bound != "conformal":
+            return
+        if calibration is None:
+            raise InputError(
+                f"{type(self).__name__} with bound = 'conformal' needs held-out "
+                f"calibration data: {call}"
+            )
+        if self.conformal_scale == "constant" and data is None:
+            raise InputError(
+                "conformal_scale = 'constant' sets the bound's shape from the training "
+                f"errors: {call} needs training data"
+            )
+
+    def _calibrate(self, data: Dataset | None, calibration: Dataset | None):
+        """The bound the settings ask for, on the fitted model (None for "none")."""
+        if self.bound in self.bound_methods:
+            return self._own_bound()
+        if self.bound != "conformal":
+            return None
+        model = self._build()
+        if self.conformal_scale == "spread":
+            scale, spread = None, self._spread()
+        else:
+            scale, spread = conformal.residual_scale(model, data), None
+        return conformal.calibrate(model, calibration, self.delta, scale=scale, spread=spread)
+
     def discrete_model(self) -> DiscreteModel:
         """The fitted model as a :class:`DiscreteModel` (with its bound, if calibrated)."""
-        if not self._is_fitted():
-            raise NotFittedError(
-                f"this {type(self).__name__} (family {self.name!r}) is not fitted yet: call "
-                "fit(data) before discrete_model()"
-            )
+        self._require_fitted("discrete_model()")
         model = self._build()
         calibration = getattr(self, "calibration_", None)
         if calibration is not None:
@@ -187,6 +246,13 @@ class ModelFamily(abc.ABC):
         return model
 
     # -- helpers --------------------------------------------------------------------------------
+    def _require_fitted(self, call: str) -> None:
+        if not self._is_fitted():
+            raise NotFittedError(
+                f"this {type(self).__name__} (family {self.name!r}) is not fitted yet: call "
+                f"fit(data) before {call}"
+            )
+
     def _check_data(self, what: str, data: Dataset) -> None:
         s = self.system
         check_data(self.dt, s.nq + s.nv, s.nu, data, what)
@@ -210,6 +276,26 @@ class ModelFamily(abc.ABC):
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
         return f"{type(self).__name__}({self.system!r}, dt={self.dt}, {settings})"
+
+
+@dataclass(frozen=True)
+class FixedBound:
+    """A bound a family derives from its fit (not calibrated on held-out data):
+    ``function (x, u, p) -> e`` with probability ``delta`` of an error outside it, and
+    what the file's ``info["bound"]`` records about it."""
+
+    delta: float
+    function: ca.Function
+    description: Mapping[str, Any]
+
+    def apply(self, model: DiscreteModel) -> DiscreteModel:
+        """``model`` with this bound and its ``delta``."""
+        return replace(
+            model,
+            bound=self.function,
+            delta=self.delta,
+            info={**model.info, "bound": dict(self.description)},
+        )
 
 
 class SpreadFamily(ModelFamily):

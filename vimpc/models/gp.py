@@ -11,10 +11,16 @@ front). The posterior is exact (every training sample a support point) or, with 
 support points ``Z_m`` chosen among the samples, the deterministic-training-conditional
 (DTC) approximation with mean ``k(z, Z_m) (sn2 K_mm + K_mn K_nm)^-1 K_mn y``, whose cost in
 a controller grows with the support points, not the samples.
+
+:func:`uniform_error_bound` gives the uniform error bound of Lederer et al. (2019, Theorem
+3.1) on a box of inputs: ``|f(z) - mean(z)| <= sqrt(beta) std(z) + gamma`` for every ``z``
+in the box at once, with probability ``1 - delta``.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import dataclass
 
 import casadi as ca
@@ -164,57 +170,202 @@ def fit_hyperparameters(
 
     best: Hyperparameters | None = None
     torch.manual_seed(seed)
-    with (
-        gpytorch.settings.fast_computations(False, False, False),
-        gpytorch.settings.max_cholesky_size(10**7),
-    ):
-        for r in range(restarts):
-            factor = np.ones(d + 2) if r == 0 else np.exp(rng.normal(0.0, 0.7, d + 2))
-            likelihood = gpytorch.likelihoods.GaussianLikelihood(
-                noise_constraint=gpytorch.constraints.GreaterThan(1e-12)
-            ).double()
-            model = _GP(likelihood).double()
-            model.covar_module.base_kernel.lengthscale = torch.as_tensor(spread * factor[:d])
-            model.covar_module.outputscale = torch.as_tensor(y_var * factor[d])
-            likelihood.noise = torch.as_tensor(max(0.1 * y_var * factor[d + 1], 1e-10))
-            model.train()
-            likelihood.train()
-            mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-            optimiser = torch.optim.LBFGS(
-                model.parameters(),
-                lr=1.0,
-                max_iter=iterations,
-                tolerance_grad=1e-9,
-                tolerance_change=1e-12,
-                line_search_fn="strong_wolfe",
-            )
+    threads = torch.get_num_threads()
+    # one thread: at these sizes (n <= a few thousand) a second thread gains little and,
+    # on a machine whose cores are busy, oversubscription made each step 3-4x slower
+    torch.set_num_threads(1)
+    try:
+        with (
+            gpytorch.settings.fast_computations(False, False, False),
+            gpytorch.settings.max_cholesky_size(10**7),
+        ):
+            for r in range(restarts):
+                factor = np.ones(d + 2) if r == 0 else np.exp(rng.normal(0.0, 0.7, d + 2))
+                likelihood = gpytorch.likelihoods.GaussianLikelihood(
+                    noise_constraint=gpytorch.constraints.GreaterThan(1e-12)
+                ).double()
+                model = _GP(likelihood).double()
+                model.covar_module.base_kernel.lengthscale = torch.as_tensor(spread * factor[:d])
+                model.covar_module.outputscale = torch.as_tensor(y_var * factor[d])
+                likelihood.noise = torch.as_tensor(max(0.1 * y_var * factor[d + 1], 1e-10))
+                model.train()
+                likelihood.train()
+                mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+                optimiser = torch.optim.LBFGS(
+                    model.parameters(),
+                    lr=1.0,
+                    max_iter=iterations,
+                    tolerance_grad=1e-9,
+                    tolerance_change=1e-12,
+                    line_search_fn="strong_wolfe",
+                )
 
-            def closure(optimiser=optimiser, model=model, mll=mll):
-                optimiser.zero_grad()
-                loss = -mll(model(Zt), yt)
-                loss.backward()
-                return loss
+                kept: dict = {}  # the best finite point this start reached
 
-            try:
-                optimiser.step(closure)
-                with torch.no_grad():
-                    nll = float(-mll(model(Zt), yt))
-            except (RuntimeError, ValueError):  # a Cholesky that failed: this start is lost
-                continue
-            if not np.isfinite(nll) or (best is not None and nll >= best.nll):
-                continue
-            best = Hyperparameters(
-                lengthscales=model.covar_module.base_kernel.lengthscale.detach()
-                .numpy()
-                .ravel()
-                .copy(),
-                signal_var=float(model.covar_module.outputscale.detach()),
-                noise_var=float(likelihood.noise.detach()),
-                nll=nll,
-            )
+                def closure(optimiser=optimiser, model=model, mll=mll, kept=kept):
+                    optimiser.zero_grad()
+                    loss = -mll(model(Zt), yt)
+                    value = float(loss.detach())
+                    if np.isfinite(value) and value < kept.get("loss", np.inf):
+                        kept["loss"] = value
+                        kept["state"] = copy.deepcopy(model.state_dict())
+                    loss.backward()
+                    return loss
+
+                try:
+                    optimiser.step(closure)
+                except (RuntimeError, ValueError):
+                    # a line search that stepped where the kernel matrix is not positive
+                    # definite (or NaN): go on from the best point reached before it
+                    if "state" not in kept:
+                        continue
+                    model.load_state_dict(kept["state"])
+                try:
+                    with torch.no_grad():
+                        nll = float(-mll(model(Zt), yt))
+                except (RuntimeError, ValueError):
+                    continue
+                if not np.isfinite(nll) or (best is not None and nll >= best.nll):
+                    continue
+                best = Hyperparameters(
+                    lengthscales=model.covar_module.base_kernel.lengthscale.detach()
+                    .numpy()
+                    .ravel()
+                    .copy(),
+                    signal_var=float(model.covar_module.outputscale.detach()),
+                    noise_var=float(likelihood.noise.detach()),
+                    nll=nll,
+                )
+    finally:
+        torch.set_num_threads(threads)
     if best is None:
         raise InputError(
             f"the GP's marginal likelihood could not be optimised from any of {restarts} starts "
             "(every Cholesky factorisation failed); check the data for duplicates or scale"
         )
     return best
+
+
+# max over t of |t (t^2 - 3)| exp(-t^2 / 2) = 1.38012 (at t = 0.74196), rounded up: the
+# largest slope of the SE kernel's second derivative along its own axis
+_SLOPE_D2 = 1.3802
+
+
+@dataclass(frozen=True)
+class UniformErrorBound:
+    """Lederer et al. (2019), Theorem 3.1, for one GP on the box ``[low, high]``: with
+    probability at least ``1 - delta``, ``|f(z) - mean(z)| <= sqrt(beta) std(z) + gamma``
+    for all ``z`` in the box at once, where ``f`` is a sample of the GP prior the
+    hyperparameters describe. ``tau`` is the grid spacing of the covering,
+    ``lipschitz_f`` the sample's Lipschitz constant (Theorem 3.2, with probability
+    ``1 - delta_lipschitz`` of the split), ``lipschitz_mean`` the posterior mean's."""
+
+    beta: float
+    gamma: float
+    tau: float
+    lipschitz_f: float
+    lipschitz_mean: float
+    delta: float
+    low: np.ndarray
+    high: np.ndarray
+
+    def value(self, std: np.ndarray) -> np.ndarray:
+        return math.sqrt(self.beta) * np.asarray(std) + self.gamma
+
+
+def _log_covering(widths: np.ndarray, tau: float) -> float:
+    """log of the number of balls of radius ``tau`` that cover the box of side lengths
+    ``widths`` (a grid of cubes of side ``2 tau / sqrt(d)``, each inside one ball)."""
+    d = len(widths)
+    cells = np.maximum(np.ceil(widths * math.sqrt(d) / (2.0 * tau)), 1.0)
+    return float(np.sum(np.log(cells)))
+
+
+def uniform_error_bound(
+    post: Posterior, low: np.ndarray, high: np.ndarray, delta: float, *, std_ref: float
+) -> UniformErrorBound:
+    """The uniform error bound of one GP on the box ``[low, high]`` (Lederer et al. 2019).
+
+    The ``delta`` is split in halves: one for the covering's union bound
+    (``beta = 2 log(M(tau) / (delta / 2))``), one for the sample's Lipschitz constant
+    ``L_f`` (their Theorem 3.2 for the squared-exponential kernel). With ``L_k`` the
+    kernel's Lipschitz constant, ``N`` the support points and the posterior
+    ``mean = k alpha``, ``var = sf2 - k^T A k``:
+
+    - ``L_mean = L_k sqrt(N) |alpha|``,
+    - ``omega(tau) = sqrt(2 tau L_k (1 + N |A|_2 sf2))``, the modulus of continuity of the
+      posterior standard deviation,
+    - ``gamma(tau) = (L_mean + L_f) tau + sqrt(beta(tau)) omega(tau)``.
+
+    ``tau`` minimises ``sqrt(beta) std_ref + gamma`` over a log grid (``std_ref``: a
+    typical posterior standard deviation, such as the median over the data).
+
+    The theorem assumes the hyperparameters are the true ones and the function a sample
+    of the GP; its coverage on real data is a measurement, not a guarantee.
+
+    Raises:
+        InputError: ``delta`` outside (0, 1); an empty or inverted box; a non-finite
+            Lipschitz constant.
+    """
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
+        raise InputError(f"delta must be a probability in (0, 1), got {delta!r}")
+    low = np.asarray(low, dtype=np.float64).reshape(-1)
+    high = np.asarray(high, dtype=np.float64).reshape(-1)
+    hp = post.hp
+    d = len(hp.lengthscales)
+    if low.shape != (d,) or high.shape != (d,) or not np.all(high >= low):
+        raise InputError(
+            f"the bound's domain must be a box of {d} inputs with high >= low, got low = "
+            f"{low.tolist()} and high = {high.tolist()}"
+        )
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise InputError("the bound's domain must be finite")
+    ell, sf2 = np.asarray(hp.lengthscales, dtype=np.float64), float(hp.signal_var)
+    widths = high - low
+    r = float(np.linalg.norm(widths))  # the box's diameter
+    # |d k(z, z') / dz| <= sf2 exp(-1/2) / min(l)
+    lip_k = sf2 * math.exp(-0.5) / float(ell.min())
+    # Theorem 3.2: sqrt(k^{di}(z, z)) = sqrt(sf2) / l_i, and the Lipschitz constant of
+    # k^{di}(z, z') = d^2 k / dz_i dz'_i in the pair (z, z') (sqrt 2 times its slope in
+    # z - z', which is at most sf2 / l_i^2 times the norm of (1.3802 / l_i, e^-1/2 / l_j))
+    delta_lip = 0.5 * delta
+    root = math.sqrt(sf2) / ell
+    slopes = np.array(
+        [
+            math.sqrt(2.0)
+            * sf2
+            / ell[i] ** 2
+            * math.sqrt(
+                (_SLOPE_D2 / ell[i]) ** 2
+                + math.exp(-1.0) * float(np.sum(1.0 / np.delete(ell, i) ** 2))
+            )
+            for i in range(d)
+        ]
+    )
+    lip_f = float(
+        np.linalg.norm(
+            math.sqrt(2.0 * math.log(2.0 * d / delta_lip)) * root
+            + 12.0 * math.sqrt(6.0 * d) * np.maximum(root, np.sqrt(r * slopes))
+        )
+    )
+    n = len(post.alpha)
+    lip_mean = lip_k * math.sqrt(n) * float(np.linalg.norm(post.alpha))
+    a_norm = float(np.max(np.abs(np.linalg.eigvalsh(post.A))))
+    if not (np.isfinite(lip_f) and np.isfinite(lip_mean) and np.isfinite(a_norm)):
+        raise InputError(
+            f"the uniform error bound needs finite Lipschitz constants, got L_f = {lip_f}, "
+            f"L_mean = {lip_mean} (check the GP's length scales {ell.tolist()})"
+        )
+    delta_cover = 0.5 * delta
+
+    def terms(tau: float) -> tuple[float, float]:
+        beta = 2.0 * (_log_covering(widths, tau) - math.log(delta_cover))
+        omega = math.sqrt(2.0 * tau * lip_k * (1.0 + n * a_norm * sf2))
+        return beta, (lip_mean + lip_f) * tau + math.sqrt(beta) * omega
+
+    scale = max(r, float(ell.min()))
+    taus = scale * np.logspace(-14, 0, 141)
+    values = [math.sqrt(b) * std_ref + g for b, g in map(terms, taus)]
+    tau = float(taus[int(np.argmin(values))])
+    beta, gamma = terms(tau)
+    return UniformErrorBound(beta, gamma, tau, lip_f, lip_mean, float(delta), low, high)

@@ -5,10 +5,13 @@ Training pairs ``z_k = (q_k, v_k, u_k) -> v_{k+1}`` come from measured transitio
 prior model is a nominal variational integrator of the given system (whose parameters
 may be wrong): the paper's first-order one in its forward-difference form, or the
 midpoint one, which stays accurate at larger steps; or there is none. One GP per velocity
-component learns the correction ``dv`` the prior misses, and the step is
-``x_{k+1} = prior(x_k, u_k) + (dt dv, dv)``: with the first-order prior exactly the
-paper's ``v_{k+1} = v_prior + dv``, ``q_{k+1} = q_k + dt v_{k+1}``; with none,
-``v_{k+1} = dv``, ``q_{k+1} = q_k + dt v_{k+1}``. Inputs that are constant in the data are dropped; with
+component learns the correction ``dv`` the prior misses, and the velocity correction enters
+the positions as the prior integrator's own kinematics says: ``x_{k+1} = prior(x_k, u_k) +
+(c dt dv, dv)`` with ``c = 1`` for the first-order prior (exactly the paper's ``v_{k+1} =
+v_prior + dv``, ``q_{k+1} = q_k + dt v_{k+1}``) and for none (``v_{k+1} = dv``, ``q_{k+1} =
+q_k + dt v_{k+1}``), and ``c = 1/2`` for the midpoint prior, whose positions follow
+``q_{k+1} - q_k = dt (v_k + v_{k+1}) / 2`` (exactly for a constant mass matrix).
+Inputs that are constant in the data are dropped; with
 ``coordinates = "sincos"`` every angle (a coordinate in rad) enters as its sine and
 cosine.
 
@@ -22,6 +25,8 @@ bound.
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import casadi as ca
 import numpy as np
 
@@ -29,9 +34,14 @@ from vimpc._settings import NONNEGATIVE, POSITIVE, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.models.base import SpreadFamily
-from vimpc.models.gp import Posterior, fit_hyperparameters, support_points
+from vimpc.integrators import VariationalIntegrator
+from vimpc.integrators._newton import solve as newton_solve
+from vimpc.models.base import FixedBound, SpreadFamily
+from vimpc.models.gp import Posterior, fit_hyperparameters, support_points, uniform_error_bound
 from vimpc.models.nominal import NominalModel
+
+# added to G G^T in the projection, so redundant constraints keep it solvable
+_REGULARISATION = 1e-10
 
 
 class GPVIModel(SpreadFamily):
@@ -49,6 +59,10 @@ class GPVIModel(SpreadFamily):
     """
 
     name = "gp_vi"
+    bound_methods = {
+        "theorem1": "the GP's uniform error bound (Lederer et al. 2019) through the "
+        "projection's Lipschitz constant (Theorem 1 of the GP-VI paper)",
+    }
     settings = {
         "prior": Setting(
             str,
@@ -82,10 +96,15 @@ class GPVIModel(SpreadFamily):
     def __init__(self, system, dt, **settings) -> None:
         super().__init__(system, dt, **settings)
         s = self.system
-        if s.n_holonomic or s.n_nonholonomic:
+        if s.n_nonholonomic:
             raise InputError(
-                f"gp_vi takes systems without constraints (minimal coordinates); {s.name} has "
-                f"{s.n_holonomic} holonomic and {s.n_nonholonomic} nonholonomic constraints"
+                f"gp_vi takes holonomic constraints only; {s.name} has {s.n_nonholonomic} "
+                "nonholonomic ones"
+            )
+        if s.n_holonomic and self.prior == "first_order":
+            raise InputError(
+                f"gp_vi with constraints ({s.name}) takes prior = 'midpoint' or 'zero', got "
+                "prior = 'first_order'"
             )
         if s.nq != s.nv:
             raise InputError(f"gp_vi needs as many velocities as coordinates; {s.name} has not")
@@ -121,7 +140,7 @@ class GPVIModel(SpreadFamily):
 
     # -- the family's hooks ---------------------------------------------------------------------
     def _provides(self) -> set[str]:
-        return {"energy"}
+        return {"energy"} if self.prior == "zero" else {"energy", "residual"}
 
     def _fit(self, data: Dataset | None) -> None:
         nq = self.system.nq
@@ -154,30 +173,44 @@ class GPVIModel(SpreadFamily):
         self.inputs_ = keep
         self.posteriors_ = posteriors
         self.n_samples_ = len(Z)
+        self.domain_ = (Z.min(axis=0), Z.max(axis=0))
+        self.median_std_ = [float(np.median(np.sqrt(post.var(Z)))) for post in posteriors]
+        # the positions' one-step residuals on the training pairs: their measurement noise,
+        # which the velocity GPs do not see, and the prior's position error
+        predicted = np.asarray(self._build().step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))).T
+        self.position_rms_ = np.sqrt(np.mean((Xn[:, :nq] - predicted[:, :nq]) ** 2, axis=0))
+        self.lipschitz_ = self._projection_lipschitz(X, U)
 
     def _gp_input(self, x, u):
         nq = self.system.nq
         z = self._features(x[:nq], x[nq:], u, ca)
         return ca.vertcat(*[z[int(i)] for i in self.inputs_])
 
+    def _build_correction(self) -> ca.Function:
+        """``(x, u) -> dv``: the GPs' posterior means."""
+        nq = self.system.nq
+        x, u = ca.SX.sym("x", 2 * nq), ca.SX.sym("u", self.system.nu)
+        z = self._gp_input(x, u)
+        means = [post.casadi_mean(z) for post in self.posteriors_]
+        return ca.Function("gp", [x, u], [ca.vertcat(*means)], ["x", "u"], ["dv"])
+
     def _build(self) -> DiscreteModel:
         s, nq = self.system, self.system.nq
-        x, u, p = ca.SX.sym("x", 2 * nq), ca.SX.sym("u", s.nu), ca.SX.sym("p", 0)
-        z = self._gp_input(x, u)
-        correction = ca.vertcat(*[post.casadi_mean(z) for post in self.posteriors_])
-        if self.prior == "zero":
-            step = ca.Function(
-                "step", [x, u, p], [ca.vertcat(x[:nq] + self.dt * correction, correction)],
-                ["x", "u", "p"], ["x_next"],
-            )  # fmt: skip
-        else:
-            xm, um, pm = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", s.nu), ca.MX.sym("p", 0)
-            dv = ca.Function("gp", [x, u], [correction])(xm, um)
-            prior = self._prior.step(xm, um, ca.DM.zeros(0, 1))
-            step = ca.Function(
-                "step", [xm, um, pm], [prior + ca.vertcat(self.dt * dv, dv)],
-                ["x", "u", "p"], ["x_next"],
-            )  # fmt: skip
+        correction = self._build_correction()
+        xm, um, pm = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", s.nu), ca.MX.sym("p", 0)
+        xn, dv = ca.MX.sym("x_next", 2 * nq), ca.MX.sym("dv", s.nv)
+        x_next, r = self._dynamics(xm, um, xn, dv)
+        gp = correction(xm, um)
+        step = ca.Function(
+            "step", [xm, um, pm], [ca.Function("f", [xm, um, dv], [x_next])(xm, um, gp)],
+            ["x", "u", "p"], ["x_next"],
+        )  # fmt: skip
+        residual = None
+        if r is not None:
+            r = ca.Function("r", [xm, um, xn, dv], [r])(xm, um, xn, gp)
+            residual = ca.Function(
+                "residual", [xm, um, xn, pm], [r], ["x", "u", "x_next", "p"], ["r"]
+            )
         info = {**self.info(), "n_samples": int(self.n_samples_)}
         info["support_points"] = [len(post.support) for post in self.posteriors_]
         return DiscreteModel(
@@ -187,7 +220,9 @@ class GPVIModel(SpreadFamily):
             np=0,
             nobs=2 * nq,
             step=step,
+            residual=residual,
             energy=self._prior.energy,
+            constraint=self._prior.constraint,
             from_obs=self._prior.from_obs,
             to_obs=self._prior.to_obs,
             state_names=self._prior.state_names,
@@ -195,15 +230,187 @@ class GPVIModel(SpreadFamily):
             info=info,
         )
 
+    def _dynamics(self, x, u, x_next, dv):
+        """The next state and the residual (None: explicit) of the step that adds the GP
+        correction ``dv`` to the prior, as MX expressions of ``x``, ``u``, the residual's
+        unknown ``x_next`` and ``dv``."""
+        nq, h = self.system.nq, self.dt
+        no_p = ca.DM.zeros(0, 1)
+        q, v = x[:nq], x[nq:]
+        Q, V = x_next[:nq], x_next[nq:]
+        if self.system.n_holonomic:
+            return self._constrained_dynamics(x, u, x_next, dv)
+        if self.prior == "zero":
+            return ca.vertcat(q + h * dv, dv), None
+        if self.prior == "first_order":
+            # the paper's eq. 10: v_{k+1} = v_prior + dv, q_{k+1} = q_k + dt v_{k+1}; the
+            # prior's discrete equations (forward-difference form) fix v_prior
+            v_next = self._prior.step(x, u, no_p)[nq:] + dv
+            r = ca.vertcat(
+                Q - q - h * V,
+                self._prior.residual(x, u, ca.vertcat(q + h * v, V - dv), no_p)[nq:],
+            )
+            return ca.vertcat(q + h * v_next, v_next), r
+        # midpoint: the prior's step shifted; its discrete equations at the next state less
+        # the shift vanish exactly at that state, with no Newton loop inside
+        shift = ca.vertcat(0.5 * h * dv, dv)
+        r = self._prior.residual(x, u, x_next - shift, no_p)
+        return self._prior.step(x, u, no_p) + shift, r
+
+    def _constrained_dynamics(self, x, u, x_next, dv):
+        """With holonomic constraints ``g(q) = 0``, the step solves its residual by Newton.
+
+        - No prior (the paper's eq. 10e): ``v_{k+1}`` is the point nearest ``dv`` with
+          ``g(q_k + dt v_{k+1}) = 0``; the KKT conditions with the multipliers eliminated,
+          ``r = e - G^T (G G^T + eps I)^-1 (G e - g / dt)`` with ``e = v_{k+1} - dv`` and
+          ``G``, ``g`` at ``q_{k+1}``, vanish exactly when ``e`` lies in the range of
+          ``G^T`` and ``g = 0``. ``eps = 1e-10`` keeps redundant constraints (the
+          parallelogram four-bar's closed loop) solvable.
+        - Midpoint prior: the correction enters the prior's constrained discrete equations
+          as the discrete force that makes it, ``f- = f+ = M(q_mid) dv / 2`` (without
+          constraints and with a constant mass matrix exactly the shifted step), so the
+          constraint reactions project it onto the manifold in the kinetic-energy metric.
+        """
+        s, nq, h = self.system, self.system.nq, self.dt
+        q, v = x[:nq], x[nq:]
+        Q, V = x_next[:nq], x_next[nq:]
+        integrator = self._corrected_integrator()
+        if integrator is None:
+            G = s.function("G")(Q)
+            e = V - dv
+            gram = ca.mtimes(G, G.T) + _REGULARISATION * ca.DM.eye(s.n_holonomic)
+            r = ca.vertcat(
+                Q - q - h * V,
+                e - ca.mtimes(G.T, ca.solve(gram, ca.mtimes(G, e) - s.function("g")(Q) / h)),
+            )
+            guess = ca.vertcat(q + h * dv, dv)
+        else:
+            r = integrator.residual_function(h)(x, u, x_next, dv)
+            guess = ca.vertcat(q + h * v, v + dv)
+        return self._newton(x, u, dv, x_next, r, guess), r
+
+    def _corrected_integrator(self):
+        """The midpoint prior with the GP correction as a discrete force of its parameter
+        ``theta = dv`` (None without a prior)."""
+        if self.prior == "zero":
+            return None
+        s = self.system
+
+        def force(q0, q1, u, theta):
+            half = 0.5 * ca.mtimes(s.mass_matrix(0.5 * (q0 + q1)), theta)
+            return half, half
+
+        def lagrangian(q, v, theta):  # the system's; theta enters through the force only
+            return s.lagrangian(q, v)
+
+        return VariationalIntegrator(
+            s, "midpoint", lagrangian=lagrangian, n_theta=s.nv, discrete_force=force
+        )
+
+    @staticmethod
+    def _newton(x, u, dv, x_next, r, guess):
+        """``x_next`` with ``r(x_next) = 0`` by Newton from ``guess``; a solve that does not
+        converge raises (inside a controller: a failed solve with its status)."""
+        implicit = ca.Function("projection", [x_next, x, u, dv], [r])
+        root = newton_solve("gp_vi_projection", implicit, error_on_fail=True)
+        return root(guess, x, u, dv)
+
+    def _position_factor(self) -> float:
+        """How much of ``dt`` times a velocity correction moves the next positions."""
+        return 0.5 if self.prior == "midpoint" else 1.0
+
+    def _projection_lipschitz(self, X: np.ndarray, U: np.ndarray) -> float:
+        """The Lipschitz constant ``L`` of the map from the GP's velocity correction to the
+        next velocity: 1 without constraints (there it is the identity); with constraints
+        the largest spectral norm of its Jacobian over up to 200 of the training states (the
+        sampling the paper suggests).
+
+        Raises:
+            InputError: a Jacobian that is not finite there (the projection's Newton did not
+                converge, or the constraints are singular).
+        """
+        s, nq = self.system, self.system.nq
+        if not s.n_holonomic:
+            return 1.0
+        x, u = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", s.nu)
+        xn, dv = ca.MX.sym("x_next", 2 * nq), ca.MX.sym("dv", s.nv)
+        x_next, _ = self._dynamics(x, u, xn, dv)
+        jac = ca.Function("J", [x, u, dv], [ca.jacobian(x_next[nq:], dv)])
+        gp = self._build_correction()
+        pick = np.linspace(0, len(X) - 1, min(len(X), 200)).astype(int)
+        norms = []
+        for i in pick:
+            try:
+                J = np.asarray(jac(X[i], U[i], gp(X[i], U[i])), dtype=np.float64)
+            except RuntimeError:
+                J = np.full((s.nv, s.nv), np.nan)
+            norms.append(np.linalg.norm(J, 2) if np.all(np.isfinite(J)) else np.inf)
+        lipschitz = float(np.max(norms))
+        if not np.isfinite(lipschitz):
+            bad = int(np.sum(~np.isfinite(norms)))
+            raise InputError(
+                f"the projection's Lipschitz estimate is not finite: its Jacobian is not "
+                f"finite at {bad} of {len(pick)} training states (the projection's Newton "
+                "does not converge there, or the constraints are singular)"
+            )
+        return lipschitz
+
+    def _own_bound(self) -> FixedBound:
+        """Theorem 1: each GP's uniform error bound on the box of its training inputs,
+        ``delta / 2`` split evenly over the velocity components; through the projection
+        (Lipschitz constant ``L``) every velocity's error is at most ``L |e|_2``, and the
+        positions move by ``c dt`` times it. The other ``delta / 2`` goes, split evenly
+        over the state entries, to Gaussian noise: the GPs' noise variances on the
+        velocities, and on the positions the RMS of their training residuals (the
+        measurement noise of positions, which the GPs do not see)."""
+        nq, nv = self.system.nq, self.system.nv
+        low, high = self.domain_
+        bounds = [
+            uniform_error_bound(post, low, high, self.delta / (2 * nv), std_ref=ref)
+            for post, ref in zip(self.posteriors_, self.median_std_, strict=True)
+        ]
+        noise_quantile = NormalDist().inv_cdf(1.0 - self.delta / (4 * (nq + nv)))
+        lipschitz = self.lipschitz_
+        x, u, p = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", self.system.nu), ca.MX.sym("p", 0)
+        z = self._gp_input(x, u)
+        e = ca.vertcat(
+            *[
+                np.sqrt(b.beta) * ca.sqrt(post.casadi_var(z)) + b.gamma
+                for b, post in zip(bounds, self.posteriors_, strict=True)
+            ]
+        )
+        if self.system.n_holonomic:
+            e = lipschitz * ca.norm_2(e) * ca.DM.ones(nv)
+        noise_v = ca.DM([np.sqrt(post.hp.noise_var) for post in self.posteriors_])
+        e_q = self._position_factor() * self.dt * e + noise_quantile * ca.DM(self.position_rms_)
+        e_v = e + noise_quantile * noise_v
+        function = ca.Function("bound", [x, u, p], [ca.vertcat(e_q, e_v)], ["x", "u", "p"], ["e"])
+        description = {
+            "method": "GP uniform error bound (Lederer et al. 2019) through the projection",
+            "delta": self.delta,
+            "sqrt_beta": [float(np.sqrt(b.beta)) for b in bounds],
+            "gamma": [b.gamma for b in bounds],
+            "tau": [b.tau for b in bounds],
+            "lipschitz_f": [b.lipschitz_f for b in bounds],
+            "noise_quantile": noise_quantile,
+            "projection_lipschitz": lipschitz,
+            "position_noise": self.position_rms_.tolist(),
+            "domain_low": low.tolist(),
+            "domain_high": high.tolist(),
+        }
+        return FixedBound(self.delta, function, description)
+
     def _spread(self) -> ca.Function:
-        """The posterior standard deviation of each next velocity (noise included) and
-        ``dt`` times it for the positions."""
+        """The posterior standard deviation of each next velocity (noise included); for a
+        position, ``c dt`` times its velocity's and the RMS of the training positions'
+        residuals (their measurement noise) in quadrature."""
         nq = self.system.nq
         x, u, p = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", self.system.nu), ca.MX.sym("p", 0)
         z = self._gp_input(x, u)
         std = ca.vertcat(
             *[ca.sqrt(post.casadi_var(z) + post.hp.noise_var) for post in self.posteriors_]
         )
-        return ca.Function(
-            "spread", [x, u, p], [ca.vertcat(self.dt * std, std)], ["x", "u", "p"], ["s"]
+        position = ca.sqrt(
+            (self._position_factor() * self.dt * std) ** 2 + ca.DM(self.position_rms_) ** 2
         )
+        return ca.Function("spread", [x, u, p], [ca.vertcat(position, std)], ["x", "u", "p"], ["s"])

@@ -1,0 +1,104 @@
+"""Coverage and tightness of the GP-VI model's two bounds on held-out data.
+
+For each scenario below, the GP-VI model is fitted once on the scenario's training data;
+then, for each delta, its bound is derived again (``recalibrate``, no refit) as
+
+- ``theorem1``: each GP's uniform error bound (Lederer et al. 2019) on the box of its
+  training inputs, through the projection's Lipschitz constant (Theorem 1 of the GP-VI
+  paper), with the observation noise's quantile added;
+- ``conformal``: split conformal calibration of the GPs' posterior spread on the first half
+  of the held-out trajectories,
+
+and measured on the second half (trajectories neither the fit nor the calibration saw):
+coverage (the fraction of transitions whose error lies within the bound in every entry at
+once; the bound promises at least 1 - delta) and tightness (median bound / median
+realised error, per state entry).
+
+    python tests/experiments/gp_vi_coverage.py
+
+writes results/gp_vi/coverage.{csv,md} (each scenario's model is fitted with the settings
+of its file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tables import write_table  # noqa: E402
+
+from vimpc import pipeline  # noqa: E402
+from vimpc.models.evaluation import bound_values, one_step_errors, transitions  # noqa: E402
+from vimpc.scenario import load_scenario  # noqa: E402
+
+ROOT = Path(__file__).parents[2]
+OUT = ROOT / "results" / "gp_vi"
+SCENARIOS = ("pendulum_gpvi_swingup", "cartpole_gpvi_safe")
+DELTAS = (0.01, 0.05, 0.1)
+METHODS = {"theorem1": {"bound": "theorem1"}, "conformal": {"bound": "conformal"}}
+
+
+def measure(name: str) -> list[dict]:
+    cfg = load_scenario(ROOT / "scenarios" / f"{name}.toml")
+    env = pipeline.build_env(cfg)
+    train = pipeline.collect(cfg, env, "train", progress=True)
+    calibration, validation = pipeline.split_heldout(
+        pipeline.collect(cfg, env, "heldout", progress=True)
+    )
+    family = pipeline.build_family(cfg, env.nominal_system)
+    family.fit(train, calibration if family.bound != "none" else None)
+    print(f"{name}: fitted in {family.fit_time_:.1f} s")
+    names = family.discrete_model().state_names
+    nq = family.system.nq
+    rows = []
+    for method, settings in METHODS.items():
+        for delta in DELTAS:
+            family.recalibrate(train, calibration, delta=delta, **settings)
+            model = family.discrete_model()
+            X, U, _ = transitions(model, validation)
+            errors = np.abs(one_step_errors(model, validation))
+            bound = bound_values(model, X, U)
+            inside = errors <= bound
+            row = {
+                "scenario": name,
+                "bound": method,
+                "delta": delta,
+                "promised": 1.0 - delta,
+                "coverage": float(np.mean(np.all(inside, axis=1))),
+                "coverage (positions)": float(np.mean(np.all(inside[:, :nq], axis=1))),
+                "coverage (velocities)": float(np.mean(np.all(inside[:, nq:], axis=1))),
+                "n_validation": len(errors),
+            }
+            tight = np.median(bound, axis=0) / np.maximum(np.median(errors, axis=0), 1e-300)
+            row["tightness"] = ", ".join(f"{n} {t:.3g}" for n, t in zip(names, tight, strict=True))
+            rows.append(row)
+            print(f"  {method} delta = {delta}: coverage {row['coverage']:.3f}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args()
+    os.environ.setdefault("VIMPC_CACHE", tempfile.mkdtemp(prefix="vimpc-coverage-"))
+    rows = [row for name in SCENARIOS for row in measure(name)]
+    write_table(
+        OUT,
+        "coverage",
+        "GP-VI bound coverage and tightness on held-out data",
+        "python tests/experiments/gp_vi_coverage.py",
+        "Coverage: the fraction of held-out validation transitions whose one-step error "
+        "lies within the bound in every state entry at once (promised: at least "
+        "1 - delta). Tightness: median bound / median realised error, per entry (1 would "
+        "be a bound as small as a typical error).",
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
