@@ -352,3 +352,26 @@ def test_the_theorem1_bound_covers_held_out_transitions_more_often_than_promised
     assert coverage(model, test) >= 0.95
     info = model.info["bound"]
     assert info["projection_lipschitz"] == 1.0 and len(info["sqrt_beta"]) == 1
+
+
+@pytest.mark.parametrize("transcription", ["step", "implicit"])
+def test_the_controller_reports_a_state_far_from_the_constraints_as_a_status(transcription):
+    from vimpc.mpc import MPC, Cost, Status
+
+    model = _fourbar_fitted(prior="zero").discrete_model()
+    controller = MPC(
+        model, 5, Cost(Q=[1.0, 0, 0, 0.1, 0, 0], R=[1e-3]), transcription=transcription,
+        max_iter=20,
+    )  # fmt: skip
+    q, v = FourBar().assemble(0.3, 1.0)
+    good = controller(np.concatenate([q, v]))
+    assert good.status.ok, good.status
+    far = np.concatenate([q + np.array([0.0, 2.0, -2.0]), v])
+    result = controller(far)  # no exception, and no plan passed off as a solution
+    if result.status.ok:
+        # the implicit transcription holds the projection's conditions: a plan it returns
+        # satisfies them, so the predicted states lie on the constraints
+        g = np.asarray(model.constraint.map(5)(np.asarray(result.x)[1:].T))
+        assert np.max(np.abs(g)) < 1e-6
+    else:
+        assert result.status in (Status.FAILED, Status.INFEASIBLE)

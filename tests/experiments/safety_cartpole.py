@@ -2,14 +2,17 @@
 
     python tests/experiments/safety_cartpole.py [--seed 100] [--episodes 100] [--workers 2]
 
-Every row is ``vimpc run scenarios/cartpole_safe.toml`` on the same episodes (reset seeds
-``seed .. seed + episodes - 1``, disjoint from the seeds 0-49 the scenario was designed on)
-against the same true system (the one of ``cartpole_swingup.toml``: masses and inertias
-within 10 %, friction, observation noise). The model is the nominal midpoint model, with a
-bound calibrated by split conformal prediction on held-out open-loop trajectories; rows:
+Every row is ``vimpc run`` of one of two scenarios on the same episodes (reset seeds
+``seed .. seed + episodes - 1``, disjoint from the seeds 0-49 the scenarios were designed
+on) against the same true system (the one of ``cartpole_swingup.toml``: masses and inertias
+within 10 %, friction, observation noise):
 
-- ``none``: ``--set 'controller.tightening="none"'`` (the bound is not used);
-- ``tube, delta = d``: the scenario (``d = 0.05``) and the same with other ``model.delta``.
+- ``scenarios/cartpole_safe.toml``: the nominal midpoint model with a bound calibrated by
+  split conformal prediction on held-out open-loop trajectories; without tightening, and
+  with the tube at ``delta`` 0.05 (the scenario), 0.01 and 0.2;
+- ``scenarios/cartpole_gpvi_safe.toml``: the GP-VI model; without tightening, with the tube
+  from the Theorem 1 bound (``model.bound = "theorem1"``), and with the tube from the
+  conformal bound shaped by the GPs' spread (the scenario).
 
 Writes ``results/safety/{cartpole.md, cartpole.csv}`` and figures: every episode's cart
 position against the rail for each row, the tube of one episode, and the model's one-step
@@ -24,23 +27,54 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from _tables import interval, write_table
 
 from vimpc import cli
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "safety"
-SCENARIO = ROOT / "scenarios" / "cartpole_safe.toml"
+NOMINAL, GPVI = "cartpole_safe", "cartpole_gpvi_safe"
+NO_TUBE = 'controller.tightening="none"'
 ROWS = {
-    "none": ['controller.tightening="none"'],
-    "tube, delta = 0.05": [],
-    "tube, delta = 0.01": ["model.delta=0.01"],
-    "tube, delta = 0.2": ["model.delta=0.2"],
+    "nominal, no tightening": (NOMINAL, [NO_TUBE]),
+    "nominal, conformal bound, tube, delta = 0.05": (NOMINAL, []),
+    "nominal, conformal bound, tube, delta = 0.01": (NOMINAL, ["model.delta=0.01"]),
+    "nominal, conformal bound, tube, delta = 0.2": (NOMINAL, ["model.delta=0.2"]),
+    "GP-VI, no tightening": (GPVI, [NO_TUBE]),
+    "GP-VI, Theorem 1 bound, tube, delta = 0.05": (GPVI, ['model.bound="theorem1"']),
+    "GP-VI, conformal bound, tube, delta = 0.05": (GPVI, []),
 }
+# figures copied from a row's run folder, under the name prefix given
 FIGURES = {
-    "none": ("episodes.png",),
-    "tube, delta = 0.05": ("episodes.png", "safety.png", "coverage.png"),
+    "nominal, no tightening": ("none", ("episodes.png",)),
+    "nominal, conformal bound, tube, delta = 0.05": (
+        "tube",
+        ("episodes.png", "safety.png", "coverage.png"),
+    ),
+    "GP-VI, no tightening": ("gpvi_none", ("episodes.png",)),
+    "GP-VI, Theorem 1 bound, tube, delta = 0.05": ("gpvi_theorem1", ("episodes.png",)),
+    "GP-VI, conformal bound, tube, delta = 0.05": ("gpvi_tube", ("episodes.png", "coverage.png")),
 }
+
+
+def margins_figure(margins: dict[str, list[float]]):
+    """Every episode's smallest margin to the rail, one row of dots per controller."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.0, 0.55 * len(margins) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    rng = np.random.default_rng(0)
+    for i, values in enumerate(margins.values()):
+        y = i + rng.uniform(-0.2, 0.2, len(values))
+        ax.plot(values, y, "o", ms=3, alpha=0.6, color="C3" if min(values) < 0 else "C0")
+        ax.plot([np.median(values)] * 2, [i - 0.3, i + 0.3], "k-", lw=2)
+    ax.axvline(0.0, color="k", lw=1)
+    ax.set_yticks(range(len(margins)), list(margins))
+    ax.invert_yaxis()
+    ax.set_xlabel("smallest margin to the rail in the episode [m] (< 0: off the rail)")
+    ax.set_title("Safe cart-pole: per-episode minimum margin (black: median)")
+    return fig
 
 
 def main() -> None:
@@ -50,13 +84,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, margins = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, sets in ROWS.items():
+        for label, (scenario, sets) in ROWS.items():
             out = Path(tmp) / label.replace(" ", "_").replace(",", "").replace("=", "")
             argv = [
                 "run",
-                str(SCENARIO),
+                str(ROOT / "scenarios" / f"{scenario}.toml"),
                 "--out",
                 str(out),
                 "--quiet",
@@ -70,9 +104,10 @@ def main() -> None:
             for item in sets:
                 argv += ["--set", item]
             assert cli.main(argv) == 0, label
-            (run,) = [p for p in (out / "cartpole_safe").iterdir() if p.is_dir()]
+            (run,) = [p for p in (out / scenario).iterdir() if p.is_dir()]
             m = json.loads((run / "metrics.json").read_text())
             fit = m["model"]["fit"] or {}
+            margins[label] = [e["min_margin"] for e in m["per_episode"]]
             rows.append(
                 {
                     "row": label,
@@ -82,6 +117,7 @@ def main() -> None:
                     "max_violation_m": m["max_violation"],
                     "min_margin_m": m["min_margin"],
                     "mean_min_margin_m": m["min_margin_mean"],
+                    "median_min_margin_m": float(np.median(margins[label])),
                     "success": m["success_rate"],
                     "success_ci95": interval(m["success_rate_ci95"]),
                     "promised_coverage": 1 - m["model"]["delta"],
@@ -93,9 +129,9 @@ def main() -> None:
                     "failed_solves": m["failed_solves"],
                 }
             )
-            for fig in FIGURES.get(label, ()):
-                name = label.split(",")[0].replace(" ", "")
-                shutil.copy(run / fig, OUT / f"cartpole_{name}_{fig}")
+            prefix, figures = FIGURES.get(label, ("", ()))
+            for fig in figures:
+                shutil.copy(run / fig, OUT / f"cartpole_{prefix}_{fig}")
             print(f"{label}: {rows[-1]}")
     headers = {
         "row": "controller",
@@ -105,6 +141,7 @@ def main() -> None:
         "max_violation_m": "largest excursion past the rail [m]",
         "min_margin_m": "min margin [m]",
         "mean_min_margin_m": "mean of episode min margins [m]",
+        "median_min_margin_m": "median of episode min margins [m]",
         "success": "success",
         "success_ci95": "success 95% CI",
         "promised_coverage": "1 - delta",
@@ -115,22 +152,39 @@ def main() -> None:
         "solve_p95_ms": "solve p95 [ms]",
         "failed_solves": "failed solves",
     }
+    fig = margins_figure(margins)
+    fig.savefig(OUT / "cartpole_margins.png", dpi=120)
     intro = (
-        f"Each row is `vimpc run scenarios/cartpole_safe.toml` with the overrides named, over "
-        f"the same {args.episodes} episodes (reset seeds {args.seed}-{args.seed + args.episodes - 1}; "
-        "the scenario was designed on seeds 0-49) against the same true cart-pole (masses and "
-        "inertias within 10 %, friction [0.3, 0.1], observation noise 1e-3). The rail is "
-        "|s| <= 1 m; an episode is off the rail when the true cart position leaves it at any "
-        "step. The model is the nominal midpoint model; its bound is calibrated by split "
-        "conformal prediction on held-out open-loop trajectories (states spread over the "
-        "region a swing-up visits, random forces up to the actuator limit). Coverage: the "
-        "fraction of one-step errors inside the bound in every entry, on the held-out "
-        "validation trajectories and along the closed-loop episodes."
+        "Each row is `vimpc run scenarios/cartpole_safe.toml` (nominal rows) or `vimpc run "
+        "scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) with the overrides the row names, "
+        f"over the same {args.episodes} episodes (reset seeds {args.seed}-"
+        f"{args.seed + args.episodes - 1}; the scenarios were designed on seeds 0-49) against "
+        "the same true cart-pole (masses and inertias within 10 %, friction [0.3, 0.1], "
+        "observation noise 1e-3). The rail is |s| <= 1 m; an episode is off the rail when "
+        "the true cart position leaves it at any step. Nominal rows: the nominal midpoint "
+        "model, its bound calibrated by split conformal prediction on held-out open-loop "
+        "trajectories (states spread over the region a swing-up visits, random forces up to "
+        "the actuator limit). GP-VI rows: Gaussian processes on the next velocities over the "
+        "nominal midpoint integrator (sin/cos inputs, 512 samples, 100 support points), with "
+        "the Theorem 1 bound (each GP's uniform error bound of Lederer et al. 2019 on the box "
+        "of its training inputs, plus the noise quantiles) or the conformal bound shaped by "
+        "the GPs' posterior spread. Coverage: the fraction of one-step errors inside the "
+        "bound in every entry, on the held-out validation trajectories and along the "
+        "closed-loop episodes (the realised one-step error against the bound)."
     )
     after = """
-Every episode's cart position against the rail, without and with the tube (delta = 0.05):
+Every episode's smallest margin to the rail, per row:
+
+![margins](cartpole_margins.png)
+
+Every episode's cart position against the rail, nominal model without and with the tube
+(delta = 0.05), and GP-VI without tightening, with the Theorem 1 tube and with the
+conformal tube:
 
 ![none](cartpole_none_episodes.png) ![tube](cartpole_tube_episodes.png)
+
+![gpvi none](cartpole_gpvi_none_episodes.png) ![gpvi theorem 1](cartpole_gpvi_theorem1_episodes.png)
+![gpvi tube](cartpole_gpvi_tube_episodes.png)
 
 The tube of one episode (delta = 0.05): the rail rows `s >= -1` and `s <= 1` as realized on
 the true state, with the plans made every second drawn over their horizon with their
@@ -142,7 +196,7 @@ tubes; and the model's one-step errors against its bound:
         "python tests/experiments/safety_cartpole.py "
         f"--seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
     )
-    title = "Safe cart-pole: the rail with and without the tube"
+    title = "Safe cart-pole: the rail with and without the tube, nominal and GP-VI models"
     print(write_table(OUT, "cartpole", title, command, intro, rows, headers, after))
 
 

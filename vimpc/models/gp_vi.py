@@ -3,24 +3,32 @@ next velocity on top of a nominal variational integrator (Brüdigam et al., eqs.
 
 Training pairs ``z_k = (q_k, v_k, u_k) -> v_{k+1}`` come from measured transitions. The
 prior model is a nominal variational integrator of the given system (whose parameters
-may be wrong): the paper's first-order one in its forward-difference form, or the
-midpoint one, which stays accurate at larger steps; or there is none. One GP per velocity
-component learns the correction ``dv`` the prior misses, and the velocity correction enters
-the positions as the prior integrator's own kinematics says: ``x_{k+1} = prior(x_k, u_k) +
-(c dt dv, dv)`` with ``c = 1`` for the first-order prior (exactly the paper's ``v_{k+1} =
-v_prior + dv``, ``q_{k+1} = q_k + dt v_{k+1}``) and for none (``v_{k+1} = dv``, ``q_{k+1} =
-q_k + dt v_{k+1}``), and ``c = 1/2`` for the midpoint prior, whose positions follow
-``q_{k+1} - q_k = dt (v_k + v_{k+1}) / 2`` (exactly for a constant mass matrix).
-Inputs that are constant in the data are dropped; with
-``coordinates = "sincos"`` every angle (a coordinate in rad) enters as its sine and
-cosine.
+may be wrong): the midpoint one (the default; it stays accurate at larger steps), the
+paper's first-order one, or none. One GP per velocity component learns the correction
+``dv`` the prior misses (ARD squared-exponential kernel, hyperparameters by maximising
+the marginal likelihood from several starts). Inputs that are constant in the data are
+dropped; with ``coordinates = "sincos"`` every angle (a coordinate in rad) enters as its
+sine and cosine.
 
-The exported model's ``step`` is the prior's step with the GP means added, as CasADi
-expressions: the exact posterior on every training sample, or its DTC approximation on
-``support_points`` samples spread over the data, so a controller's cost grows with the
-support points only. The GPs' posterior standard deviations are the family's spread, so
-``bound = "conformal"`` with ``conformal_scale = "spread"`` calibrates a state-dependent
-bound.
+The correction enters the positions as the prior's own kinematics says:
+
+- midpoint prior: ``x_{k+1} = prior(x_k, u_k) + (dt dv / 2, dv)``, since its positions
+  follow ``q_{k+1} - q_k = dt (v_k + v_{k+1}) / 2`` (exactly for a constant mass matrix);
+- first-order prior (the paper's eq. 10): ``v_{k+1} = v_prior + dv``, ``q_{k+1} = q_k +
+  dt v_{k+1}``;
+- none: ``v_{k+1} = dv``, ``q_{k+1} = q_k + dt v_{k+1}``.
+
+With holonomic constraints the next state is projected onto them (see
+:meth:`GPVIModel._constrained_dynamics`), so they hold to round-off after every step.
+
+The exported model carries the GP means as CasADi expressions (the exact posterior on every
+training sample, or its DTC approximation on ``support_points`` samples spread over the
+data, so a controller's cost grows with the support points only) and a ``residual`` that
+holds the prior's discrete equations, the correction and the projection's conditions,
+so a controller's implicit transcription runs no Newton loop. Bounds on the one-step
+error: ``bound = "theorem1"`` (the GPs' uniform error bound through the projection,
+:meth:`GPVIModel._own_bound`), or ``bound = "conformal"`` with ``conformal_scale =
+"spread"``, which calibrates the GPs' posterior spread on held-out data.
 """
 
 from __future__ import annotations
@@ -55,7 +63,11 @@ class GPVIModel(SpreadFamily):
             bound settings: see :attr:`settings`.
 
     Fitted attributes: ``posteriors_`` (one :class:`~vimpc.models.gp.Posterior` per
-    velocity component), ``inputs_`` (the indices of ``(features, u)`` the GPs take).
+    velocity component), ``inputs_`` (the indices of ``(features, u)`` the GPs take),
+    ``n_samples_``, ``domain_`` (the box of the training inputs, where the Theorem 1 bound
+    holds), ``median_std_`` (each GP's median posterior standard deviation there),
+    ``position_rms_`` (RMS of the positions' one-step residuals on the training pairs) and
+    ``lipschitz_`` (the projection's Lipschitz estimate; 1 without constraints).
     """
 
     name = "gp_vi"

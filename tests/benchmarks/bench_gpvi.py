@@ -1,0 +1,139 @@
+"""GP-VI MPC solve times against the nominal model's in the same run, and the GP-VI fit time.
+
+Run from the repository root::
+
+    python tests/benchmarks/bench_gpvi.py [--seeds 0 1 2] [--fits 3]
+
+The scenario ``scenarios/cartpole_gpvi_safe.toml`` (cart-pole swing-up, horizon 20,
+dt 0.05 s, GP-VI model with 100 support points) runs closed loop for 160 steps from each
+seed, without the tube (the tube's cost is measured by ``bench_tube.py``), once per
+configuration: the GP-VI model and the nominal midpoint model under the same controller
+settings, each with the solver and transcription below. Episodes are interleaved seed by
+seed so machine-load drift hits every configuration alike; solve times
+(``MPCResult.solve_time``) are pooled over the seeds.
+
+The fit: the scenario's 512-sample GP-VI model (two GPs, the scenario's restarts and
+iterations) fitted ``--fits`` times on the scenario's training data, wall time of
+``fit`` (hyperparameters, posteriors, support points, bound).
+
+Issue targets: median solve <= 5 ms with 100 support points; fit <= 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from _common import ROOT, TimedController, met, ms_stats, write_results
+
+from vimpc import pipeline
+from vimpc.closedloop import episode_metrics, run_episode
+from vimpc.models import NominalModel
+from vimpc.scenario import load_scenario
+
+SCENARIO = ROOT / "scenarios" / "cartpole_gpvi_safe.toml"
+BASE = ["controller.tightening=none"]
+SOLVERS = {
+    "fatrop / implicit": ["controller.solver=fatrop", "controller.transcription=implicit"],
+    "fatrop / step": ["controller.solver=fatrop", "controller.transcription=step"],
+    "sqpmethod GN / implicit": [
+        "controller.solver=sqpmethod",
+        "controller.transcription=implicit",
+        "controller.qpsol=qrqp",
+        "controller.hessian=gauss-newton",
+    ],
+}
+MEDIAN_MS, FIT_S = 5.0, 60.0
+
+
+def solve_times(seeds: list[int]) -> list[dict]:
+    base = load_scenario(SCENARIO, BASE)
+    env = pipeline.build_env(base)
+    models = {
+        "GP-VI (100 support points)": pipeline.build_model(base, env),
+        "nominal midpoint": NominalModel(env.nominal_system, env.dt).discrete_model(),
+    }
+    cfgs = {label: load_scenario(SCENARIO, [*BASE, *ov]) for label, ov in SOLVERS.items()}
+    controllers = {
+        (model_label, solver_label): TimedController(pipeline.build_controller(cfg, model, env))
+        for model_label, model in models.items()
+        for solver_label, cfg in cfgs.items()
+    }
+    steps, success = base["episodes"]["steps"], pipeline.success_test(base)
+    runs: dict = {key: [] for key in controllers}
+    for seed in seeds:
+        for key, ctl in controllers.items():
+            traj = run_episode(env, ctl, steps, seed)
+            runs[key].append((traj, episode_metrics(traj, success, periodic=(1,))))
+            print(
+                f"seed {seed} {key[0]} / {key[1]}: "
+                f"{runs[key][-1][1]['solve_time_median_ms']:.2f} ms median"
+            )
+    rows = []
+    for (model_label, solver_label), episodes in runs.items():
+        times = np.concatenate([t.solve_times for t, _ in episodes])
+        statuses = np.concatenate([t.status for t, _ in episodes])
+        rows.append(
+            {
+                "model": model_label,
+                "solver": solver_label,
+                **ms_stats(times),
+                "solves": len(times),
+                "failed": int(np.sum(~np.isin(statuses, ["SOLVED", "ITERATION_LIMIT", "LATE"]))),
+                "success": float(np.mean([m["success"] for _, m in episodes])),
+            }
+        )
+    return rows
+
+
+def fit_times(n: int) -> list[float]:
+    cfg = load_scenario(SCENARIO, [*BASE, 'model.bound="none"'])
+    env = pipeline.build_env(cfg)
+    train = pipeline.collect(cfg, env, "train")
+    out = []
+    for _ in range(n):
+        family = pipeline.build_family(cfg, env.nominal_system)
+        t0 = time.perf_counter()
+        family.fit(train)
+        out.append(time.perf_counter() - t0)
+        print(f"fit: {out[-1]:.1f} s")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--fits", type=int, default=3)
+    args = parser.parse_args()
+    rows = solve_times(args.seeds)
+    fits = fit_times(args.fits)
+    gp = min(r["median_ms"] for r in rows if r["model"].startswith("GP-VI"))
+    extra = (
+        f"\nFit of the 512-sample GP-VI cart-pole (2 GPs, restarts and iterations of the "
+        f"scenario), {len(fits)} fits: median {np.median(fits):.1f} s, max {max(fits):.1f} s "
+        f"(target <= {FIT_S:.0f} s: {met(max(fits) <= FIT_S)}).\n\n"
+        f"Fastest GP-VI configuration: median solve {gp:.2f} ms (target <= {MEDIAN_MS:.0f} ms: "
+        f"{met(gp <= MEDIAN_MS)}).\n"
+    )
+    write_results(
+        "gpvi",
+        "GP-VI MPC on the cart-pole: solve times beside the nominal model's, and the fit",
+        rows,
+        [
+            ("model", "model", ""),
+            ("solver", "solver / transcription", ""),
+            ("median_ms", "median [ms]", ".2f"),
+            ("p95_ms", "p95 [ms]", ".2f"),
+            ("max_ms", "max [ms]", ".1f"),
+            ("solves", "solves", ""),
+            ("failed", "failed", ""),
+            ("success", "success", ".2f"),
+        ],
+        notes=__doc__.split("\n\n", 2)[2].split("Issue targets")[0],
+        extra=extra,
+    )
+
+
+if __name__ == "__main__":
+    main()
