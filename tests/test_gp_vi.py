@@ -375,3 +375,10 @@ def test_the_controller_reports_a_state_far_from_the_constraints_as_a_status(tra
         assert np.max(np.abs(g)) < 1e-6
     else:
         assert result.status in (Status.FAILED, Status.INFEASIBLE)
+
+
+def test_training_states_far_from_the_constraints_are_refused_by_name():
+    env, train, _ = _fourbar_data()
+    torn = train.replace(obs=train.obs + np.array([0.0, 2.0, -2.0, 0.0, 0.0, 0.0]))
+    with pytest.raises(InputError, match="far from the constraint manifold"):
+        GPVIModel(env.nominal_system, FB_DT, prior="zero", samples=30, restarts=1).fit(torn)

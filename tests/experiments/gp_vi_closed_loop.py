@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import tempfile
+import tomllib
 from pathlib import Path
 
 from _tables import interval, write_table
@@ -103,12 +104,15 @@ def main() -> None:
         "python tests/experiments/gp_vi_closed_loop.py "
         f"--seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
     )
+    frictions = "; ".join(
+        f"{name}: {tomllib.loads((ROOT / 'scenarios' / f'{name}.toml').read_text())['env']['kwargs']['friction']}"
+        for name in SCENARIOS
+    )
     intro = (
         "Each pair of rows runs one scenario on the same episodes (reset seeds "
         f"{args.seed}-{args.seed + args.episodes - 1}) with the GP-VI model it names and with "
         "its `[model]` table replaced by the nominal midpoint model; the true system has "
-        "large friction the nominal model lacks (pendulum: 0.5 N m s at the pivot; four-bar: "
-        "the largest friction of the env's ranges, [2, 0.5, 0.5, 2])."
+        f"viscous friction the nominal model lacks ({frictions}; N m s per joint)."
     )
     after = "\n".join(
         f"![{name} {label}](closed_loop_{name}_{label}.png)"

@@ -39,7 +39,7 @@ from vimpc.scenario import load_scenario  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "gp_vi"
-SCENARIOS = ("pendulum_gpvi_swingup", "cartpole_gpvi_safe")
+SCENARIOS = ("pendulum_gpvi_swingup", "cartpole_gpvi_safe", "fourbar_gpvi_tracking")
 DELTAS = (0.01, 0.05, 0.1)
 METHODS = {"theorem1": {"bound": "theorem1"}, "conformal": {"bound": "conformal"}}
 

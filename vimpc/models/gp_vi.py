@@ -189,7 +189,17 @@ class GPVIModel(SpreadFamily):
         self.median_std_ = [float(np.median(np.sqrt(post.var(Z)))) for post in posteriors]
         # the positions' one-step residuals on the training pairs: their measurement noise,
         # which the velocity GPs do not see, and the prior's position error
-        predicted = np.asarray(self._build().step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))).T
+        try:
+            predicted = self._build().step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))
+        except RuntimeError as exc:
+            if "rootfinder" not in str(exc):
+                raise
+            raise InputError(
+                f"the projection onto {self.system.name}'s constraints does not converge from "
+                "the training states: the data lie far from the constraint manifold (check "
+                "the observations' coordinates against the system's)"
+            ) from None
+        predicted = np.asarray(predicted).T
         self.position_rms_ = np.sqrt(np.mean((Xn[:, :nq] - predicted[:, :nq]) ** 2, axis=0))
         self.lipschitz_ = self._projection_lipschitz(X, U)
 
@@ -319,13 +329,24 @@ class GPVIModel(SpreadFamily):
             s, "midpoint", lagrangian=lagrangian, n_theta=s.nv, discrete_force=force
         )
 
-    @staticmethod
-    def _newton(x, u, dv, x_next, r, guess):
+    def _newton(self, x, u, dv, x_next, r, guess):
         """``x_next`` with ``r(x_next) = 0`` by Newton from ``guess``; a solve that does not
-        converge raises (inside a controller: a failed solve with its status)."""
-        implicit = ca.Function("projection", [x_next, x, u, dv], [r])
+        converge raises (inside a controller: a failed solve with its status).
+
+        Newton runs on ``x_next / scale`` with the integrators' scaling (``|q|`` for the
+        positions, ``|q| / dt`` for the velocities), so its step test is relative to the
+        round-off of large coordinates (a link spun to 270 rad) rather than absolute."""
+        nq, h = self.system.nq, self.dt
+        q, v = x[:nq], x[nq:]
+        scale = ca.vertcat(
+            ca.repmat(ca.sqrt(1.0 + ca.sumsqr(q)), nq, 1),
+            ca.sqrt(1.0 + v * v + ca.sumsqr(q) / h**2),
+        )
+        z = ca.MX.sym("z", x_next.shape[0])
+        scaled = ca.substitute(r, x_next, scale * z)
+        implicit = ca.Function("projection", [z, x, u, dv], [scaled])
         root = newton_solve("gp_vi_projection", implicit, error_on_fail=True)
-        return root(guess, x, u, dv)
+        return scale * root(guess / scale, x, u, dv)
 
     def _position_factor(self) -> float:
         """How much of ``dt`` times a velocity correction moves the next positions."""
