@@ -43,3 +43,13 @@ def solve(name: str, residual: ca.Function, error_on_fail: bool) -> ca.Function:
             "error_on_fail": error_on_fail,
         },
     )
+
+
+def state_scale(q, v, h: float):
+    """The scale of the unknowns ``(q_next, v_next)`` of a step from ``(q, v)``: ``q_next``
+    is known to ~ulp(|q|), ``v_next`` (a difference quotient) to ~ulp(|q|) / h, so Newton on
+    ``x_next / scale`` has a step test relative to the round-off floor."""
+    return ca.vertcat(
+        ca.repmat(ca.sqrt(1.0 + ca.sumsqr(q)), q.shape[0], 1),
+        ca.sqrt(1.0 + v * v + ca.sumsqr(q) / h**2),
+    )

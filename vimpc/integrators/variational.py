@@ -215,11 +215,7 @@ class VariationalIntegrator(ImplicitIntegrator):
             # round-off floor: q_next is known to ~ulp(|q|), v_next (a difference quotient)
             # to ~ulp(|q|) / h. Unscaled, the absolute tests fail once |q| is a few hundred
             # (a disk rolled to theta ~ 300 rad, a cart 400 m down the rail).
-            q, v = x[:n], x[n:]
-            scale = ca.vertcat(
-                ca.repmat(ca.sqrt(1.0 + ca.sumsqr(q)), n, 1),
-                ca.sqrt(1.0 + v * v + ca.sumsqr(q) / h**2),
-            )
+            scale = _newton.state_scale(x[:n], x[n:], h)
             implicit = ca.Function("G", [z, x, u, th], [residual(x, u, scale * z, th)])
             newton = _newton.solve(f"{s.name}_{self.rule}_newton", implicit, error_on_fail)
             guess = ca.vertcat(x[:n] + h * x[n:], x[n:]) / scale

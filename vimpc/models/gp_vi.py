@@ -44,6 +44,7 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.integrators import VariationalIntegrator
 from vimpc.integrators._newton import solve as newton_solve
+from vimpc.integrators._newton import state_scale
 from vimpc.models.base import FixedBound, SpreadFamily
 from vimpc.models.gp import Posterior, fit_hyperparameters, support_points, uniform_error_bound
 from vimpc.models.nominal import NominalModel
@@ -336,12 +337,8 @@ class GPVIModel(SpreadFamily):
         Newton runs on ``x_next / scale`` with the integrators' scaling (``|q|`` for the
         positions, ``|q| / dt`` for the velocities), so its step test is relative to the
         round-off of large coordinates (a link spun to 270 rad) rather than absolute."""
-        nq, h = self.system.nq, self.dt
-        q, v = x[:nq], x[nq:]
-        scale = ca.vertcat(
-            ca.repmat(ca.sqrt(1.0 + ca.sumsqr(q)), nq, 1),
-            ca.sqrt(1.0 + v * v + ca.sumsqr(q) / h**2),
-        )
+        nq = self.system.nq
+        scale = state_scale(x[:nq], x[nq:], self.dt)
         z = ca.MX.sym("z", x_next.shape[0])
         scaled = ca.substitute(r, x_next, scale * z)
         implicit = ca.Function("projection", [z, x, u, dv], [scaled])
