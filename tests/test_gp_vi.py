@@ -241,6 +241,7 @@ def test_with_constraints_every_step_lands_on_them_and_the_residual_agrees(prior
     family_ = _fourbar_fitted(prior=prior)
     model = family_.discrete_model()
     assert model.residual is not None and model.constraint is not None
+    assert family_.provides() == {"energy", "residual", "constraint"}  # known before the fit
     X, U, Xn = test.pairs("states")
     n = len(X)
     pred = np.asarray(model.step.map(n)(X.T, U.T, np.zeros((0, n)))).T

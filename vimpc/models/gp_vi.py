@@ -153,7 +153,12 @@ class GPVIModel(SpreadFamily):
 
     # -- the family's hooks ---------------------------------------------------------------------
     def _provides(self) -> set[str]:
-        return {"energy"} if self.prior == "zero" else {"energy", "residual"}
+        fields = {"energy"}
+        if self.system.n_holonomic:
+            fields |= {"constraint", "residual"}
+        elif self.prior != "zero":
+            fields.add("residual")
+        return fields
 
     def _fit(self, data: Dataset | None) -> None:
         nq = self.system.nq
