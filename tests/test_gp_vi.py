@@ -383,3 +383,15 @@ def test_training_states_far_from_the_constraints_are_refused_by_name():
     torn = train.replace(obs=train.obs + np.array([0.0, 2.0, -2.0, 0.0, 0.0, 0.0]))
     with pytest.raises(InputError, match="far from the constraint manifold"):
         GPVIModel(env.nominal_system, FB_DT, prior="zero", samples=30, restarts=1).fit(torn)
+
+
+def test_a_lipschitz_estimate_that_is_not_finite_is_refused_by_name():
+    # where the projection's Newton does not converge its Jacobian is not finite, and the
+    # estimate of L (a max over sampled states) would be inf: the family says so
+    env, train, _ = _fourbar_data()
+    family_ = _fourbar_fitted(prior="zero")
+    X, U, _ = train.pairs("obs")
+    torn = X[:20] + np.array([0.0, 2.0, -2.0, 0.0, 0.0, 0.0])
+    with pytest.raises(InputError, match="Lipschitz estimate is not finite"):
+        family_._projection_lipschitz(torn, U[:20])
+    assert np.isfinite(family_._projection_lipschitz(X[:20], U[:20]))
