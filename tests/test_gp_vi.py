@@ -110,21 +110,26 @@ def test_dtc_stays_accurate_where_the_support_kernel_is_nearly_singular():
 # -- the family on the pendulum ----------------------------------------------------------------
 
 
-@functools.cache
-def _pendulum_data():
-    env = gymnasium.make("vimpc/Pendulum-v0", dt=DT).unwrapped
+def _excited(env, dt: float, steps: int, limit: float, runs: tuple[tuple[int, int], ...]):
+    """Trajectories of ``env`` under random step torques up to ``limit``: one dataset of
+    ``n`` trajectories from reset seed ``seed`` per ``(n, seed)`` of ``runs``."""
     rng = np.random.default_rng(0)
-
-    def collect(n: int, seed: int):
+    out = []
+    for n, seed in runs:
         inputs = np.stack(
             [
-                make_excitation("random_steps", 100, 1, DT, rng, low=[-2.0], high=[2.0])
+                make_excitation("random_steps", steps, 1, dt, rng, low=[-limit], high=[limit])
                 for _ in range(n)
             ]
         )
-        return rollout_env(env, n, 100, inputs, seed)
+        out.append(rollout_env(env, n, steps, inputs, seed))
+    return out
 
-    return env, collect(20, 0), collect(20, 100_000), collect(40, 200_000)
+
+@functools.cache
+def _pendulum_data():
+    env = gymnasium.make("vimpc/Pendulum-v0", dt=DT).unwrapped
+    return env, *_excited(env, DT, 100, 2.0, ((20, 0), (20, 100_000), (40, 200_000)))
 
 
 @functools.cache
@@ -215,18 +220,7 @@ def _fourbar_data():
     env = gymnasium.make(
         "vimpc/FourBar-v0", dt=FB_DT, friction=[0.5, 0.5, 0.5, 0.5], obs_noise=1e-3
     ).unwrapped
-    rng = np.random.default_rng(0)
-
-    def collect(n: int, seed: int):
-        inputs = np.stack(
-            [
-                make_excitation("random_steps", 50, 1, FB_DT, rng, low=[-3.0], high=[3.0])
-                for _ in range(n)
-            ]
-        )
-        return rollout_env(env, n, 50, inputs, seed)
-
-    return env, collect(16, 0), collect(8, 100_000)
+    return env, *_excited(env, FB_DT, 50, 3.0, ((16, 0), (8, 100_000)))
 
 
 @functools.cache

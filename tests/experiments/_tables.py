@@ -1,4 +1,5 @@
-"""Writing an experiment's table as CSV and markdown (not a test module).
+"""Writing an experiment's table as CSV and markdown, and running a scenario for one (not a
+test module).
 
 Each script in this folder is run by hand from the repository root and writes its results
 under ``results/<experiment>/`` with the command that made them.
@@ -7,6 +8,7 @@ under ``results/<experiment>/`` with the command that made them.
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,3 +60,22 @@ def write_table(
         text += f"\n{after.strip()}\n"
     (folder / f"{name}.md").write_text(text)
     return table
+
+
+def vimpc_run(
+    scenario: Path, out: Path, *, episodes: int, seed: int, workers: int, sets: Sequence[str] = ()
+) -> tuple[dict, Path]:
+    """``vimpc run scenario`` into ``out`` over ``episodes`` episodes from reset seed
+    ``seed`` with the ``--set`` overrides ``sets``; returns its metrics and run folder."""
+    from vimpc import cli
+
+    argv = [
+        "run", str(scenario), "--out", str(out), "--quiet", "--workers", str(workers),
+        "--set", f"episodes.count={episodes}", "--set", f"episodes.seed={seed}",
+    ]  # fmt: skip
+    for item in sets:
+        argv += ["--set", item]
+    if cli.main(argv) != 0:
+        raise SystemExit(f"vimpc run {scenario} {' '.join(sets)} failed")
+    (folder,) = [p for p in out.glob("*/*") if p.is_dir()]
+    return json.loads((folder / "metrics.json").read_text()), folder

@@ -13,16 +13,13 @@ seed + episodes - 1``, disjoint from the seeds the scenarios were written on): a
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import tempfile
 import tomllib
 from pathlib import Path
 
-from _tables import interval, write_table
-
-from vimpc import cli
+from _tables import interval, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "gp_vi"
@@ -41,16 +38,6 @@ def nominal_variant(source: Path, folder: Path) -> Path:
     return path
 
 
-def run(scenario: Path, name: str, out: Path, args) -> dict:
-    argv = [
-        "run", str(scenario), "--out", str(out), "--quiet", "--workers", str(args.workers),
-        "--set", f"episodes.count={args.episodes}", "--set", f"episodes.seed={args.seed}",
-    ]  # fmt: skip
-    assert cli.main(argv) == 0, scenario
-    (folder,) = [p for p in (out / name).iterdir() if p.is_dir()]
-    return json.loads((folder / "metrics.json").read_text()), folder
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=1000)
@@ -67,7 +54,10 @@ def main() -> None:
                 "nominal": nominal_variant(source, Path(tmp)),
             }
             for label, path in variants.items():
-                m, folder = run(path, name, Path(tmp) / f"{name}-{label}", args)
+                m, folder = vimpc_run(
+                    path, Path(tmp) / f"{name}-{label}", episodes=args.episodes,
+                    seed=args.seed, workers=args.workers,
+                )  # fmt: skip
                 shutil.copy(folder / "episodes.png", OUT / f"closed_loop_{name}_{label}.png")
                 rows.append(
                     {

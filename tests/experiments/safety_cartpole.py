@@ -22,15 +22,12 @@ errors against its bound.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from _tables import interval, write_table
-
-from vimpc import cli
+from _tables import interval, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "safety"
@@ -88,24 +85,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, (scenario, sets) in ROWS.items():
             out = Path(tmp) / label.replace(" ", "_").replace(",", "").replace("=", "")
-            argv = [
-                "run",
-                str(ROOT / "scenarios" / f"{scenario}.toml"),
-                "--out",
-                str(out),
-                "--quiet",
-                "--workers",
-                str(args.workers),
-                "--set",
-                f"episodes.count={args.episodes}",
-                "--set",
-                f"episodes.seed={args.seed}",
-            ]
-            for item in sets:
-                argv += ["--set", item]
-            assert cli.main(argv) == 0, label
-            (run,) = [p for p in (out / scenario).iterdir() if p.is_dir()]
-            m = json.loads((run / "metrics.json").read_text())
+            m, run = vimpc_run(
+                ROOT / "scenarios" / f"{scenario}.toml", out, episodes=args.episodes,
+                seed=args.seed, workers=args.workers, sets=sets,
+            )  # fmt: skip
             fit = m["model"]["fit"] or {}
             margins[label] = [e["min_margin"] for e in m["per_episode"]]
             rows.append(

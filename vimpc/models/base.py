@@ -120,7 +120,11 @@ class ModelFamily(abc.ABC):
 
     def _own_bound(self) -> FixedBound:
         """The bound named by ``self.bound`` among :attr:`bound_methods`, from the fit."""
-        raise NotImplementedError(f"{type(self).__name__} derives no bound of its own")
+        # reached only by a family that names bound_methods without implementing them
+        raise NotImplementedError(
+            f"{type(self).__name__} lists bound_methods {sorted(self.bound_methods)} but does "
+            "not implement _own_bound"
+        )
 
     def _is_fitted(self) -> bool:
         return hasattr(self, "fit_time_")
