@@ -16,15 +16,12 @@ residual is weighed against its round-off level at each substep, which grows wit
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
 import sys
-import tempfile
 from collections import OrderedDict
 
 import casadi as ca
 
+from vimpc import _jit
 from vimpc.integrators import VariationalIntegrator
 from vimpc.mechanics import MechanicalSystem
 
@@ -32,10 +29,6 @@ from vimpc.mechanics import MechanicalSystem
 # arguments (tests, vectorised envs, episodes in a scenario) compile once per process.
 _CACHE: OrderedDict[tuple, ca.Function] = OrderedDict()
 _CACHE_SIZE = 32
-_JIT_DIR: str | None = None
-# -O2 compiles ~50 % longer for no measurable speed-up; no FMA contraction keeps the
-# compiled arithmetic identical to CasADi's interpreter.
-JIT_FLAGS = ["-O1", "-ffp-contract=off"]
 # A step's integrator residual is accepted row by row when |r_i| <= RESIDUAL_ABSTOL +
 # RESIDUAL_RTOL level_i, level_i the row's round-off level at the substep's start
 # (VariationalIntegrator.residual_level, ||M|| (|q| / h + |v|) [kg m/s]). Converged Newton
@@ -53,16 +46,6 @@ def _cache_key(system: MechanicalSystem, dt: float, substep: float) -> tuple:
         dt,
         substep,
     )
-
-
-def _jit_directory() -> str:
-    global _JIT_DIR
-    if _JIT_DIR is None:
-        # CasADi's own cleanup is off (it would run after this directory is gone when an
-        # env outlives the exit handlers); the process removes the directory at exit.
-        _JIT_DIR = tempfile.mkdtemp(prefix="vimpc_jit_")
-        atexit.register(shutil.rmtree, _JIT_DIR, ignore_errors=True)
-    return _JIT_DIR + os.sep
 
 
 def _residual_norm(system: MechanicalSystem, x):
@@ -116,19 +99,10 @@ def step_function(
     function = ca.Function(f"{system.name}_env_step", [x, u], outputs, *names)
     if not jit:
         return function, False
-    options = {
-        "jit": True,
-        "compiler": "shell",
-        "jit_cleanup": False,
-        "jit_options": {
-            "flags": JIT_FLAGS,
-            "directory": _jit_directory(),
-            "cleanup": False,
-            "verbose": False,
-        },
-    }
     try:
-        compiled = ca.Function(f"{system.name}_env_step_c", [x, u], function(x, u), *names, options)
+        compiled = ca.Function(
+            f"{system.name}_env_step_c", [x, u], function(x, u), *names, _jit.options()
+        )
     except RuntimeError:  # no C compiler, or it failed: fall back to the interpreter
         return function, False
     _CACHE[key] = compiled

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
+from vimpc import _jit
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mechanics import CartPole, Pendulum
@@ -168,6 +169,35 @@ def test_cartpole_nominal_variational_model_swings_up():
     assert abs(np.cos(x[1]) + 1) < 1e-2 and abs(x[3]) < 0.5  # upright, balancing
 
 
+@pytest.mark.parametrize(
+    "solver, transcription", [("sqpmethod", "implicit"), ("fatrop", "implicit"), ("ipopt", "step")]
+)
+def test_compiled_controllers_solve_the_interpreted_ones_problem(solver, transcription):
+    # jit="model" compiles the cart-pole's midpoint residual (an SX function) and leaves the
+    # NLP around it unexpanded; jit="nlp" compiles the whole NLP. Both solve the same
+    # problem: the plans agree with the interpreted controller's to the solver tolerance.
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
+    cons = Constraints(u_min=[-30], u_max=[30])
+    plans = {}
+    for jit in ("none", "model", "nlp"):
+        ctrl = MPC(
+            model, 10, cost, cons, solver=solver, transcription=transcription, jit=jit, tol=1e-10
+        )
+        assert ctrl.model_compiled == (jit == "model")
+        plans[jit] = [ctrl(np.array(x0)).u_plan for x0 in ([0.0, 0.3, 0.0, 0.0], [0.2, 2.8, 1, -1])]
+    for jit in ("model", "nlp"):
+        np.testing.assert_allclose(plans[jit], plans["none"], atol=1e-6)
+
+
+def test_a_stage_function_with_a_newton_loop_stays_interpreted():
+    x, a = ca.MX.sym("x"), ca.MX.sym("a")
+    root = ca.rootfinder("root", "newton", ca.Function("g", [x, a], [x**3 - x - a]))
+    assert _jit.compiled(ca.Function("f", [x], [root(0.0, x)])) is None
+    compiled = _jit.compiled(ca.Function("f", [x], [ca.sin(x) * x]), derivatives=1)
+    assert compiled is not None and float(compiled(0.7)) == float(ca.sin(0.7) * 0.7)
+
+
 def test_bad_input_is_named():
     model, _, _ = _linear_model(implicit=False)
     cost = Cost(Q=[1.0, 1.0], R=[1.0])
@@ -179,6 +209,8 @@ def test_bad_input_is_named():
         MPC(model, 5, cost, transcription="implicit")
     with pytest.raises(InputError, match="did you mean 'fatrop'"):
         MPC(model, 5, cost, solver="fatrob")
+    with pytest.raises(InputError, match="jit.*'none', 'model', 'nlp'.*True"):
+        MPC(model, 5, cost, jit=True)
     ctrl = MPC(model, 5, cost)
     with pytest.raises(InputError, match="obs must be finite"):
         ctrl(np.array([np.nan, 0.0]))

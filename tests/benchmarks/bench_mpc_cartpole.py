@@ -31,7 +31,7 @@ CONFIGS = {
     "fatrop / implicit (default)": SOLVER_CONFIGS["fatrop / implicit"],
     "fatrop / implicit, jit (opt-in)": [
         *SOLVER_CONFIGS["fatrop / implicit"],
-        "controller.jit=true",
+        "controller.jit=nlp",
     ],
     **{label: ov for label, ov in SOLVER_CONFIGS.items() if label != "fatrop / implicit"},
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import casadi as ca
 import numpy as np
 
-from vimpc import _checks
+from vimpc import _checks, _jit
 from vimpc._interrupt import kept_interrupts
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
@@ -22,6 +23,7 @@ from vimpc.mpc.tube import tube_function
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
 TIGHTENINGS = ("none", "tube")
+JITS = ("none", "model", "nlp")
 
 
 class MPC:
@@ -59,10 +61,17 @@ class MPC:
             the solver does not know, at the top or in the ``ipopt``, ``fatrop`` or
             ``qpsol_options`` table, or a value of the wrong type raises
             :class:`~vimpc.errors.InputError` naming it, when the controller is built.
-        jit: opt in to compiling the NLP's functions to C with the system's C
-            compiler when the controller is built (a few seconds for the cart-pole
-            at N = 20; each solve then runs about twice as fast). Off by default,
-            so building the controller takes well under a second.
+        jit: compile to C with the system's C compiler when the controller is built:
+            ``"none"`` (default; building takes well under a second), ``"model"``
+            (the model's stage function, ``residual`` or ``step``, and its
+            derivatives as the solver asks for them, once per stage function; the NLP
+            around it stays interpreted and unexpanded: worth it for a heavy model
+            such as a GP with 100 support points, about 2x faster there for ~15 s of
+            compiling, slower for a light one) or ``"nlp"`` (all of the NLP's
+            functions: the fastest solves, and the longest compile, which grows
+            with the horizon and the model). A stage function with no SX form (a
+            Newton loop inside) or a missing compiler leaves ``"model"`` interpreted
+            (:attr:`model_compiled` says which).
         tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
             ``1..N`` by the model's ``bound`` propagated along the plan (below).
         tube_lipschitz: with ``"tube"``, a Lipschitz constant ``L`` of ``step`` in the
@@ -117,7 +126,7 @@ class MPC:
         time_budget: float | None = None,
         safe_input: Any = None,
         solver_options: dict[str, Any] | None = None,
-        jit: bool = False,
+        jit: str = "none",
         tightening: str = "none",
         tube_lipschitz: float | None = None,
         obs_names: Sequence[str] | None = None,
@@ -141,6 +150,7 @@ class MPC:
         self.solver_name = _checks.one_of("solver", solver, SOLVERS)
         given_options = checked_options(solver, solver_options)
         self.tightening = _checks.one_of("tightening", tightening, TIGHTENINGS)
+        self.jit = _checks.one_of("jit", jit, JITS)
         if tightening == "tube" and model.bound is None:
             raise InputError(
                 "tightening='tube' needs the model's one-step error bound, but the model has "
@@ -170,8 +180,11 @@ class MPC:
         self.transcription = transcription
         # without safety rows there is nothing to tighten: the NLP stays the plain one
         tightened = self.tightening == "tube" and n_safety > 0
+        staged, self.model_compiled = (
+            _compiled_stage(model, transcription) if self.jit == "model" else (model, False)
+        )
         self._tr = transcribe(
-            model, self.horizon, self._cost, self._cons, transcription, tightened=tightened
+            staged, self.horizon, self._cost, self._cons, transcription, tightened=tightened
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
         self._tube_shape = (self.horizon + 1, n_safety)
@@ -180,15 +193,13 @@ class MPC:
             max_iter=self.max_iter,
             tol=self.tol,
             qpsol=qpsol,
-            expand=self._tr.expandable,
+            expand=self._tr.expandable and not self.model_compiled,
             equality=(self._tr.lbg == self._tr.ubg).tolist(),
             hessian=hessian,
             gauss_newton=self._tr.gauss_newton,
         )
-        if jit:
-            opts.update(
-                jit=True, compiler="shell", jit_options={"flags": ["-O1"], "verbose": False}
-            )
+        if self.jit == "nlp":
+            opts.update(_jit.options())
         for key, value in given_options.items():
             if isinstance(value, dict) and isinstance(opts.get(key), dict):
                 opts[key] = {**opts[key], **value}
@@ -390,6 +401,14 @@ class MPC:
         except RuntimeError as exc:
             # some plugins fail to report stats after an aborted solve
             return {"success": False, "return_status": f"no statistics: {exc}"}
+
+
+def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:
+    """``model`` with the stage function of ``transcription`` compiled (derivatives up to
+    the Hessian's on demand), and whether that worked."""
+    name = "step" if transcription == "step" else "residual"
+    fn = _jit.compiled(getattr(model, name), derivatives=2)
+    return (model, False) if fn is None else (dataclasses.replace(model, **{name: fn}), True)
 
 
 def _obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:

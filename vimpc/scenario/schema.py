@@ -203,7 +203,13 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "time_budget": Setting(
             float, None, "seconds; a slower solve reports `LATE`", rule=POSITIVE
         ),
-        "jit": Setting(bool, False, "compile the NLP to C when the controller is built"),
+        "jit": Setting(
+            str,
+            "none",
+            "compile to C when the controller is built: `model` (the model's stage function; "
+            "pays off for heavy models such as GPs) or `nlp` (the whole NLP; long compile)",
+            choices=("none", "model", "nlp"),
+        ),
         "tightening": Setting(
             str,
             "none",
