@@ -8,7 +8,9 @@ The scenario ``scenarios/cartpole_gpvi_safe.toml`` (cart-pole swing-up, horizon 
 dt 0.05 s, GP-VI model with 100 support points) runs closed loop for 160 steps from each
 seed, without the tube (the tube's cost is measured by ``bench_tube.py``), once per
 configuration: the GP-VI model and the nominal midpoint model under the same controller
-settings, each with the solver and transcription below. Episodes are interleaved seed by
+settings, each with the solver and transcription below ("jit model": the model's residual
+and its derivatives compiled to C, the NLP around it interpreted; the compile happens when
+the controller is built, before the timed solves). Episodes are interleaved seed by
 seed so machine-load drift hits every configuration alike; solve times
 (``MPCResult.solve_time``) are pooled over the seeds.
 
@@ -42,6 +44,13 @@ SOLVERS = {
         "controller.transcription=implicit",
         "controller.qpsol=qrqp",
         "controller.hessian=gauss-newton",
+    ],
+    "sqpmethod GN / implicit, jit model": [
+        "controller.solver=sqpmethod",
+        "controller.transcription=implicit",
+        "controller.qpsol=qrqp",
+        "controller.hessian=gauss-newton",
+        "controller.jit=model",
     ],
 }
 MEDIAN_MS, FIT_S = 5.0, 60.0

@@ -52,41 +52,54 @@ def kernel(a: np.ndarray, b: np.ndarray, hp: Hyperparameters) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Posterior:
-    """A GP's posterior as the support points need it: ``mean(z) = k(z, Z) alpha`` and
-    ``var(z) = sf2 - k(z, Z) A k(Z, z)`` (the latent function's variance; the noise is
-    ``hp.noise_var``)."""
+    """A GP's posterior as the support points need it: ``mean(z) = k(z, Z) alpha`` and the
+    latent function's variance (the noise is ``hp.noise_var``)
+
+        var(z) = sf2 - |P k(Z, z)|^2 + |R k(Z, z)|^2 = sf2 - k(z, Z) A k(Z, z),
+
+    with ``A = P^T P - R^T R``. The variance is computed from the two factors, never from
+    ``A``: with long length scales and little noise ``P`` is the inverse of an
+    ill-conditioned Cholesky factor, and ``k^T A k`` formed with ``A`` loses the variance
+    to rounding (errors near ``cond(K) eps sf2``, so a variance of ~0 came out as 1e-6 or
+    as 0 depending on the BLAS's summation order)."""
 
     hp: Hyperparameters
     support: np.ndarray  # (m, d)
     alpha: np.ndarray  # (m,)
-    A: np.ndarray  # (m, m)
+    P: np.ndarray  # (m, m)
+    R: np.ndarray  # (r, m), r = 0 for the exact posterior
 
     @classmethod
     def exact(cls, Z: np.ndarray, y: np.ndarray, hp: Hyperparameters) -> Posterior:
-        """The exact posterior on the samples ``Z (n, d)``, ``y (n,)``."""
+        """The exact posterior on the samples ``Z (n, d)``, ``y (n,)``: with
+        ``K + sn2 I = L L^T``, ``P = L^-1`` and no ``R``."""
         K = kernel(Z, Z, hp) + hp.noise_var * np.eye(len(Z))
         L = np.linalg.cholesky(K)
         alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
-        Linv = np.linalg.solve(L, np.eye(len(Z)))
-        return cls(hp, Z.copy(), alpha, Linv.T @ Linv)
+        return cls(hp, Z.copy(), alpha, np.linalg.solve(L, np.eye(len(Z))), np.zeros((0, len(Z))))
 
     @classmethod
     def dtc(cls, Z: np.ndarray, y: np.ndarray, hp: Hyperparameters, support: np.ndarray):
         """The DTC approximation with the support points ``support (m, d)``: mean
         ``k_zm (sn2 K_mm + K_mn K_nm)^-1 K_mn y``, variance ``sf2 - k_zm (K_mm^-1 - sn2 S)
         k_mz`` with ``S = (sn2 K_mm + K_mn K_nm)^-1``, computed through Cholesky factors
-        (``K_mm = L L^T``, ``B = sn2 I + V V^T`` with ``V = L^-1 K_mn``), since ``K_mm`` of
-        long length scales is close to singular."""
+        (``K_mm = L L^T``, ``B = sn2 I + V V^T = L_B L_B^T`` with ``V = L^-1 K_mn``, so
+        ``S = W^T W`` with ``W = L_B^-1 L^-1``; ``P = L^-1``, ``R = sqrt(sn2) W``), since
+        ``K_mm`` of long length scales is close to singular."""
         m = len(support)
         Kmm = kernel(support, support, hp) + 1e-10 * hp.signal_var * np.eye(m)
         L = np.linalg.cholesky(Kmm)
         V = np.linalg.solve(L, kernel(support, Z, hp))  # (m, n)
         LB = np.linalg.cholesky(hp.noise_var * np.eye(m) + V @ V.T)
         Linv = np.linalg.solve(L, np.eye(m))
-        W = np.linalg.solve(LB, Linv)  # LB^-1 L^-1, so S = W^T W
+        W = np.linalg.solve(LB, Linv)
         alpha = W.T @ (W @ (kernel(support, Z, hp) @ y))
-        A = Linv.T @ Linv - hp.noise_var * (W.T @ W)
-        return cls(hp, support.copy(), alpha, 0.5 * (A + A.T))
+        return cls(hp, support.copy(), alpha, Linv, math.sqrt(hp.noise_var) * W)
+
+    @property
+    def A(self) -> np.ndarray:
+        """``P^T P - R^T R`` (for its norm; never for the variance itself)."""
+        return self.P.T @ self.P - self.R.T @ self.R
 
     # -- numpy ----------------------------------------------------------------------------------
     def mean(self, z: np.ndarray) -> np.ndarray:
@@ -94,7 +107,8 @@ class Posterior:
 
     def var(self, z: np.ndarray) -> np.ndarray:
         k = kernel(np.atleast_2d(z), self.support, self.hp)
-        return np.maximum(self.hp.signal_var - np.einsum("ij,jk,ik->i", k, self.A, k), 0.0)
+        explained = np.sum((k @ self.P.T) ** 2, axis=1) - np.sum((k @ self.R.T) ** 2, axis=1)
+        return np.maximum(self.hp.signal_var - explained, 0.0)
 
     # -- CasADi -------------------------------------------------------------------------------
     def _k(self, z):
@@ -110,7 +124,8 @@ class Posterior:
     def casadi_var(self, z):
         """The latent variance at the symbolic ``z`` (kept >= 0)."""
         k = self._k(z)
-        return ca.fmax(self.hp.signal_var - ca.dot(k, ca.mtimes(ca.DM(self.A), k)), 0.0)
+        a, b = ca.mtimes(ca.DM(self.P), k), ca.mtimes(ca.DM(self.R), k)
+        return ca.fmax(self.hp.signal_var - (ca.dot(a, a) - ca.dot(b, b)), 0.0)
 
 
 def support_points(Z: np.ndarray, m: int, lengthscales: np.ndarray, seed: int) -> np.ndarray:
@@ -129,17 +144,28 @@ def support_points(Z: np.ndarray, m: int, lengthscales: np.ndarray, seed: int) -
     return Z[np.sort(chosen)]
 
 
+# With more samples than this, the starts are screened on this many of them and only the
+# best is optimised on all: the exact marginal likelihood's gradient costs O(n^3) (80 ms
+# per evaluation at n = 512 on one core, about 100 evaluations per start), and on
+# the screening subset the starts settle in the same basins.
+SCREEN_SAMPLES = 256
+# L-BFGS stops when the NLL per sample (order 1) or a raw parameter changes by less than
+# this (the optimum is then settled to ~1e-9; the old 1e-12 ran ~40 % more evaluations)
+_TOLERANCE_CHANGE = 1e-10
+
+
 def fit_hyperparameters(
     Z: np.ndarray, y: np.ndarray, *, restarts: int, iterations: int, seed: int
 ) -> Hyperparameters:
     """Maximise the exact marginal likelihood of one GP (gpytorch, L-BFGS, float64) from
     ``restarts`` initial guesses (the first from the data's spreads, the others perturbed
-    log-normally); the best finite optimum wins.
+    log-normally); the best finite optimum wins. With more than :data:`SCREEN_SAMPLES`
+    samples and several starts, the starts run on a random subset of that size and the
+    best of them is then optimised on every sample.
 
     Raises:
         InputError: fewer than 2 samples, or non-finite data.
     """
-    import gpytorch
     import torch
 
     Z = np.asarray(Z, dtype=np.float64)
@@ -152,8 +178,48 @@ def fit_hyperparameters(
     spread = Z.std(axis=0)
     spread = np.where(spread > 0, spread, 1.0)
     y_var = float(np.var(y)) if np.var(y) > 0 else 1e-12
-    Zt, yt = torch.as_tensor(Z), torch.as_tensor(y)
     rng = np.random.default_rng(seed)
+    starts = []
+    for r in range(restarts):
+        factor = np.ones(d + 2) if r == 0 else np.exp(rng.normal(0.0, 0.7, d + 2))
+        starts.append(
+            Hyperparameters(
+                lengthscales=spread * factor[:d],
+                signal_var=y_var * factor[d],
+                noise_var=max(0.1 * y_var * factor[d + 1], 1e-10),
+                nll=np.inf,
+            )
+        )
+    torch.manual_seed(seed)
+    threads = torch.get_num_threads()
+    # one thread: at these sizes (n <= a few thousand) a second thread gains little and,
+    # on a machine whose cores are busy, oversubscription made each step 3-4x slower
+    torch.set_num_threads(1)
+    try:
+        if restarts > 1 and len(Z) > SCREEN_SAMPLES:
+            subset = rng.choice(len(Z), SCREEN_SAMPLES, replace=False)
+            screened = _optimise(Z[subset], y[subset], starts, iterations)
+            starts = [screened] if screened is not None else starts
+        best = _optimise(Z, y, starts, iterations)
+    finally:
+        torch.set_num_threads(threads)
+    if best is None:
+        raise InputError(
+            f"the GP's marginal likelihood could not be optimised from any of {restarts} starts "
+            "(every Cholesky factorisation failed); check the data for duplicates or scale"
+        )
+    return best
+
+
+def _optimise(
+    Z: np.ndarray, y: np.ndarray, starts: list[Hyperparameters], iterations: int
+) -> Hyperparameters | None:
+    """The best finite optimum of L-BFGS runs from ``starts``; None when every run failed."""
+    import gpytorch
+    import torch
+
+    d = Z.shape[1]
+    Zt, yt = torch.as_tensor(Z), torch.as_tensor(y)
 
     class _GP(gpytorch.models.ExactGP):
         def __init__(self, likelihood):
@@ -169,80 +235,66 @@ def fit_hyperparameters(
             )
 
     best: Hyperparameters | None = None
-    torch.manual_seed(seed)
-    threads = torch.get_num_threads()
-    # one thread: at these sizes (n <= a few thousand) a second thread gains little and,
-    # on a machine whose cores are busy, oversubscription made each step 3-4x slower
-    torch.set_num_threads(1)
-    try:
-        with (
-            gpytorch.settings.fast_computations(False, False, False),
-            gpytorch.settings.max_cholesky_size(10**7),
-        ):
-            for r in range(restarts):
-                factor = np.ones(d + 2) if r == 0 else np.exp(rng.normal(0.0, 0.7, d + 2))
-                likelihood = gpytorch.likelihoods.GaussianLikelihood(
-                    noise_constraint=gpytorch.constraints.GreaterThan(1e-12)
-                ).double()
-                model = _GP(likelihood).double()
-                model.covar_module.base_kernel.lengthscale = torch.as_tensor(spread * factor[:d])
-                model.covar_module.outputscale = torch.as_tensor(y_var * factor[d])
-                likelihood.noise = torch.as_tensor(max(0.1 * y_var * factor[d + 1], 1e-10))
-                model.train()
-                likelihood.train()
-                mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-                optimiser = torch.optim.LBFGS(
-                    model.parameters(),
-                    lr=1.0,
-                    max_iter=iterations,
-                    tolerance_grad=1e-9,
-                    tolerance_change=1e-12,
-                    line_search_fn="strong_wolfe",
-                )
+    with (
+        gpytorch.settings.fast_computations(False, False, False),
+        gpytorch.settings.max_cholesky_size(10**7),
+    ):
+        for start in starts:
+            likelihood = gpytorch.likelihoods.GaussianLikelihood(
+                noise_constraint=gpytorch.constraints.GreaterThan(1e-12)
+            ).double()
+            model = _GP(likelihood).double()
+            model.covar_module.base_kernel.lengthscale = torch.as_tensor(start.lengthscales)
+            model.covar_module.outputscale = torch.as_tensor(start.signal_var)
+            likelihood.noise = torch.as_tensor(start.noise_var)
+            model.train()
+            likelihood.train()
+            mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+            optimiser = torch.optim.LBFGS(
+                model.parameters(),
+                lr=1.0,
+                max_iter=iterations,
+                tolerance_grad=1e-9,
+                tolerance_change=_TOLERANCE_CHANGE,
+                line_search_fn="strong_wolfe",
+            )
 
-                kept: dict = {}  # the best finite point this start reached
+            kept: dict = {}  # the best finite point this start reached
 
-                def closure(optimiser=optimiser, model=model, mll=mll, kept=kept):
-                    optimiser.zero_grad()
-                    loss = -mll(model(Zt), yt)
-                    value = float(loss.detach())
-                    if np.isfinite(value) and value < kept.get("loss", np.inf):
-                        kept["loss"] = value
-                        kept["state"] = copy.deepcopy(model.state_dict())
-                    loss.backward()
-                    return loss
+            def closure(optimiser=optimiser, model=model, mll=mll, kept=kept):
+                optimiser.zero_grad()
+                loss = -mll(model(Zt), yt)
+                value = float(loss.detach())
+                if np.isfinite(value) and value < kept.get("loss", np.inf):
+                    kept["loss"] = value
+                    kept["state"] = copy.deepcopy(model.state_dict())
+                loss.backward()
+                return loss
 
-                try:
-                    optimiser.step(closure)
-                except (RuntimeError, ValueError):
-                    # a line search that stepped where the kernel matrix is not positive
-                    # definite (or NaN): go on from the best point reached before it
-                    if "state" not in kept:
-                        continue
-                    model.load_state_dict(kept["state"])
-                try:
-                    with torch.no_grad():
-                        nll = float(-mll(model(Zt), yt))
-                except (RuntimeError, ValueError):
+            try:
+                optimiser.step(closure)
+            except (RuntimeError, ValueError):
+                # a line search that stepped where the kernel matrix is not positive
+                # definite (or NaN): go on from the best point reached before it
+                if "state" not in kept:
                     continue
-                if not np.isfinite(nll) or (best is not None and nll >= best.nll):
-                    continue
-                best = Hyperparameters(
-                    lengthscales=model.covar_module.base_kernel.lengthscale.detach()
-                    .numpy()
-                    .ravel()
-                    .copy(),
-                    signal_var=float(model.covar_module.outputscale.detach()),
-                    noise_var=float(likelihood.noise.detach()),
-                    nll=nll,
-                )
-    finally:
-        torch.set_num_threads(threads)
-    if best is None:
-        raise InputError(
-            f"the GP's marginal likelihood could not be optimised from any of {restarts} starts "
-            "(every Cholesky factorisation failed); check the data for duplicates or scale"
-        )
+                model.load_state_dict(kept["state"])
+            try:
+                with torch.no_grad():
+                    nll = float(-mll(model(Zt), yt))
+            except (RuntimeError, ValueError):
+                continue
+            if not np.isfinite(nll) or (best is not None and nll >= best.nll):
+                continue
+            best = Hyperparameters(
+                lengthscales=model.covar_module.base_kernel.lengthscale.detach()
+                .numpy()
+                .ravel()
+                .copy(),
+                signal_var=float(model.covar_module.outputscale.detach()),
+                noise_var=float(likelihood.noise.detach()),
+                nll=nll,
+            )
     return best
 
 
@@ -350,7 +402,7 @@ def uniform_error_bound(
     )
     n = len(post.alpha)
     lip_mean = lip_k * math.sqrt(n) * float(np.linalg.norm(post.alpha))
-    a_norm = float(np.max(np.abs(np.linalg.eigvalsh(post.A))))
+    a_norm = float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (post.A + post.A.T)))))
     if not (np.isfinite(lip_f) and np.isfinite(lip_mean) and np.isfinite(a_norm)):
         raise InputError(
             f"the uniform error bound needs finite Lipschitz constants, got L_f = {lip_f}, "
