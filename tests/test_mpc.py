@@ -172,10 +172,13 @@ def test_cartpole_nominal_variational_model_swings_up():
 @pytest.mark.parametrize(
     "solver, transcription", [("sqpmethod", "implicit"), ("fatrop", "implicit"), ("ipopt", "step")]
 )
-def test_compiled_controllers_solve_the_interpreted_ones_problem(solver, transcription):
+def test_compiled_controllers_solve_the_interpreted_ones_problem(
+    solver, transcription, tmp_path, monkeypatch
+):
     # jit="model" compiles the cart-pole's midpoint residual (an SX function) and leaves the
     # NLP around it unexpanded; jit="nlp" compiles the whole NLP. Both solve the same
     # problem: the plans agree with the interpreted controller's to the solver tolerance.
+    monkeypatch.chdir(tmp_path)
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
     cons = Constraints(u_min=[-30], u_max=[30])
@@ -188,6 +191,7 @@ def test_compiled_controllers_solve_the_interpreted_ones_problem(solver, transcr
         plans[jit] = [ctrl(np.array(x0)).u_plan for x0 in ([0.0, 0.3, 0.0, 0.0], [0.2, 2.8, 1, -1])]
     for jit in ("model", "nlp"):
         np.testing.assert_allclose(plans[jit], plans["none"], atol=1e-6)
+    assert list(tmp_path.iterdir()) == []  # the generated C stays out of the working directory
 
 
 def test_a_stage_function_with_a_newton_loop_stays_interpreted():

@@ -22,7 +22,8 @@ FLAGS = ["-O1", "-ffp-contract=off"]
 _DIRECTORY: str | None = None
 
 
-def _directory() -> str:
+def directory() -> str:
+    """The per-process directory compiled code goes to (made on first use)."""
     global _DIRECTORY
     if _DIRECTORY is None:
         _DIRECTORY = tempfile.mkdtemp(prefix="vimpc_jit_")
@@ -39,7 +40,7 @@ def options(derivatives: int = 0) -> dict[str, Any]:
         "jit_cleanup": False,
         "jit_options": {
             "flags": FLAGS,
-            "directory": _directory(),
+            "directory": directory(),
             "cleanup": False,
             "verbose": False,
         },

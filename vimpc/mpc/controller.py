@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -205,8 +206,14 @@ class MPC:
                 opts[key] = {**opts[key], **value}
             else:
                 opts[key] = value
+        # an NLP's JIT also writes its C source to the working directory: keep it in the
+        # JIT directory, which the process removes at exit
+        where = (
+            contextlib.chdir(_jit.directory()) if self.jit == "nlp" else contextlib.nullcontext()
+        )
         try:
-            self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+            with where:
+                self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
         except RuntimeError as exc:
             error = option_error(solver, plugin, qpsol, given_options, str(exc))
             if error is None:
