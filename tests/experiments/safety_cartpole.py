@@ -70,7 +70,7 @@ def margins_figure(margins: dict[str, list[float]]):
     ax.set_yticks(range(len(margins)), list(margins))
     ax.invert_yaxis()
     ax.set_xlabel("smallest margin to the rail in the episode [m] (< 0: off the rail)")
-    ax.set_title("Safe cart-pole: per-episode minimum margin (black: median)")
+    fig.suptitle("Safe cart-pole: per-episode minimum margin (black: median)")
     return fig
 
 
