@@ -341,9 +341,17 @@ class GPVIModel(SpreadFamily):
 
         Newton runs on ``x_next / scale`` with the integrators' scaling (``|q|`` for the
         positions, ``|q| / dt`` for the velocities), so its step test is relative to the
-        round-off of large coordinates (a link spun to 270 rad) rather than absolute."""
-        nq = self.system.nq
-        scale = state_scale(x[:nq], x[nq:], self.dt)
+        round-off of large coordinates (a link spun to 270 rad) rather than absolute. The
+        scale is multiplied by ``|G|_F |(G G^T + eps I)^-1 G|_F`` at ``q_k`` (``>= 1``, about
+        ``1 / sigma_min(G)``): near a configuration where ``G`` loses rank (the parallelogram
+        four-bar with its links aligned, its hanging rest) the projection divides the
+        constraint's round-off by ``sigma_min``, and Newton, converged, wandered at 1e-10 and
+        failed the unscaled test."""
+        s, nq = self.system, self.system.nq
+        G = s.function("G")(x[:nq])
+        gram = ca.mtimes(G, G.T) + _REGULARISATION * ca.DM.eye(s.n_holonomic)
+        amplification = ca.norm_fro(G) * ca.norm_fro(ca.solve(gram, G))
+        scale = state_scale(x[:nq], x[nq:], self.dt) * amplification
         z = ca.MX.sym("z", x_next.shape[0])
         scaled = ca.substitute(r, x_next, scale * z)
         implicit = ca.Function("projection", [z, x, u, dv], [scaled])
