@@ -9,8 +9,8 @@ import functools
 import casadi as ca
 import gymnasium
 import numpy as np
-import scipy.linalg
 import pytest
+import scipy.linalg
 
 import vimpc  # registers the environments
 from vimpc.data import make_excitation, rollout_env
