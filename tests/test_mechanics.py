@@ -311,6 +311,19 @@ def test_to_maximal_is_consistent(name):
     assert np.max(np.abs(maximal.holonomic(z_bad))) > 1e-5
 
 
+def test_states_to_maximal_maps_a_batch_state_by_state():
+    source = DoublePendulum()
+    x = np.random.default_rng(7).normal(size=(3, 2, 4))  # any leading shape
+    out = source.states_to_maximal(x)
+    assert out.shape == (3, 2, 2 * source.maximal().nq)
+    for index in np.ndindex(3, 2):
+        np.testing.assert_array_equal(
+            out[index], np.concatenate(source.to_maximal(x[index][:2], x[index][2:]))
+        )
+    with pytest.raises(InputError, match=r"2 nq = 4 entries.*\(3, 5\)"):
+        source.states_to_maximal(np.zeros((3, 5)))
+
+
 def test_make_system_maximal_and_rejects_unknown():
     assert isinstance(make_system("Pendulum", coordinates="maximal"), MaximalCoordinates)
     with pytest.raises(InputError, match="did you mean 'Pendulum'"):

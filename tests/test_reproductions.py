@@ -129,7 +129,7 @@ def test_gp_vi_keeps_the_double_pendulum_on_its_constraints():
     fine = VariationalIntegrator(joint, "midpoint").step_function(1e-4)
     xs = np.asarray(fine.mapaccum(20_000)(start, np.zeros((2, 20_000)), np.zeros((0, 20_000)))).T
     xs = np.vstack([start, xs])[::100]  # 2 s of the true double pendulum every 0.01 s
-    states = np.array([np.concatenate(joint.to_maximal(x[:2], x[2:])) for x in xs])
+    states = joint.states_to_maximal(xs)
     data = Dataset(
         t=np.arange(201)[None] * h, obs=states[None], states=states[None],
         inputs=np.zeros((1, 200, maximal.nu)), dt=h, metadata={"system": maximal.name},
@@ -218,15 +218,11 @@ def test_gp_vi_learns_the_parallelogram_four_bar_in_maximal_coordinates():
         states = np.array(states)
         return states, states + 1e-3 * rng.standard_normal(states.shape)
 
-    def to_maximal(x: np.ndarray) -> np.ndarray:
-        return np.array(
-            [[np.concatenate(joint.to_maximal(y[:2], y[2:])) for y in row] for row in x]
-        )
-
     def dataset(states: np.ndarray, obs: np.ndarray) -> Dataset:
         n, t = states.shape[:2]
         return Dataset(
-            t=np.tile(np.arange(t) * h, (n, 1)), obs=to_maximal(obs), states=to_maximal(states),
+            t=np.tile(np.arange(t) * h, (n, 1)), obs=joint.states_to_maximal(obs),
+            states=joint.states_to_maximal(states),
             inputs=np.zeros((n, t - 1, 1)), dt=h, metadata={"system": maximal.name},
         )  # fmt: skip
 

@@ -74,7 +74,7 @@ def training_data(joint, maximal) -> Dataset:
     step = VariationalIntegrator(joint, "midpoint").step_function(FINE)
     fine = np.asarray(step.mapaccum(n)(x0, np.zeros((joint.nu, n)), np.zeros((0, n)))).T
     xs = np.vstack([x0, fine])[:: round(H / FINE)]
-    states = np.array([np.concatenate(joint.to_maximal(x[:2], x[2:])) for x in xs])
+    states = joint.states_to_maximal(xs)
     return Dataset(
         t=np.arange(TRAIN_STEPS + 1)[None] * H,
         obs=states[None],

@@ -32,8 +32,8 @@ once with 3 starts; if that fails too it scores inf (the authors' code scores Na
 as does a fitted model one of whose 500 rollouts fails (a projection's Newton that does not
 converge); the table counts both.
 
-A system is one line of ``SYSTEMS`` and a curve one line of ``CASES``. Every fit's result
-is kept in ``$VIMPC_CACHE/gp_vi_samples_records.json`` (outside the repository) for
+A system is one line of ``SYSTEMS`` (in ``_gp_vi_systems.py``, with the metric) and a
+curve one line of ``CASES``. Every fit's result is kept in ``$VIMPC_CACHE/gp_vi_samples_records.json`` (outside the repository) for
 ``--replot``.
 
 Writes ``results/gp_vi/{samples.csv, samples.md, samples.png}``.
@@ -45,129 +45,40 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _gp_vi_systems import (
+    DT,
+    HORIZON,
+    NOISE,
+    STEPS,
+    SUBSTEP,
+    SYSTEMS,
+    TEST,
+    TRAIN,
+    Readout,
+    data_cfg,
+    position_mse,
+    to_maximal,
+    windows_of,
+)
 from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from vimpc import pipeline
-from vimpc.data import Dataset
 from vimpc.errors import InputError
-from vimpc.mechanics import DoublePendulum, ParallelogramFourBar
-from vimpc.models import NominalModel, evaluation
+from vimpc.models import NominalModel
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "gp_vi"
-DT = 0.01
-SUBSTEP = 1e-4
-NOISE = 1e-3
-PERTURBATION = 0.1
-TRAIN, TEST, STEPS = 200, 100, 200  # trajectories of 2 s
-HORIZON = 20
 TEST_STARTS = 500
 SIZES = (2, 4, 8, 16, 32, 64, 128, 256, 512)
 TARGET_SIZE, TARGET_RATIO = 256, 10.0
 FALLBACK_RESTARTS = 3
-PI = math.pi
 
-
-# -- the true systems -----------------------------------------------------------------------
-
-
-def _env_by_id(env_id: str) -> Callable[[int], Any]:
-    def make(param_seed: int):
-        import gymnasium
-
-        import vimpc  # noqa: F401  (registers the environment ids)
-
-        return gymnasium.make(
-            env_id,
-            dt=DT,
-            substep=SUBSTEP,
-            perturbation=PERTURBATION,
-            obs_noise=NOISE,
-            param_seed=param_seed,
-        ).unwrapped
-
-    return make
-
-
-def _truth_env(system_type: type, friction_max: tuple[float, ...]) -> Callable[[int], Any]:
-    """A true system without a package env: a task-free :class:`MechanicalEnv` of
-    ``system_type`` (same perturbation, friction draw, integrator, noise as the envs)."""
-
-    def make(param_seed: int):
-        from vimpc_envs._base import MechanicalEnv
-
-        class Truth(MechanicalEnv):
-            def stage_cost(self, obs, u, t=0.0):
-                return 0.0
-
-            def safety_margin(self, obs):
-                return np.zeros(0)
-
-            def _sample_state(self):
-                raise NotImplementedError("start states are given to reset")
-
-            def _view(self):
-                return (-2.0, 2.0), (-2.0, 2.0)
-
-        nx = 2 * system_type().nq
-        Truth.system_type = system_type
-        Truth.friction_max = friction_max
-        Truth.friction_rates = tuple(f"joint{i + 1}" for i in range(len(friction_max)))
-        Truth.action_limit = (1e3,) * system_type().nu
-        Truth.observation_limit = (1e4,) * (nx // 2) + (1e3,) * (nx // 2)
-        Truth.__name__ = f"{system_type.__name__}Truth"
-        return Truth(
-            dt=DT,
-            substep=SUBSTEP,
-            perturbation=PERTURBATION,
-            obs_noise=NOISE,
-            param_seed=param_seed,
-        )
-
-    return make
-
-
-@dataclass(frozen=True)
-class SystemSpec:
-    """A system of the figure: its true system (by ``param_seed``) and the box of start
-    states ``(q, v)`` (velocities 0: at rest)."""
-
-    label: str
-    make_env: Callable[[int], Any]
-    low: tuple[float, ...]
-    high: tuple[float, ...]
-
-
-# start boxes and friction ranges of implementations.md section 1 (the paper's Fig. 2)
-SYSTEMS = {
-    "pendulum": SystemSpec("Pendulum", _env_by_id("vimpc/Pendulum-v0"), (-PI, 0.0), (PI, 0.0)),
-    "cartpole": SystemSpec(
-        "Cart-pole", _env_by_id("vimpc/CartPole-v0"), (-0.5, -PI, 0, 0), (0.5, PI, 0, 0)
-    ),
-    "double_pendulum": SystemSpec(
-        "Double pendulum",
-        _truth_env(DoublePendulum, (2.0, 0.5)),
-        (-PI / 2, -PI, 0, 0),
-        (PI / 2, PI, 0, 0),
-    ),
-    # friction on the joints (torque, pivot3, joint12, joint34, joint24): the authors'
-    # rand(4) .* [2, 0.5, 2, 0.5] on their joints 1-4; the second pivot, which their
-    # mechanism closes with an extra joint, frictionless
-    "fourbar": SystemSpec(
-        "Parallelogram four-bar",
-        _truth_env(ParallelogramFourBar, (2.0, 0.0, 0.5, 2.0, 0.5)),
-        (-PI / 2, -PI / 2, 0, 0),
-        (PI / 2, PI / 2, 0, 0),
-    ),
-}
 
 # (system, coordinates, prior): one curve each. Coordinates "minimal" and "sincos" are
 # GPVIModel's (the model's state is the joint coordinates); "maximal" is GPVIModel on the
@@ -193,100 +104,6 @@ CASES = (
 # the nominal integrator (no learning) of each prior; "zero" is compared with the midpoint VI
 NOMINAL = {"midpoint": ("midpoint", "position_momentum"), "first_order": ("first_order", "del")}
 BASELINE_OF = {"midpoint": "midpoint", "first_order": "first_order", "zero": "midpoint"}
-
-
-# -- data and metric ----------------------------------------------------------------------------
-
-
-def _data_cfg(spec: SystemSpec, r: int) -> dict[str, Any]:
-    """The ``[data]`` of a scenario for :func:`vimpc.pipeline.collect`: zero input, uniform
-    starts at rest, seeds apart by realisation and part."""
-    return {
-        "data": {
-            "trajectories": TRAIN,
-            "seed": 1_000_000 + 1000 * r,
-            "heldout_trajectories": TEST,
-            "heldout_seed": 2_000_000 + 1000 * r,
-            "steps": STEPS,
-            "excitation": "zero",
-            "excitation_options": {},
-            "initial_state": "uniform",
-            "low": list(spec.low),
-            "high": list(spec.high),
-            "obs_noise": None,  # the env's own, NOISE
-        }
-    }
-
-
-def _windows(test: Dataset, n: int, seed: int) -> Dataset:
-    """``n`` noise-free windows of ``HORIZON`` steps drawn from the test trajectories, as a
-    dataset of ``n`` short trajectories (``obs`` = the ground truth)."""
-    rng = np.random.default_rng(seed)
-    i = rng.integers(0, test.n_trajectories, n)[:, None]
-    k = rng.integers(0, test.n_steps - HORIZON + 1, n)[:, None] + np.arange(HORIZON + 1)
-    states = test.states[i, k]
-    return Dataset(test.t[i, k], states, states, test.inputs[i, k[:, :-1]], test.dt, test.metadata)
-
-
-def _wrap(error: np.ndarray, angles: np.ndarray) -> np.ndarray:
-    return np.where(angles, np.angle(np.exp(1j * error)), error)
-
-
-@dataclass(frozen=True)
-class Readout:
-    """The joint-coordinate errors of a model's position errors: its angle entries
-    (``model_angles``) wrapped, times ``matrix``, the joint angles (``angles``) wrapped."""
-
-    model_angles: np.ndarray
-    matrix: np.ndarray
-    angles: np.ndarray
-
-    @classmethod
-    def joint(cls, joint) -> Readout:
-        """A model in the joint coordinates of ``joint``."""
-        angles = np.array([unit == "rad" for unit in joint.coordinate_units])
-        return cls(angles, np.eye(joint.nq), angles)
-
-    @classmethod
-    def maximal(cls, joint) -> Readout:
-        """A model in ``joint.maximal()``: the bodies' angles are ``phi = A q + c`` with a
-        constant ``A`` (each row a body's angle Jacobian), so the joint angles' errors are
-        ``pinv(A)`` times the bodies' angle errors (exact on the constraints, where the model
-        stays); the bodies' positions are not used."""
-        maximal = joint.maximal()
-        A = np.vstack([np.asarray(p.angle_jacobian) for p in joint.poses(np.zeros(joint.nq))])
-        model_angles = np.array([unit == "rad" for unit in maximal.coordinate_units])
-        matrix = np.zeros((joint.nq, maximal.nq))
-        matrix[:, model_angles] = np.linalg.pinv(A)
-        return cls(model_angles, matrix, Readout.joint(joint).angles)
-
-
-def to_maximal(joint, data: Dataset) -> Dataset:
-    """``data`` of ``joint`` in ``joint.maximal()``'s coordinates: each observation and state
-    mapped by ``joint.to_maximal`` (so the noise enters through the joint coordinates and
-    the noisy data lie on the constraints, as the authors')."""
-    nq = joint.nq
-
-    def mapped(x: np.ndarray) -> np.ndarray:
-        flat = x.reshape(-1, x.shape[-1])
-        out = np.array([np.concatenate(joint.to_maximal(y[:nq], y[nq:])) for y in flat])
-        return out.reshape(*x.shape[:-1], -1)
-
-    metadata = {**data.metadata, "system": joint.maximal().name}
-    return data.replace(obs=mapped(data.obs), states=mapped(data.states), metadata=metadata)
-
-
-def position_mse(model, windows: Dataset, readout: Readout) -> float:
-    """Mean square ``HORIZON``-step error of the joint coordinates (angles wrapped); inf if
-    the prediction is not finite."""
-    try:
-        error = evaluation.prediction_errors(model, windows, HORIZON)
-    except RuntimeError:  # a Newton solve CasADi could not finish
-        return math.inf
-    error = _wrap(error[:, : len(readout.model_angles)], readout.model_angles)
-    error = _wrap(error @ readout.matrix.T, readout.angles)
-    value = float(np.mean(error**2))
-    return value if np.isfinite(value) else math.inf
 
 
 def fit_gp(nominal, n: int, r: int, coordinates: str, prior: str, restarts: int, train):
@@ -324,10 +141,10 @@ def run(repeats: int, first: int, restarts: int, progress) -> list[dict[str, Any
         for name in systems:
             spec = SYSTEMS[name]
             env = spec.make_env(r)
-            cfg = _data_cfg(spec, r)
+            cfg = data_cfg(spec, r)
             progress.set_postfix_str(f"r={r} {name}: collecting")
             train = pipeline.collect(cfg, env, "train")
-            windows = _windows(pipeline.collect(cfg, env, "heldout"), TEST_STARTS, seed=r)
+            windows = windows_of(pipeline.collect(cfg, env, "heldout"), TEST_STARTS, seed=r)
             nominal = env.nominal_system
             readout = Readout.joint(nominal)
             # per coordinates of CASES: the nominal system, training data, windows, readout
@@ -375,6 +192,14 @@ def run(repeats: int, first: int, restarts: int, progress) -> list[dict[str, Any
     return records
 
 
+def _curve(rows: list[dict[str, Any]], coordinates: str, prior: str) -> list[dict[str, Any]]:
+    """The GP-VI entries of ``rows`` (records or table rows) of one curve."""
+    return [
+        r for r in rows
+        if r["model"] == "gp_vi" and r["coordinates"] == coordinates and r["prior"] == prior
+    ]  # fmt: skip
+
+
 def _percentiles(values: list[float]) -> tuple[float, float, float]:
     """Median, 10th and 90th percentile (numpy's linear interpolation); one between a finite
     value and a failed fit's inf is inf, one that falls on a finite value is that value
@@ -413,10 +238,7 @@ def summarise(records: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
                 }
             )  # fmt: skip
         for _, coordinates, prior in [c for c in CASES if c[0] == name]:
-            curve = [
-                x for x in mine
-                if x["model"] == "gp_vi" and x["coordinates"] == coordinates and x["prior"] == prior
-            ]  # fmt: skip
+            curve = _curve(mine, coordinates, prior)
             if not curve:
                 continue
             for n in SIZES:
@@ -489,10 +311,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                 linewidth=1.2, label=f"{r['model']} (median)",
             )  # fmt: skip
         for _, coordinates, prior in [c for c in CASES if c[0] == name]:
-            curve = [
-                r for r in mine
-                if r["model"] == "gp_vi" and r["coordinates"] == coordinates and r["prior"] == prior
-            ]  # fmt: skip
+            curve = _curve(mine, coordinates, prior)
             if not curve:
                 continue
             n = [r["samples"] for r in curve]

@@ -216,6 +216,19 @@ class PlanarBodies(NaturalSystem):
             w.extend([lin[0], lin[1], ang[0]])
         return np.array(z, dtype=np.float64), np.array(w, dtype=np.float64)
 
+    def states_to_maximal(self, x) -> np.ndarray:
+        """States ``x (..., 2 nq)`` as states of :meth:`maximal` ``(..., 2 n)``, each mapped
+        by :meth:`to_maximal`."""
+        x = np.asarray(x, dtype=np.float64)
+        nq = self.nq
+        if x.ndim == 0 or x.shape[-1] != 2 * nq:
+            raise InputError(
+                f"states must have 2 nq = {2 * nq} entries in their last axis, got shape {x.shape}"
+            )
+        flat = x.reshape(-1, 2 * nq)
+        out = np.array([np.concatenate(self.to_maximal(y[:nq], y[nq:])) for y in flat])
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
 
 class MaximalCoordinates(PlanarBodies):
     """A planar mechanism with each body's ``(x, y, phi)`` as coordinates.

@@ -402,7 +402,7 @@ def uniform_error_bound(
     )
     n = len(post.alpha)
     lip_mean = lip_k * math.sqrt(n) * float(np.linalg.norm(post.alpha))
-    a_norm = float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (post.A + post.A.T)))))
+    a_norm = float(np.max(np.abs(np.linalg.eigvalsh(post.A))))
     if not (np.isfinite(lip_f) and np.isfinite(lip_mean) and np.isfinite(a_norm)):
         raise InputError(
             f"the uniform error bound needs finite Lipschitz constants, got L_f = {lip_f}, "
