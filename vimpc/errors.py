@@ -24,3 +24,9 @@ class NotFittedError(VimpcError, RuntimeError):
 
 class SolverError(VimpcError, RuntimeError):
     """A numerical solve (Newton, NLP) failed where no fallback exists."""
+
+
+class FitWarning(UserWarning):
+    """A fit finished, but its result rests on a choice the data did not make (a
+    minimum-norm solution of a nearly empty system, a scale no force fixed) or is
+    degenerate somewhere it will be used."""

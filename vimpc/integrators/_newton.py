@@ -23,21 +23,25 @@ STEP_TOL = 1e-14
 MAX_ITER = 30
 
 
-def solve(name: str, residual: ca.Function, error_on_fail: bool) -> ca.Function:
+def solve(
+    name: str, residual: ca.Function, error_on_fail: bool, abstol: float = ABSTOL
+) -> ca.Function:
     """A rootfinder for ``residual(z, *params) = 0`` in its first argument.
 
     ``fast_newton`` is a plain Newton iteration with a dense LU, cheap for the
     small systems here and differentiable by the implicit function theorem.
     ``z`` should be scaled to the size of the state (the step test is on ``z``).
     With ``error_on_fail=False`` a non-converged solve returns its last iterate
-    (inside an NLP the solver then sees the residual and recovers).
+    (inside an NLP the solver then sees the residual and recovers). ``abstol`` replaces
+    the residual test's tolerance where the residual's round-off is far above ``ABSTOL``
+    (a learned Lagrangian whose weights cancel).
     """
     return ca.rootfinder(
         name,
         "fast_newton",
         residual,
         {
-            "abstol": ABSTOL,
+            "abstol": abstol,
             "abstolStep": STEP_TOL,
             "max_iter": MAX_ITER,
             "error_on_fail": error_on_fail,

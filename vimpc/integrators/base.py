@@ -85,16 +85,22 @@ class Integrator(abc.ABC):
             return self.system.lagrangian(q, v)
         return self._lagrangian(q, v, theta)
 
+    def _momentum_lagrangian(self) -> LagrangianFn | None:
+        """The Lagrangian ``L(q, v, theta)`` of the state's momentum ``dL/dv`` and energy
+        (None: the system's own)."""
+        return self._lagrangian
+
     def _state_function(self, name: str, out: str, given, derived) -> ca.Function:
         """``(x, theta) -> given(q, v)`` for the system's own Lagrangian, else
         ``derived(L, v)`` by automatic differentiation of the given one."""
         s = self.system
         x, th = ca.SX.sym("x", s.nq + s.nv), ca.SX.sym("theta", self.n_theta)
         q, v = x[: s.nq], x[s.nq :]
-        if self._lagrangian is None:
+        L = self._momentum_lagrangian()
+        if L is None:
             value = given(q, v)
         else:
-            value = derived(self.lagrangian(q, v, th), v)
+            value = derived(L(q, v, th), v)
         return ca.Function(name, [x, th], [value], ["x", "theta"], [out])
 
     def energy_function(self) -> ca.Function:

@@ -30,7 +30,11 @@ Learned parts enter through two arguments: ``lagrangian(q, v, theta)`` replaces 
 system's Lagrangian in ``L_d`` and in ``dL/dv`` (see
 :class:`~vimpc.integrators.base.Integrator`), and ``discrete_force(q0, q1, u, theta)``
 returns a pair ``(f-, f+)`` added to the rule's discrete forces, e.g. a learned friction
-model. Every function takes ``theta`` as its last input.
+model. ``legendre(q, v, theta)``, where given, replaces the Lagrangian in the momentum
+map ``p = dL/dv`` of the position-momentum form only: shadow integration drives the
+discrete equations with a learned inverse modified Lagrangian and maps velocities to
+momenta with the Lagrangian recovered from it (:mod:`vimpc.models.lsi`). Every function
+takes ``theta`` as its last input.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ class VariationalIntegrator(ImplicitIntegrator):
             :class:`~vimpc.integrators.base.Integrator`).
         discrete_force: ``(q0, q1, u, theta) -> (f-, f+)``, CasADi expressions of shape
             ``(nq, 1)`` added to the left and right discrete forces of every step.
+        legendre: ``L(q, v, theta)`` whose ``dL/dv`` is the momentum of the state's
+            velocity (position-momentum form) and whose energy is the state's energy
+            (default: the discrete equations' Lagrangian).
+        residual_tolerance: the step's Newton residual test (absolute); raise it for a
+            Lagrangian whose evaluation loses digits to cancellation (kernel expansions).
     """
 
     def __init__(
@@ -80,8 +89,16 @@ class VariationalIntegrator(ImplicitIntegrator):
         lagrangian: LagrangianFn | None = None,
         n_theta: int = 0,
         discrete_force: DiscreteForceFn | None = None,
+        legendre: LagrangianFn | None = None,
+        residual_tolerance: float = _newton.ABSTOL,
     ) -> None:
         super().__init__(system, lagrangian=lagrangian, n_theta=n_theta)
+        if legendre is not None and not callable(legendre):
+            raise InputError(
+                f"legendre must be a callable L(q, v, theta), got {type(legendre).__name__}"
+            )
+        self._legendre = legendre
+        self.residual_tolerance = _checks.positive("residual_tolerance", residual_tolerance)
         self.rule = _checks.one_of("rule", rule, RULES)
         self.form = _checks.one_of("form", form, FORMS)
         self.order = ORDER[rule]
@@ -113,6 +130,9 @@ class VariationalIntegrator(ImplicitIntegrator):
                 "discrete_force(q0, q1, u, theta) must return a pair (f_minus, f_plus) of "
                 f"shape ({s.nq}, 1) each, got shapes {shapes}"
             )
+
+    def _momentum_lagrangian(self) -> LagrangianFn | None:
+        return self._legendre if self._legendre is not None else self._lagrangian
 
     # -- building blocks on SX ---------------------------------------------------------
     def _reactions(self, q):
@@ -158,7 +178,8 @@ class VariationalIntegrator(ImplicitIntegrator):
         D1 = ca.Function("D1Ld", [qa, qb, th], [ca.gradient(Ld, qa)])
         D2 = ca.Function("D2Ld", [qa, qb, th], [ca.gradient(Ld, qb)])
         forces = ca.Function("fd", [qa, qb, u, th], [fm, fp])
-        dLdv = ca.Function("dLdv", [q, v, th], [ca.gradient(L(q, v), v)])
+        momentum = L(q, v) if self._legendre is None else self._legendre(q, v, th)
+        dLdv = ca.Function("dLdv", [q, v, th], [ca.gradient(momentum, v)])
         return D1, D2, forces, dLdv
 
     def _residual_expr(self, x, u, xn, th, h):
@@ -217,7 +238,9 @@ class VariationalIntegrator(ImplicitIntegrator):
             # (a disk rolled to theta ~ 300 rad, a cart 400 m down the rail).
             scale = _newton.state_scale(x[:n], x[n:], h)
             implicit = ca.Function("G", [z, x, u, th], [residual(x, u, scale * z, th)])
-            newton = _newton.solve(f"{s.name}_{self.rule}_newton", implicit, error_on_fail)
+            newton = _newton.solve(
+                f"{s.name}_{self.rule}_newton", implicit, error_on_fail, self.residual_tolerance
+            )
             guess = ca.vertcat(x[:n] + h * x[n:], x[n:]) / scale
             self._cache[key] = ca.Function(
                 f"{s.name}_{self.rule}_step",

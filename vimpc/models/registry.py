@@ -17,6 +17,7 @@ from vimpc.models.base import ModelFamily
 FAMILIES: dict[str, str] = {
     "nominal": "vimpc.models.nominal:NominalModel",
     "gp_vi": "vimpc.models.gp_vi:GPVIModel",
+    "lsi": "vimpc.models.lsi:LSIModel",
 }
 
 
