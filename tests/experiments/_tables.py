@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,3 +80,52 @@ def vimpc_run(
         raise SystemExit(f"vimpc run {scenario} {' '.join(sets)} failed")
     (folder,) = [p for p in out.glob("*/*") if p.is_dir()]
     return json.loads((folder / "metrics.json").read_text()), folder
+
+
+NOMINAL_MODEL = '[model]\nfamily = "nominal"\nintegrator = "midpoint"\n\n'
+
+
+def nominal_variant(source: Path, folder: Path) -> Path:
+    """The scenario with its ``[model]`` table replaced by the nominal midpoint model."""
+    text = source.read_text(encoding="utf-8")
+    replaced, n = re.subn(r"(?ms)^\[model\]\n.*?(?=^\[)", NOMINAL_MODEL, text)
+    if n != 1:
+        raise SystemExit(f"{source} has no single [model] table followed by another table")
+    path = folder / source.name
+    path.write_text(replaced, encoding="utf-8")
+    return path
+
+
+#: the columns of a closed-loop comparison (:func:`closed_loop_row`)
+CLOSED_LOOP_HEADERS = {
+    "scenario": "scenario",
+    "model": "model",
+    "episodes": "episodes",
+    "success": "success",
+    "success_ci95": "success 95% CI",
+    "tracking_rmse": "tracking RMSE (mean over episodes)",
+    "prediction_rmse": "one-step prediction RMSE in closed loop",
+    "solve_median_ms": "solve median [ms]",
+    "solve_p95_ms": "solve p95 [ms]",
+    "failed_solves": "failed solves",
+    "solves": "solves",
+    "max_constraint_residual": "largest constraint residual of a state",
+}
+
+
+def closed_loop_row(scenario: str, label: str, m: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of a closed-loop comparison from a run's metrics ``m``."""
+    return {
+        "scenario": scenario,
+        "model": label,
+        "episodes": m["episodes"],
+        "success": m["success_rate"],
+        "success_ci95": interval(m["success_rate_ci95"]),
+        "tracking_rmse": m["tracking_rmse_mean"],
+        "prediction_rmse": m.get("prediction_rmse_mean", float("nan")),
+        "solve_median_ms": m["solve_time_median_ms"],
+        "solve_p95_ms": m["solve_time_p95_ms"],
+        "failed_solves": m["failed_solves"],
+        "solves": m["solves"],
+        "max_constraint_residual": m["max_constraint_residual"],
+    }

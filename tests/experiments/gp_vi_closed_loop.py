@@ -13,29 +13,16 @@ seed + episodes - 1``, disjoint from the seeds the scenarios were written on): a
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import tempfile
 import tomllib
 from pathlib import Path
 
-from _tables import interval, vimpc_run, write_table
+from _tables import CLOSED_LOOP_HEADERS, closed_loop_row, nominal_variant, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "gp_vi"
 SCENARIOS = ("pendulum_gpvi_swingup", "fourbar_gpvi_tracking")
-NOMINAL_MODEL = '[model]\nfamily = "nominal"\nintegrator = "midpoint"\n\n'
-
-
-def nominal_variant(source: Path, folder: Path) -> Path:
-    """The scenario with its ``[model]`` table replaced by the nominal midpoint model."""
-    text = source.read_text(encoding="utf-8")
-    replaced, n = re.subn(r"(?ms)^\[model\]\n.*?(?=^\[)", NOMINAL_MODEL, text)
-    if n != 1:
-        raise SystemExit(f"{source} has no single [model] table followed by another table")
-    path = folder / source.name
-    path.write_text(replaced, encoding="utf-8")
-    return path
 
 
 def main() -> None:
@@ -59,37 +46,8 @@ def main() -> None:
                     seed=args.seed, workers=args.workers,
                 )  # fmt: skip
                 shutil.copy(folder / "episodes.png", OUT / f"closed_loop_{name}_{label}.png")
-                rows.append(
-                    {
-                        "scenario": name,
-                        "model": label,
-                        "episodes": m["episodes"],
-                        "success": m["success_rate"],
-                        "success_ci95": interval(m["success_rate_ci95"]),
-                        "tracking_rmse": m["tracking_rmse_mean"],
-                        "prediction_rmse": m.get("prediction_rmse_mean", float("nan")),
-                        "solve_median_ms": m["solve_time_median_ms"],
-                        "solve_p95_ms": m["solve_time_p95_ms"],
-                        "failed_solves": m["failed_solves"],
-                        "solves": m["solves"],
-                        "max_constraint_residual": m["max_constraint_residual"],
-                    }
-                )
+                rows.append(closed_loop_row(name, label, m))
                 print(rows[-1])
-    headers = {
-        "scenario": "scenario",
-        "model": "model",
-        "episodes": "episodes",
-        "success": "success",
-        "success_ci95": "success 95% CI",
-        "tracking_rmse": "tracking RMSE (mean over episodes)",
-        "prediction_rmse": "one-step prediction RMSE in closed loop",
-        "solve_median_ms": "solve median [ms]",
-        "solve_p95_ms": "solve p95 [ms]",
-        "failed_solves": "failed solves",
-        "solves": "solves",
-        "max_constraint_residual": "largest constraint residual of a state",
-    }
     command = (
         "python tests/experiments/gp_vi_closed_loop.py "
         f"--seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
@@ -117,7 +75,7 @@ def main() -> None:
             command,
             intro,
             rows,
-            headers,
+            CLOSED_LOOP_HEADERS,
             after,
         )  # fmt: skip
     )

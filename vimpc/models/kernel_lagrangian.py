@@ -197,12 +197,19 @@ class Collocation:
 
 
 def solve(
-    rows: np.ndarray, rhs: np.ndarray, basis: KernelBasis, volume: float | None, what: str
+    rows: np.ndarray,
+    rhs: np.ndarray,
+    basis: KernelBasis,
+    volume: float | None,
+    what: str,
+    rcond: float | None = None,
 ) -> Collocation:
     """The kernel Lagrangian on ``basis`` whose weights solve ``rows alpha = rhs`` together
     with the non-triviality row (with ``volume``; None: omitted, the forcing in ``rhs``
     fixes the scale) and the normalisation ``L(0) = 0``, in the minimum-norm least-squares
-    sense.
+    sense: singular values below ``rcond`` times the largest are dropped (None: numpy's
+    round-off cut-off, ``eps`` times the larger size), which regularises a fit to noisy
+    data.
 
     Raises:
         InputError: data rows of rank 0 (the data say nothing about the motion: at rest,
@@ -215,12 +222,13 @@ def solve(
         extra_rhs.insert(0, volume)
     A = np.vstack([rows, *extra_rows])
     b = np.concatenate([rhs, extra_rhs])
-    alpha, _, rank, sv = np.linalg.lstsq(A, b, rcond=None)
+    alpha, _, rank, sv = np.linalg.lstsq(A, b, rcond=rcond)
     # rank(A) <= rank(rows) + len(extra_rows): the data rows' own rank is computed (one more
     # SVD) only when it may be small
     data_rank = int(rank) - len(extra_rows)
     if data_rank <= 2 * basis.nq:
-        cutoff = np.finfo(float).eps * max(A.shape) * (sv[0] if sv.size else 0.0)
+        relative = np.finfo(float).eps * max(A.shape) if rcond is None else rcond
+        cutoff = relative * (sv[0] if sv.size else 0.0)
         data_sv = np.linalg.svd(rows, compute_uv=False) if rows.size else np.zeros(0)
         data_rank = int(np.sum(data_sv > max(cutoff, np.finfo(float).tiny)))
     if data_rank == 0:

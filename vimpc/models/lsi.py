@@ -402,7 +402,8 @@ class LSIModel(ModelFamily):
 
     Fitted attributes: ``kernel_`` (the :class:`KernelLagrangian` ``L_invmod``),
     ``collocation_`` (the linear system's size, rank and residual), ``forced_`` (whether
-    known inputs fixed the scale) and ``dynamics_`` (a :class:`LagrangianDynamics`, behind
+    known inputs fixed the scale), ``distilled_`` and ``distil_error_`` (with ``distil``)
+    and ``dynamics_`` (a :class:`LagrangianDynamics`, behind
     :meth:`lagrangian`, :meth:`hamiltonian`, :meth:`positions` and :meth:`velocities`).
     """
 
@@ -438,6 +439,18 @@ class LSIModel(ModelFamily):
             int, 2,
             "BEA order of the exported model's momentum map and energy (0: L_invmod itself)",
             rule=Rule(lambda v: v in bea.ORDERS, phrase="0 or 2"),
+        ),
+        "distil": Setting(
+            bool, False,
+            "export L^[[order]] refitted on the kernels (its values and momenta on the data) "
+            "instead of its closed form: first derivatives of the kernels only, several "
+            "times cheaper, at the refit's error (distil_error_)",
+        ),
+        "rcond": Setting(
+            float, 0.0,
+            "singular values of the linear system below this fraction of the largest are "
+            "dropped: regularises noisy data (0: round-off only, the paper's choice)",
+            rule=NONNEGATIVE,
         ),
         "seed": Setting(int, 0, "seed of the first centre when centres are thinned"),
     }  # fmt: skip
@@ -482,12 +495,32 @@ class LSIModel(ModelFamily):
         rows = del_rows(self.rule, Q, h, basis)
         self.forced_ = bool(np.any(U != 0))
         rhs = -del_forces(s, self.rule, Q, U, h) if self.forced_ else np.zeros(len(rows))
-        col = solve(rows, rhs, basis, None if self.forced_ else self.volume, "lsi")
+        volume = None if self.forced_ else self.volume
+        col = solve(rows, rhs, basis, volume, "lsi", self.rcond or None)
         self._accept(col, s.nq)
         self.kernel_ = col.lagrangian
         self.collocation_ = col
         self.dynamics_ = LagrangianDynamics(col.lagrangian, self.rule, h, 2, pairs)
         check_regularity(self.dynamics_, "lsi")
+        self.distilled_ = self._distil(pairs) if self.distil else None
+
+    def _distil(self, points: np.ndarray) -> KernelLagrangian:
+        """``L^[[order]]`` refitted on the kernels of ``L_invmod`` by least squares on its
+        values and momenta at the data ``points``; sets ``distil_error_``, the refit's RMS
+        momentum error relative to the momenta's RMS."""
+        n, basis, dyn = self.system.nq, self.kernel_.basis, self.dynamics_
+        q, v = points[:, :n], points[:, n:]
+        values = dyn._evaluate(self.order, "L", q, v).reshape(-1)
+        momenta = dyn._evaluate(self.order, "p", q, v).reshape(len(points), n)
+        grads = basis.gradients(points)[:, n:, :]
+        A = np.vstack([basis.features(points), *[grads[:, i] for i in range(n)]])
+        b = np.concatenate([values, *momenta.T])
+        beta = np.linalg.lstsq(A, b, rcond=self.rcond or None)[0]
+        fitted = np.einsum("nim,m->ni", grads, beta)
+        self.distil_error_ = float(
+            np.sqrt(np.mean((fitted - momenta) ** 2) / np.mean(momenta**2))
+        )
+        return KernelLagrangian(basis, beta)
 
     def _accept(self, col: Collocation, n: int) -> None:
         """Warn where the solution rests on a choice the data did not make."""
@@ -541,7 +574,10 @@ class LSIModel(ModelFamily):
 
     def _build(self) -> DiscreteModel:
         L = self.kernel_.casadi
-        recovered = bea.modified(L, self.system.nq, self.rule, self.dt, self.order)
+        if self.distilled_ is not None:
+            recovered = self.distilled_.casadi
+        else:
+            recovered = bea.modified(L, self.system.nq, self.rule, self.dt, self.order)
         integrator = VariationalIntegrator(
             self.system,
             self.rule,
@@ -559,6 +595,8 @@ class LSIModel(ModelFamily):
             "n_equations": col.n_equations,
             "data_residual": col.residual,
         }
+        if self.distilled_ is not None:
+            info["distil_error"] = self.distil_error_
         return integrator_model(integrator, self.dt, info=info)
 
 
