@@ -12,6 +12,7 @@ import pytest
 
 from vimpc import cli, pipeline, scenario
 from vimpc.errors import ConfigError
+from vimpc.mechanics import Pendulum
 from vimpc.model_file import load, save
 from vimpc.models import NominalModel
 
@@ -275,3 +276,22 @@ def test_a_saved_dataset_feeds_the_fit(tmp_path, capsys):
         == 0
     )
     assert load(out).info["fit"]["train_transitions"] == 2 * 3
+
+
+def test_the_fit_report_counts_failed_predictions_and_stays_json(monkeypatch):
+    # a learned model's step can fail far from its data (NaN): the report's RMSE is over the
+    # predictions that exist, the failures are counted, and the report stays JSON
+    from vimpc import report
+    from vimpc.data.dataset import Dataset
+    from vimpc.models import evaluation
+
+    errors = np.array([[0.1, 0.2], [np.nan, np.nan], [0.3, 0.4]])
+    monkeypatch.setattr(evaluation, "prediction_errors", lambda model, data, steps: errors)
+    obs = np.zeros((2, 4, 2))
+    data = Dataset(np.tile(np.arange(4.0), (2, 1)), obs, obs, np.zeros((2, 3, 1)), 1.0)
+    model = NominalModel(Pendulum(), 1.0).discrete_model()
+    out = pipeline.fit_report(model, data, data, data, 1.0)
+    assert out["failed_predictions"] == {"one_step": 1, "multi_step": 1}
+    assert out["one_step_rmse"] == pytest.approx([np.sqrt(0.05), np.sqrt(0.1)])
+    json.dumps(out, allow_nan=False)
+    assert "failed predictions (not in the RMSE): 1 one-step" in report.fit_table(out, ["a", "b"])

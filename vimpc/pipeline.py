@@ -241,14 +241,28 @@ def fit_report(
         "train_transitions": int(train.n_trajectories * train.n_steps),
         "calibration_transitions": int(calibration.n_trajectories * calibration.n_steps),
         "validation_transitions": int(validation.n_trajectories * validation.n_steps),
-        "one_step_rmse": np.sqrt(np.mean(one**2, axis=0)).tolist(),
+        "one_step_rmse": _rmse(one),
         "multi_step": int(steps),
-        "multi_step_rmse": np.sqrt(np.mean(many**2, axis=0)).tolist(),
+        "multi_step_rmse": _rmse(many),
     }
+    failed = int(np.sum(~np.all(np.isfinite(one), axis=1)))
+    failed_many = int(np.sum(~np.all(np.isfinite(many), axis=1)))
+    if failed or failed_many:
+        # a model's step can fail far from its data (a learned Lagrangian's Newton solve):
+        # the RMS is over the predictions that exist, the failures are counted
+        report["failed_predictions"] = {"one_step": failed, "multi_step": failed_many}
     if model.bound is not None:
         report["delta"] = model.delta
         report["validation_coverage"] = evaluation.coverage(model, validation)
     return report
+
+
+def _rmse(errors: np.ndarray) -> list[float | None]:
+    """RMS per column over the rows without a NaN (None where no row is finite)."""
+    finite = errors[np.all(np.isfinite(errors), axis=1)]
+    if not len(finite):
+        return [None] * errors.shape[1]
+    return np.sqrt(np.mean(finite**2, axis=0)).tolist()
 
 
 # -- the controller -------------------------------------------------------------------------------

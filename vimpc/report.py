@@ -109,13 +109,23 @@ def fit_table(report: dict[str, Any], names: list[str]) -> str:
     for name, one, many in zip(
         names, report["one_step_rmse"], report["multi_step_rmse"], strict=True
     ):
-        lines.append(f"  {name:<14} {one:>12.3e} {many:>16.3e}")
+        lines.append(f"  {name:<14} {_num(one, 12)} {_num(many, 16)}")
+    failed = report.get("failed_predictions")
+    if failed:
+        lines.append(
+            f"  failed predictions (not in the RMSE): {failed['one_step']} one-step, "
+            f"{failed['multi_step']} {report['multi_step']}-step"
+        )
     if "validation_coverage" in report:
         lines.append(
             f"  bound coverage on validation data: {report['validation_coverage']:.3f} "
             f"(promised >= {1 - report['delta']:.3f})"
         )
     return "\n".join(lines)
+
+
+def _num(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.3e}"
 
 
 def _true_limits(limits: Sequence[Any], n: int):

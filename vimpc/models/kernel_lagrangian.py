@@ -176,8 +176,8 @@ class Collocation:
         data_rank: the rank of the data rows alone (without non-triviality and
             normalisation) where it is at most ``2 n``, else a lower bound above ``2 n``.
         residual: the RMS of the data rows' residual at the solution.
-        condition_residual: the largest residual of the non-triviality and normalisation
-            rows (not 0: the data admit only a trivial Lagrangian in the kernel's span).
+        condition_residual: the residual of the non-triviality row (0 without it); far
+            from 0, the data admit only a trivial Lagrangian in the kernel's span.
     """
 
     lagrangian: KernelLagrangian
@@ -238,7 +238,8 @@ def solve(
             "motion (every snapshot the same, or at rest where every kernel's slope vanishes)"
         )
     residual = float(np.sqrt(np.mean((rows @ alpha - rhs) ** 2)))
-    condition = float(np.max(np.abs(np.vstack(extra_rows) @ alpha - np.array(extra_rhs))))
+    # the additive constant (normalisation) never matters to the motion; the scale does
+    condition = abs(float(extra_rows[0] @ alpha) - volume) if volume is not None else 0.0
     return Collocation(
         KernelLagrangian(basis, alpha),
         int(rank),
