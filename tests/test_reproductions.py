@@ -244,3 +244,38 @@ def test_gp_vi_learns_the_parallelogram_four_bar_in_maximal_coordinates():
         error = np.angle(np.exp(1j * (xs[:, -1, angles] - target[:, angles])))
         errors[samples] = float(np.mean(error**2))
     assert errors[128] < errors[16] / 20, errors
+
+
+@pytest.mark.slow
+def test_lsi_recovers_the_pendulum_level_sets_and_bea_is_what_does_it():
+    # results/lsi/pendulum: on the paper's pendulum (h = 0.5, 400 trajectories of 5 steps,
+    # kernel length 5) LSI's BEA-corrected energy H^[[2]] has nu = 0.0112 on
+    # pendulum_data() (plain Halton points 1..400) and 0.0105 on the authors' points 4..403
+    # (authors 0.01044), while its uncorrected H^[[0]] has 0.10 (authors 0.1019). Reduced
+    # here to LSI's nu on the authors' points (the table's fit on pendulum_data() is the
+    # other set): nu(H^[[2]]) <= 0.0125 and H^[[0]] more than five times worse. The claim is
+    # specific to these plain Halton sets: on scrambled Halton sets of the same size the
+    # table measures nu(H^[[2]]) from 0.009 to 0.13, so no other seed is asserted.
+    import sys
+    import warnings
+
+    from scipy.stats import qmc
+
+    from vimpc.errors import FitWarning
+    from vimpc.models.lsi import LSIModel
+
+    sys.path.insert(0, str(ROOT / "tests" / "experiments"))
+    from _lsi_systems import PENDULUM, dataset, level_set_mismatch, pendulum_energy_gradient
+
+    engine = qmc.Halton(d=2, scramble=False)
+    engine.fast_forward(4)  # skopt's Halton() skips max(primes) = 3 points after the 0 point
+    x0s = np.array([-np.pi, -1.2]) + np.array([2 * np.pi, 2.4]) * engine.random(400)
+    data = dataset(PENDULUM, x0s, 0.5, 5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*the data have no inputs", category=FitWarning)
+        model = LSIModel(PENDULUM, 0.5, length=5.0).fit(data)
+    q, v = np.meshgrid(np.linspace(-1.2, 1.2, 30), np.linspace(-0.6, 0.6, 30))
+    ref = pendulum_energy_gradient(q, v)
+    nu = {o: level_set_mismatch(ref, model.dynamics_.hamiltonian_gradient(q, v, o)) for o in (0, 2)}
+    assert nu[2] <= 0.0125, nu  # measured 0.01046
+    assert nu[0] > 5 * nu[2], nu  # measured 0.1019

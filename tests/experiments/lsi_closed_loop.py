@@ -57,8 +57,14 @@ def main() -> None:
     after = "\n".join(f"![{label}](closed_loop_{label}.png)" for label in ("LSI", "nominal"))
     print(
         write_table(
-            OUT, "closed_loop", "Forced LSI against the nominal model in closed loop",
-            command, intro, rows, CLOSED_LOOP_HEADERS, after,
+            OUT,
+            "closed_loop",
+            "Forced LSI against the nominal model in closed loop",
+            command,
+            intro,
+            rows,
+            CLOSED_LOOP_HEADERS,
+            after,
         )  # fmt: skip
     )
 
