@@ -15,6 +15,11 @@ model of the same pendulum in the same run. The momentum map is the closed-form
 ``L^[[2]]`` (third and, in Newton's Jacobian, fourth derivatives of the kernels) or
 ``distil``: ``L^[[2]]`` refitted on the kernels (first and second derivatives only).
 
+With ``--compiled``, the 500-centre distilled model's step is also timed with its
+residual and Jacobian compiled to C (CasADi JIT; the Newton loop around them interpreted),
+the way ``controller.jit = "model"`` compiles a controller's stage; the compile time is
+reported.
+
 Accuracy of each exported model: ``nu`` (the level-set mismatch of its energy against
 ``H_ref`` on the 30 x 30 grid, gradients by automatic differentiation) and the largest
 position error over 10^4 steps of its ``step`` from ``(0.3, 0)`` against the exact motion.
@@ -67,6 +72,24 @@ def _call_times(step, states: np.ndarray) -> list[float]:
     return out
 
 
+def _compiled_step(model, tolerance: float):
+    """``(x, u) -> x_next`` by Newton on the model's residual compiled to C, and the
+    compile time [s]."""
+    from vimpc import _jit
+    from vimpc.integrators import _newton
+
+    x, u, z = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("z", 2)
+    implicit = ca.Function("implicit", [z, x, u], [model.residual(x, u, z, ca.DM.zeros(0, 1))])
+    t0 = time.perf_counter()
+    compiled = _jit.compiled(implicit, derivatives=1)
+    root = _newton.solve("compiled_step", compiled, False, tolerance)
+    xm, um = ca.MX.sym("x", 2), ca.MX.sym("u", 1)
+    guess = ca.vertcat(xm[0] + H * xm[1], xm[1])
+    step = ca.Function("step", [xm, um, ca.MX.sym("p", 0)], [root(guess, xm, um)])
+    step([0.3, 0.0], [0.0], [])  # the Jacobian compiles on first use
+    return step, time.perf_counter() - t0
+
+
 def _nu(model) -> float:
     qg, vg = np.meshgrid(np.linspace(-1.2, 1.2, 30), np.linspace(-0.6, 0.6, 30))
     x = ca.SX.sym("x", 2)
@@ -85,6 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--fits", type=int, default=3)
+    parser.add_argument("--compiled", action="store_true")
     args = parser.parse_args()
     data = pendulum_data()
     reference = flow(PENDULUM, np.array([0.3, 0.0]), H, 10_000)
@@ -99,11 +123,17 @@ def main() -> None:
     for centres, distil in CONFIGS:
         m = _fit(data, centres, distil)
         models[centres, distil] = (m, m.discrete_model())
+    compiled = {}
+    if args.compiled:
+        m, model = models[500, True]
+        compiled["compiled"] = _compiled_step(model, m.dynamics_.del_tolerance * H)
     # interleave the timed calls so machine-load drift hits every configuration alike
-    times: dict = {key: [] for key in [*models, "nominal"]}
+    times: dict = {key: [] for key in [*models, *compiled, "nominal"]}
     for chunk in np.array_split(states, 8):
         for key, (_, model) in models.items():
             times[key] += _call_times(model.step, chunk)
+        for key, (step, _) in compiled.items():
+            times[key] += _call_times(step, chunk)
         times["nominal"] += _call_times(nominal.step, chunk)
     rows = []
     for (centres, distil), (m, model) in models.items():
@@ -114,6 +144,13 @@ def main() -> None:
             "nu": _nu(model),
             "trajectory_error": _trajectory_error(model, reference),
             "distil_error": m.distil_error_ if distil else float("nan"),
+        })  # fmt: skip
+    for key, (_step, seconds) in compiled.items():
+        m, model = models[500, True]
+        rows.append({
+            "model": f"LSI, 500 centres, residual compiled ({seconds:.0f} s to compile)",
+            "momentum": "distilled L^[[2]]", **ms_stats(times[key]), "nu": _nu(model),
+            "trajectory_error": float("nan"), "distil_error": m.distil_error_,
         })  # fmt: skip
     rows.append({
         "model": "nominal midpoint VI (the true Lagrangian)", "momentum": "exact",

@@ -39,7 +39,8 @@ ORDERS = (0, 2)
 LagrangianFn = Callable[[ca.SX, ca.SX], ca.SX]
 
 
-def _check(rule: str, order: int, h: float) -> None:
+def check(rule: str, order: int, h: float) -> None:
+    """Refuse a rule without a BEA formula, an order other than 0 or 2, a step <= 0."""
     if rule not in RULES:
         raise InputError(
             f"rule must be one of {sorted(RULES)} for backward error analysis, got {rule!r}"
@@ -74,7 +75,7 @@ def modified(L: LagrangianFn, nq: int, rule: str, h: float, order: int = 2) -> L
     """``L^[[order]]``: the modified Lagrangian of ``L`` (of ``nq`` coordinates) under
     ``rule`` with step ``h``, truncated after ``h^order``; for a learned ``L_invmod`` the
     recovered Lagrangian. Callable on any CasADi expressions."""
-    _check(rule, order, h)
+    check(rule, order, h)
     if order == 0:
         return L
     q, v = ca.SX.sym("q", nq), ca.SX.sym("v", nq)

@@ -66,6 +66,26 @@ _NEWTON_LEVEL = 0.1
 
 
 # -- data ------------------------------------------------------------------------------------
+def check_conservative(system: MechanicalSystem, what: str) -> MechanicalSystem:
+    """Refuse a system whose motion a learned Lagrangian in minimal coordinates with the
+    inputs as its only forces cannot describe: constraints, or friction."""
+    if not isinstance(system, MechanicalSystem):
+        raise InputError(f"system must be a MechanicalSystem, got {type(system).__name__}")
+    if system.n_holonomic or system.n_nonholonomic or system.nq != system.nv:
+        raise InputError(
+            f"{what} learns unconstrained Lagrangians in minimal coordinates; {system.name} "
+            f"has {system.n_holonomic} holonomic and {system.n_nonholonomic} nonholonomic "
+            "constraints"
+        )
+    if np.any(system.friction != 0):
+        raise InputError(
+            f"{what} learns a conservative Lagrangian with the inputs as the only forces; "
+            f"{system.name} has friction {system.friction.tolist()}: give the system without "
+            "friction"
+        )
+    return system
+
+
 def snapshots(data: Dataset, nq: int, what: str = "lsi") -> tuple[np.ndarray, np.ndarray]:
     """The positions ``(N, T + 1, nq)`` and inputs ``(N, T, nu)`` of ``data``, checked: at
     least three snapshots per trajectory, a uniform step ``dt`` and finite values.
@@ -253,25 +273,25 @@ class LagrangianDynamics:
 
     def lagrangian(self, q, qdot, order: int = 2) -> np.ndarray:
         """``L^[[order]](q, qdot)``, vectorised over leading dimensions."""
-        bea._check(self.rule, order, self.h)
+        bea.check(self.rule, order, self.h)
         return self._checked(order, "L", q, qdot)
 
     def hamiltonian(self, q, qdot, order: int = 2) -> np.ndarray:
         """``H^[[order]](q, qdot) = qdot . dL^[[order]]/dqdot - L^[[order]]``."""
-        bea._check(self.rule, order, self.h)
+        bea.check(self.rule, order, self.h)
         return self._checked(order, "H", q, qdot)
 
     def hamiltonian_gradient(self, q, qdot, order: int = 2) -> np.ndarray:
         """``dH^[[order]]/d(q, qdot)`` by automatic differentiation (finite differences of
         the kernel sums lose digits to cancellation), ``(..., 2 n)``: the ``q`` entries,
         then the ``qdot`` ones."""
-        bea._check(self.rule, order, self.h)
+        bea.check(self.rule, order, self.h)
         return self._checked(order, "grad", q, qdot)
 
     def momentum(self, q, qdot, order: int | None = None) -> np.ndarray:
         """``dL^[[order]]/dqdot`` (default order: ``momentum_order``)."""
         order = self.momentum_order if order is None else order
-        bea._check(self.rule, order, self.h)
+        bea.check(self.rule, order, self.h)
         return self._checked(order, "p", q, qdot)
 
     # -- trajectories ------------------------------------------------------------------------
@@ -457,17 +477,7 @@ class LSIModel(ModelFamily):
 
     def __init__(self, system, dt, **settings) -> None:
         super().__init__(system, dt, **settings)
-        s = self.system
-        if s.n_holonomic or s.n_nonholonomic or s.nq != s.nv:
-            raise InputError(
-                f"lsi learns unconstrained Lagrangians in minimal coordinates; {s.name} has "
-                f"{s.n_holonomic} holonomic and {s.n_nonholonomic} nonholonomic constraints"
-            )
-        if np.any(s.friction != 0):
-            raise InputError(
-                f"lsi learns a conservative Lagrangian with the inputs as the only forces; "
-                f"{s.name} has friction {s.friction.tolist()}: give the system without friction"
-            )
+        check_conservative(self.system, "lsi")
 
     def _provides(self) -> set[str]:
         return {"residual", "energy"}

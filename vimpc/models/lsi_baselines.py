@@ -43,26 +43,15 @@ from vimpc.mechanics.system import MechanicalSystem
 from vimpc.models import bea
 from vimpc.models.evaluation import check_data
 from vimpc.models.kernel_lagrangian import KernelBasis, solve
-from vimpc.models.lsi import LagrangianDynamics, check_regularity, snapshots
+from vimpc.models.lsi import (
+    LagrangianDynamics,
+    check_conservative,
+    check_regularity,
+    snapshots,
+)
 
 
 # -- shared checks ---------------------------------------------------------------------------
-def _check_system(system: Any, what: str) -> MechanicalSystem:
-    if not isinstance(system, MechanicalSystem):
-        raise InputError(f"system must be a MechanicalSystem, got {type(system).__name__}")
-    if system.n_holonomic or system.n_nonholonomic or system.nq != system.nv:
-        raise InputError(
-            f"{what} learns unconstrained motions in minimal coordinates; {system.name} has "
-            f"{system.n_holonomic} holonomic and {system.n_nonholonomic} nonholonomic constraints"
-        )
-    if np.any(system.friction != 0):
-        raise InputError(
-            f"{what} learns conservative motions; {system.name} has friction "
-            f"{system.friction.tolist()}: give the system without friction"
-        )
-    return system
-
-
 def _positions(system: MechanicalSystem, dt: float, data: Dataset, what: str, least: int):
     """The checked positions ``(N, T + 1, n)`` of unforced ``data`` with at least ``least``
     snapshots per trajectory."""
@@ -148,7 +137,7 @@ class LagrangianGP:
     }  # fmt: skip
 
     def __init__(self, system: MechanicalSystem, dt: float, **settings: Any) -> None:
-        self.system = _check_system(system, "lgp")
+        self.system = check_conservative(system, "lgp")
         if not (isinstance(dt, (int, float)) and not isinstance(dt, bool) and dt > 0):
             raise InputError(f"dt must be a positive step, got {dt!r}")
         self.dt = float(dt)
@@ -274,7 +263,7 @@ class FlowMapGP:
     }  # fmt: skip
 
     def __init__(self, system: MechanicalSystem, dt: float, **settings: Any) -> None:
-        self.system = _check_system(system, "flow-map GP")
+        self.system = check_conservative(system, "flow-map GP")
         if not (isinstance(dt, (int, float)) and not isinstance(dt, bool) and dt > 0):
             raise InputError(f"dt must be a positive step, got {dt!r}")
         self.dt = float(dt)
