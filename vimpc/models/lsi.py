@@ -580,6 +580,16 @@ class LSIModel(ModelFamily):
         self._require_fitted("velocities()")
         return self.dynamics_.velocities(positions, qdot0)
 
+    def _residual_tolerance(self) -> float:
+        """The exported step's Newton test: the round-off of its residual, whose rows
+        hold slopes of ``L_invmod`` and of the momentum map's Lagrangian (the distilled
+        one's weights can be far larger)."""
+        tolerance = self.dynamics_.del_tolerance * self.dt
+        if self.distilled_ is not None:
+            roundoff = self.distilled_.slope_roundoff() * (1.0 + 2.0 / self.dt) * self.dt
+            tolerance = max(tolerance, _NEWTON_LEVEL * roundoff)
+        return tolerance
+
     def _build(self) -> DiscreteModel:
         L = self.kernel_.casadi
         if self.distilled_ is not None:
@@ -592,7 +602,7 @@ class LSIModel(ModelFamily):
             "position_momentum",
             lagrangian=lambda q, v, theta: L(q, v),
             legendre=lambda q, v, theta: recovered(q, v),
-            residual_tolerance=self.dynamics_.del_tolerance * self.dt,
+            residual_tolerance=self._residual_tolerance(),
         )
         col = self.collocation_
         info = {
