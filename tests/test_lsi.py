@@ -440,7 +440,7 @@ def test_lgp_exact_recovers_the_pendulum_level_sets():
 def test_the_energy_gradient_is_the_derivative_of_the_energy(order):
     # LagrangianDynamics.hamiltonian_gradient (AD) against central differences of
     # hamiltonian, on a small kernel Lagrangian of two coordinates whose weights do not cancel
-    from vimpc.models.lsi import LagrangianDynamics
+    from vimpc.models.kernel_lagrangian import LagrangianDynamics
 
     rng = np.random.default_rng(1)
     centres = rng.uniform(-1, 1, (6, 4))

@@ -18,7 +18,9 @@ features are numerically dependent and total derivatives ``d/dt xi(q)`` do not c
 motion. :class:`Collocation` reports the rank.
 
 :class:`KernelLagrangian` evaluates the result in numpy and as CasADi expressions;
-:func:`vimpc.models.bea` recovers energies from it. Shadow integration
+:mod:`vimpc.models.bea` recovers energies from it, and :class:`LagrangianDynamics` runs
+its variational integrator from ``(q0, qdot0)`` with momenta and energies of its modified
+Lagrangians. Shadow integration
 (:mod:`vimpc.models.lsi`) collocates the discrete Euler–Lagrange equations on position
 triples; the Lagrangian GP baseline collocates the continuous ones on finite-difference
 velocities and accelerations.
@@ -27,12 +29,16 @@ velocities and accelerations.
 from __future__ import annotations
 
 import itertools
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import casadi as ca
 import numpy as np
 
-from vimpc.errors import InputError
+from vimpc.errors import FitWarning, InputError
+from vimpc.integrators import _newton, discrete_lagrangian
+from vimpc.models import bea
 
 
 @dataclass(frozen=True)
@@ -249,3 +255,262 @@ def solve(
         residual,
         condition,
     )
+
+
+#: relative regularity (bea.degenerate) below which the BEA formula is flagged
+_DEGENERATE = 1e-6
+#: Newton's residual tests, in units of the Lagrangian's slope round-off
+#: (KernelLagrangian.slope_roundoff, a pessimistic estimate: converged iterates wander
+#: at about a tenth of it); looser tests stop one iterate early, with an error of one sign
+#: that adds up over thousands of steps
+NEWTON_LEVEL = 0.1
+
+
+# -- a learned Lagrangian in motion ----------------------------------------------------------
+class LagrangianDynamics:
+    """The variational integrator (``rule``, step ``h``) of a kernel Lagrangian, with momenta
+    and energies of its modified Lagrangians (:mod:`vimpc.models.bea`).
+
+    Args:
+        lagrangian: the Lagrangian of the discrete equations.
+        rule: ``"midpoint"`` or ``"trapezoidal"``.
+        h: the step.
+        momentum_order: the BEA order of the Lagrangian whose ``dL/dv`` maps velocities to
+            momenta (2 for an inverse modified Lagrangian, 0 for a Lagrangian meant as the
+            true one).
+        points: rows ``(q, v)`` of the data, where the Lagrangian's regularity is taken as
+            the reference of :func:`vimpc.models.bea.degenerate`.
+    """
+
+    def __init__(
+        self,
+        lagrangian: KernelLagrangian,
+        rule: str,
+        h: float,
+        momentum_order: int,
+        points: np.ndarray,
+    ):
+        self.kernel = lagrangian
+        self.rule, self.h, self.momentum_order = rule, float(h), momentum_order
+        self.nq = lagrangian.nq
+        self._functions = {
+            order: bea.functions(lagrangian.casadi, self.nq, rule, self.h, order)
+            for order in bea.ORDERS
+        }
+        n = self.nq
+        self.regularity_on_data = self._evaluate(0, "regularity", points[:, :n], points[:, n:])
+        self.reference_regularity = float(np.median(self.regularity_on_data))
+        self._steps: dict[str, Callable] = {}
+        self._gradients: dict[int, ca.Function] = {}
+        #: the Newton residual test of the discrete equations (divided by h)
+        self.del_tolerance = max(
+            _newton.ABSTOL, NEWTON_LEVEL * lagrangian.slope_roundoff() * (1.0 + 2.0 / self.h)
+        )
+
+    # -- functions of (q, qdot) --------------------------------------------------------------
+    def _evaluate(self, order: int, output: str, q, qdot) -> np.ndarray:
+        fn = self._gradient_function(order) if output == "grad" else self._functions[order]
+        q, qdot = np.asarray(q, dtype=np.float64), np.asarray(qdot, dtype=np.float64)
+        shape = np.broadcast_shapes(q.shape, qdot.shape)
+        n = self.nq
+        if n == 1:
+            lead = shape
+        else:
+            if shape[-1:] != (n,):
+                raise InputError(
+                    f"q and qdot must end in a dimension of {n} (the coordinates), got shapes "
+                    f"{q.shape} and {qdot.shape}"
+                )
+            lead = shape[:-1]
+        Q = np.broadcast_to(q, shape).reshape(-1, n)
+        V = np.broadcast_to(qdot, shape).reshape(-1, n)
+        out = fn.map(len(Q)).call([Q.T, V.T])[fn.index_out(output)]
+        out = np.asarray(out, dtype=np.float64)
+        if output == "p":
+            return out.T.reshape(*lead, n) if n > 1 else out.reshape(lead)
+        if output == "grad":
+            return out.T.reshape(*lead, 2 * n)
+        return out.reshape(lead)
+
+    def _gradient_function(self, order: int) -> ca.Function:
+        """``(q, v) -> dH^[[order]]/d(q, v)`` by automatic differentiation, built once."""
+        if order not in self._gradients:
+            n = self.nq
+            q, v = ca.SX.sym("q", n), ca.SX.sym("v", n)
+            Lk = bea.modified(self.kernel.casadi, n, self.rule, self.h, order)(q, v)
+            grad = ca.gradient(bea.energy(Lk, v), ca.vertcat(q, v))
+            self._gradients[order] = ca.Function(
+                f"dH_{order}", [q, v], [grad], ["q", "v"], ["grad"]
+            )
+        return self._gradients[order]
+
+    def _checked(self, order: int, output: str, q, qdot) -> np.ndarray:
+        values = self._evaluate(order, output, q, qdot)
+        if order:
+            regularity = self._evaluate(0, "regularity", q, qdot)
+            bad = bea.degenerate(regularity, self.reference_regularity, _DEGENERATE)
+            if np.any(bad):
+                warnings.warn(
+                    f"the learned Lagrangian is degenerate (its d^2L/dv^2 nearly singular, "
+                    f"below {_DEGENERATE:g} of its median on the data) at {int(bad.sum())} "
+                    f"of {bad.size} points: the order-{order} correction divides by it there "
+                    "and is not meaningful (points far from the data?)",
+                    FitWarning,
+                    stacklevel=3,
+                )
+        return values
+
+    def lagrangian(self, q, qdot, order: int = 2) -> np.ndarray:
+        """``L^[[order]](q, qdot)``, vectorised over leading dimensions."""
+        bea.check(self.rule, order, self.h)
+        return self._checked(order, "L", q, qdot)
+
+    def hamiltonian(self, q, qdot, order: int = 2) -> np.ndarray:
+        """``H^[[order]](q, qdot) = qdot . dL^[[order]]/dqdot - L^[[order]]``."""
+        bea.check(self.rule, order, self.h)
+        return self._checked(order, "H", q, qdot)
+
+    def hamiltonian_gradient(self, q, qdot, order: int = 2) -> np.ndarray:
+        """``dH^[[order]]/d(q, qdot)`` by automatic differentiation (finite differences of
+        the kernel sums lose digits to cancellation), ``(..., 2 n)``: the ``q`` entries,
+        then the ``qdot`` ones."""
+        bea.check(self.rule, order, self.h)
+        return self._checked(order, "grad", q, qdot)
+
+    def momentum(self, q, qdot, order: int | None = None) -> np.ndarray:
+        """``dL^[[order]]/dqdot`` (default order: ``momentum_order``)."""
+        order = self.momentum_order if order is None else order
+        bea.check(self.rule, order, self.h)
+        return self._checked(order, "p", q, qdot)
+
+    # -- trajectories ------------------------------------------------------------------------
+    def _discrete(self):
+        n, h = self.nq, self.h
+        qa, qb = ca.SX.sym("qa", n), ca.SX.sym("qb", n)
+        Ld = discrete_lagrangian(self.rule, self.kernel.casadi, qa, qb, h)
+        D1 = ca.Function("D1", [qa, qb], [ca.gradient(Ld, qa)])
+        D2 = ca.Function("D2", [qa, qb], [ca.gradient(Ld, qb)])
+        return D1, D2
+
+    def _step_functions(self):
+        """``first(q0, p0) -> q1``, ``step((q_{k-1}, q_k)) -> (q_k, q_{k+1})``, the DEL residual
+        and the velocity solve, built once."""
+        if self._steps:
+            return self._steps
+        n = self.nq
+        D1, D2 = self._discrete()
+        z, q0, q1, p = (ca.SX.sym(k, n) for k in ("z", "q0", "q1", "p"))
+        scale = ca.sqrt(1.0 + ca.sumsqr(q1))
+        tol = self.del_tolerance
+        first = _newton.solve(
+            "lsi_first", ca.Function("r0", [z, q1, p], [(p + D1(q1, scale * z)) / self.h]),
+            False, tol,
+        )  # fmt: skip
+        self._steps["first"] = ca.Function("first", [q1, p], [scale * first(q1 / scale, q1, p)])
+        pair = ca.SX.sym("pair", 2 * n)
+        qm, qk = pair[:n], pair[n:]
+        sk = ca.sqrt(1.0 + ca.sumsqr(qk))
+        r = ca.Function("r", [z, pair], [(D2(qm, qk) + D1(qk, sk * z)) / self.h])
+        root = _newton.solve("lsi_del", r, False, tol)
+        q_next = sk * root((2 * qk - qm) / sk, pair)
+        self._steps["step"] = ca.Function("step", [pair], [ca.vertcat(qk, q_next)])
+        q2 = ca.SX.sym("q2", n)
+        self._steps["residual"] = ca.Function(
+            "del", [q0, q1, q2], [ca.norm_inf(D2(q0, q1) + D1(q1, q2)) / self.h]
+        )
+        # velocity from p = dL^[[m]]/dv (q, v)
+        v = ca.SX.sym("v", n)
+        Lm = bea.modified(self.kernel.casadi, n, self.rule, self.h, self.momentum_order)
+        rv = ca.Function("rv", [v, q1, p], [(ca.gradient(Lm(q1, v), v) - p) / self.h])
+        solve_v = _newton.solve("lsi_velocity", rv, False, tol)
+        self._steps["velocity"] = ca.Function("velocity", [q1, p, v], [solve_v(v, q1, p)])
+        self._steps["momentum_right"] = D2
+        return self._steps
+
+    def positions(
+        self,
+        q0,
+        qdot0,
+        steps: int,
+        *,
+        until: Callable[[np.ndarray], np.ndarray] | None = None,
+        chunk: int = 2000,
+        tolerance: float | None = None,
+    ) -> np.ndarray:
+        """The snapshots ``q_0 ... q_steps`` from ``(q0, qdot0)``, ``(steps + 1, n)``.
+
+        ``p0 = dL^[[m]]/dv (q0, qdot0)`` (``m = momentum_order``), ``q1`` from ``p0 + D1
+        L_d(q0, q1) = 0``, then the discrete Euler–Lagrange equations. The run stops early
+        (and returns what it has) at the first snapshot where ``until(q)`` (on an array of
+        snapshots, returning booleans) is true, or where Newton leaves a discrete
+        equation's residual (divided by ``h``) above ``tolerance`` (default: 100 times
+        Newton's own test, :attr:`del_tolerance`).
+        """
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InputError(f"steps must be a positive int, got {steps!r}")
+        fn = self._step_functions()
+        tolerance = 100.0 * self.del_tolerance if tolerance is None else tolerance
+        n = self.nq
+        q0 = np.asarray(q0, dtype=np.float64).reshape(n)
+        qdot0 = np.asarray(qdot0, dtype=np.float64).reshape(n)
+        p0 = self.momentum(q0[None] if n > 1 else q0, qdot0[None] if n > 1 else qdot0)
+        q1 = np.asarray(fn["first"](q0, np.reshape(p0, n)), dtype=np.float64).reshape(n)
+        out = [q0[None], q1[None]]
+        done = 1
+        state = np.concatenate([q0, q1])
+        rollout = fn["step"].mapaccum("lsi_rollout", min(chunk, steps))
+        stopped = bool(until is not None and np.any(until(np.vstack(out))))
+        while done < steps and not stopped:
+            k = min(chunk, steps - done)
+            roll = rollout if k == min(chunk, steps) else fn["step"].mapaccum("lsi_tail", k)
+            Z = np.asarray(roll(state), dtype=np.float64)
+            new = Z[n:].T  # (k, n): q_{done+1} ... q_{done+k}
+            prev = np.vstack([state.reshape(2, n), new])
+            res = np.asarray(fn["residual"].map(k)(prev[:-2].T, prev[1:-1].T, prev[2:].T)).reshape(
+                -1
+            )
+            bad = ~(np.isfinite(res) & (res <= tolerance)) | ~np.all(np.isfinite(new), axis=1)
+            if until is not None:
+                bad = bad | np.asarray(until(new), dtype=bool)
+            if np.any(bad):
+                cut = int(np.argmax(bad))
+                out.append(new[: cut + 1])
+                stopped = True
+            else:
+                out.append(new)
+                state = Z[:, -1]
+            done += k
+        return np.vstack(out)
+
+    def velocities(self, positions: np.ndarray, qdot0=None) -> np.ndarray:
+        """The velocities at the snapshots ``positions`` ``(K + 1, n)``: at ``k >= 1`` the
+        solution of ``dL^[[m]]/dv (q_k, v) = D2 L_d(q_{k-1}, q_k)``; at ``k = 0`` ``qdot0``
+        (NaN if not given). Returns ``(K + 1, n)``."""
+        fn = self._step_functions()
+        Q = np.asarray(positions, dtype=np.float64).reshape(len(positions), self.nq)
+        K = len(Q) - 1
+        P = np.asarray(fn["momentum_right"].map(K)(Q[:-1].T, Q[1:].T), dtype=np.float64)
+        guess = np.gradient(Q, self.h, axis=0)[1:].T
+        V = np.asarray(fn["velocity"].map(K)(Q[1:].T, P, guess), dtype=np.float64).T
+        first = np.full((1, self.nq), np.nan) if qdot0 is None else np.reshape(qdot0, (1, self.nq))
+        return np.vstack([first, V])
+
+
+def check_regularity(dynamics: LagrangianDynamics, what: str) -> None:
+    """Refuse a Lagrangian degenerate on its data; warn where it is degenerate at some data
+    points (the BEA formula divides by its ``d^2L/dv^2``)."""
+    if not dynamics.reference_regularity > 0:
+        raise InputError(
+            f"{what}: the learned Lagrangian is degenerate on the data (its d^2L/dv^2 is "
+            "singular at most data points): backward error analysis would divide by zero"
+        )
+    r = dynamics.regularity_on_data
+    bad = bea.degenerate(r, dynamics.reference_regularity, _DEGENERATE)
+    if np.any(bad):
+        warnings.warn(
+            f"{what}: the learned Lagrangian is degenerate at {int(bad.sum())} of {bad.size} "
+            f"data points (d^2L/dv^2 below {_DEGENERATE:g} of its median): the BEA "
+            "correction is not meaningful there",
+            FitWarning,
+            stacklevel=4,
+        )

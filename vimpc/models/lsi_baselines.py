@@ -42,13 +42,13 @@ from vimpc.errors import InputError, NotFittedError
 from vimpc.mechanics.system import MechanicalSystem
 from vimpc.models import bea
 from vimpc.models.evaluation import check_data
-from vimpc.models.kernel_lagrangian import KernelBasis, solve
-from vimpc.models.lsi import (
+from vimpc.models.kernel_lagrangian import (
+    KernelBasis,
     LagrangianDynamics,
-    check_conservative,
     check_regularity,
-    snapshots,
+    solve,
 )
+from vimpc.models.lsi import check_conservative, snapshots
 
 
 # -- shared checks ---------------------------------------------------------------------------
@@ -122,7 +122,7 @@ class LagrangianGP:
 
     Fitted attributes: ``points_`` (the ``(q, qdot)`` rows, also the kernel centres),
     ``accelerations_``, ``kernel_``, ``collocation_``, ``dynamics_`` (a
-    :class:`~vimpc.models.lsi.LagrangianDynamics` with ``momentum_order`` 0) and
+    :class:`~vimpc.models.kernel_lagrangian.LagrangianDynamics` with ``momentum_order`` 0) and
     ``fit_time_``.
     """
 
