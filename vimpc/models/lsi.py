@@ -181,8 +181,8 @@ class LSIModel(ModelFamily):
             parameters are not used). Unconstrained systems without friction only: LSI
             learns a conservative Lagrangian and the inputs are its only forces.
         dt: the model step [s], the step between snapshots.
-        rule, length, scale, volume, centres, order, seed, and the bound settings: see
-            :attr:`settings`.
+        rule, length, velocity_length, scale, volume, centres, coordinates, order, distil,
+            rcond, seed, and the bound settings: see :attr:`settings`.
 
     Fitted attributes: ``kernel_`` (the :class:`KernelLagrangian` ``L_invmod``),
     ``collocation_`` (the linear system's size, rank and residual), ``forced_`` (whether
