@@ -189,6 +189,22 @@ def test_the_corrected_energy_has_the_true_level_sets(rule, n, limit):
     assert not m.forced_
 
 
+def test_the_mass_form_of_non_triviality_keeps_the_gauge_out_of_the_scale():
+    # eq. 15 fixes the corners' mean of dL/dv, which a total derivative xi'(q) v satisfies as
+    # well: on the paper's set the minimum-norm fit lets it (the mass d^2L/dv^2 is ~0.007,
+    # the momentum at rest ~1). The mass form fixes the corners' mean of d^2L/dv^2 instead:
+    # the fitted mass is the physical one (1 for volume 1), the momentum at rest ~0, and the
+    # corrected energy's level sets are far closer to the true ones
+    paper = _unforced()
+    mass = _quiet_fit(LSIModel(PENDULUM, 0.5, length=5.0, nontriviality="mass"),
+                      _paper_pendulum())  # fmt: skip
+    assert paper.dynamics_.reference_regularity < 0.05
+    assert abs(float(paper.dynamics_.momentum(0.3, 0.0))) > 0.5
+    assert mass.dynamics_.reference_regularity == pytest.approx(1.0, rel=0.05)
+    assert abs(float(mass.dynamics_.momentum(0.3, 0.0))) < 0.1
+    assert _nu(mass, 2) < _nu(paper, 2) / 5
+
+
 def test_the_initial_value_problem_follows_the_true_motion():
     # from (q0, qdot0) alone: p0 from L^[[2]], q1 from the discrete momentum equation, then
     # the discrete Euler-Lagrange equations; 40 steps of h = 0.5 (20 s) stay on the exact

@@ -120,12 +120,20 @@ class KernelBasis:
         d = ca.DM(self.centres * inv) - ca.repmat(z.T, self.size, 1)
         return self.scale * ca.exp(-ca.sum2(d * d))
 
-    def nontriviality_row(self) -> np.ndarray:
-        """The row of eq. 15: the mean over the corners of ``[0, 1]^(2n)`` (in ``(q, v)``)
-        of ``sum_i dk/dv_i``."""
+    def nontriviality_row(self, kind: str = "momentum") -> np.ndarray:
+        """The non-triviality row: the mean over the corners of ``[0, 1]^(2n)`` (in
+        ``(q, v)``) of ``sum_i dk/dv_i`` (``"momentum"``, eq. 15), or of ``sum_i
+        d^2k/dv_i^2`` (``"mass"``: a total derivative ``xi'(q) v`` has no mass, so it
+        cannot carry the scale)."""
         n = self.nq
         corners = np.array(list(itertools.product((0.0, 1.0), repeat=2 * n)))
-        return self.gradients(corners)[:, n:, :].sum(axis=1).mean(axis=0)
+        if kind == "momentum":
+            return self.gradients(corners)[:, n:, :].sum(axis=1).mean(axis=0)
+        # the velocities are the embedding's last n entries, never embedded themselves
+        k = self.features(corners)
+        inv2 = (self._inverse_lengths() ** 2)[-n:]
+        w = inv2[None, :, None] * (corners[:, n:, None] - self.centres[:, -n:].T[None])
+        return ((4.0 * w * w - 2.0 * inv2[None, :, None]) * k[:, None, :]).sum(axis=1).mean(axis=0)
 
     def peak_slope(self) -> float:
         """An upper bound of a kernel's slope in ``(q, v)``: ``scale sqrt(2 / e) / e_min``."""
@@ -209,10 +217,11 @@ def solve(
     volume: float | None,
     what: str,
     rcond: float | None = None,
+    nontriviality: str = "momentum",
 ) -> Collocation:
     """The kernel Lagrangian on ``basis`` whose weights solve ``rows alpha = rhs`` together
-    with the non-triviality row (with ``volume``; None: omitted, the forcing in ``rhs``
-    fixes the scale) and the normalisation ``L(0) = 0``, in the minimum-norm least-squares
+    with the non-triviality row of kind ``nontriviality`` (with ``volume``; None: omitted,
+    the forcing in ``rhs`` fixes the scale) and the normalisation ``L(0) = 0``, in the minimum-norm least-squares
     sense: singular values below ``rcond`` times the largest are dropped (None: numpy's
     round-off cut-off, ``eps`` times the larger size), which regularises a fit to noisy
     data.
@@ -224,7 +233,7 @@ def solve(
     extra_rows = [basis.features(np.zeros((1, 2 * basis.nq)))[0]]
     extra_rhs = [0.0]
     if volume is not None:
-        extra_rows.insert(0, basis.nontriviality_row())
+        extra_rows.insert(0, basis.nontriviality_row(nontriviality))
         extra_rhs.insert(0, volume)
     A = np.vstack([rows, *extra_rows])
     b = np.concatenate([rhs, extra_rhs])

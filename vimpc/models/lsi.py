@@ -181,8 +181,8 @@ class LSIModel(ModelFamily):
             parameters are not used). Unconstrained systems without friction only: LSI
             learns a conservative Lagrangian and the inputs are its only forces.
         dt: the model step [s], the step between snapshots.
-        rule, length, velocity_length, scale, volume, centres, coordinates, order, distil,
-            rcond, seed, and the bound settings: see :attr:`settings`.
+        rule, length, velocity_length, scale, volume, nontriviality, centres, coordinates,
+            order, distil, rcond, seed, and the bound settings: see :attr:`settings`.
 
     Fitted attributes: ``kernel_`` (the :class:`KernelLagrangian` ``L_invmod``),
     ``collocation_`` (the linear system's size, rank and residual), ``forced_`` (whether
@@ -208,6 +208,12 @@ class LSIModel(ModelFamily):
             float, 1.0,
             "the non-triviality constant c of eq. 15 (used when the data have no inputs)",
             rule=POSITIVE,
+        ),
+        "nontriviality": Setting(
+            str, "momentum",
+            "what `volume` fixes without inputs: the corners' mean of dL/dv (`momentum`, "
+            "eq. 15) or of d^2L/dv^2 (`mass`, which a total derivative cannot satisfy)",
+            choices=("momentum", "mass"),
         ),
         "centres": Setting(
             int, 0,
@@ -270,7 +276,7 @@ class LSIModel(ModelFamily):
         self.forced_ = bool(np.any(U != 0))
         rhs = -del_forces(s, self.rule, Q, U, h) if self.forced_ else np.zeros(len(rows))
         volume = None if self.forced_ else self.volume
-        col = solve(rows, rhs, basis, volume, "lsi", self.rcond or None)
+        col = solve(rows, rhs, basis, volume, "lsi", self.rcond or None, self.nontriviality)
         self._accept(col, s.nq)
         self.kernel_ = col.lagrangian
         self.collocation_ = col
