@@ -163,6 +163,24 @@ def affine_levels(learned: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def matched_contours(ax, X, Y, ref, learned, inside, levels, colour) -> float:
+    """Contours of ``ref`` (dotted) and of ``learned`` at the matching levels (``learned``
+    affinely fitted to ``ref`` inside ``inside``); returns the fitted learned function's
+    largest deviation from ``ref`` there."""
+    a, b = affine_levels(learned[inside], ref[inside])
+    ax.contour(X, Y, ref, levels=levels, colors="black", linestyles="dotted", linewidths=1)
+    ax.contour(
+        X,
+        Y,
+        learned,
+        levels=np.sort(a * levels + b),
+        colors=colour,
+        linestyles="solid",
+        linewidths=1,
+    )
+    return float(np.max(np.abs((learned[inside] - b) / a - ref[inside])))
+
+
 def new_figure(width: float, height: float):
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
@@ -388,17 +406,7 @@ def pendulum(args, progress) -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitWarning)  # degenerate far from the data: shown
             Hm = model.dynamics_.hamiltonian(qg, vg, 2)
-        a, b = affine_levels(Hm[inside], Href[inside])
-        ax.contour(qg, vg, Href, levels=levels, colors="black", linestyles="dotted", linewidths=1)
-        ax.contour(
-            qg,
-            vg,
-            Hm,
-            levels=np.sort(a * levels + b),
-            colors=colours[name],
-            linestyles="solid",
-            linewidths=1,
-        )
+        matched_contours(ax, qg, vg, Href, Hm, inside, levels, colours[name])
         ax.add_patch(
             Rectangle((-1.2, -0.6), 2.4, 1.2, fill=False, edgecolor="grey", linestyle="--", lw=0.8)
         )
@@ -668,18 +676,7 @@ def henon_heiles(args, progress) -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitWarning)  # degenerate far from the data: shown
             Vm = fitted[main_set][name].hamiltonian(Pg, np.zeros_like(Pg), 2)
-        a, b = affine_levels(Vm[inside], Vref[inside])
-        fit_errors[name] = float(np.max(np.abs((Vm[inside] - b) / a - Vref[inside])))
-        ax.contour(xg, yg, Vref, levels=levels, colors="black", linestyles="dotted", linewidths=1)
-        ax.contour(
-            xg,
-            yg,
-            Vm,
-            levels=np.sort(a * levels + b),
-            colors=colours[name],
-            linestyles="solid",
-            linewidths=1,
-        )
+        fit_errors[name] = matched_contours(ax, xg, yg, Vref, Vm, inside, levels, colours[name])
         ax.plot(tri[:, 0], tri[:, 1], color="grey", linewidth=0.6)
         ax.set_aspect("equal")
         ax.set_title(f"{name}: V^[[2]](q) = H^[[2]](q, 0)", fontsize=10)
