@@ -58,6 +58,9 @@ from vimpc.models.kernel_lagrangian import (
     solve,
 )
 
+# A distilled momentum map off by more than this fraction of the momenta's RMS is warned of
+# (forced fits distil to ~5e-4; eq. 15's gauge-dominated momenta to 0.1-1).
+DISTIL_WARN = 0.01
 
 # -- data ------------------------------------------------------------------------------------
 def check_conservative(system: MechanicalSystem, what: str) -> MechanicalSystem:
@@ -298,6 +301,16 @@ class LSIModel(ModelFamily):
         beta = np.linalg.lstsq(A, b, rcond=self.rcond or None)[0]
         fitted = np.einsum("nim,m->ni", grads, beta)
         self.distil_error_ = float(np.sqrt(np.mean((fitted - momenta) ** 2) / np.mean(momenta**2)))
+        if self.distil_error_ > DISTIL_WARN:
+            warnings.warn(
+                f"lsi: the distilled momentum map is off by {self.distil_error_:.1%} of the "
+                "momenta's RMS on the data: the exported step's velocities carry that error, "
+                "and its Newton solve can fail where the refitted map does not invert (use "
+                "distil = false; for data without inputs, nontriviality = 'mass' fixes the "
+                "scale without a large gauge term in the momenta)",
+                FitWarning,
+                stacklevel=4,
+            )
         return KernelLagrangian(basis, beta)
 
     def _accept(self, col: Collocation, n: int) -> None:
