@@ -62,6 +62,7 @@ from vimpc.models.kernel_lagrangian import (
 # (forced fits distil to ~5e-4; eq. 15's gauge-dominated momenta to 0.1-1).
 DISTIL_WARN = 0.01
 
+
 # -- data ------------------------------------------------------------------------------------
 def check_conservative(system: MechanicalSystem, what: str) -> MechanicalSystem:
     """Refuse a system whose motion a learned Lagrangian in minimal coordinates with the
