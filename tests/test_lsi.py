@@ -4,6 +4,7 @@ positions (unforced and forced), initial value problems, the exported model and 
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import warnings
 from pathlib import Path
@@ -110,15 +111,19 @@ def test_bea_refuses_an_unknown_rule_and_order():
 # -- the collocation rows ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("angles", [(), (0,), (0, 1)])
-def test_the_rows_are_the_discrete_euler_lagrange_equations(angles):
+@pytest.mark.parametrize(
+    "angles,reversible", [((), False), ((0,), False), ((0, 1), False), ((), True), ((0,), True)]
+)
+def test_the_rows_are_the_discrete_euler_lagrange_equations(angles, reversible):
     # rows @ alpha == (D2 L_d(q0, q1) + D1 L_d(q1, q2)) / h by automatic differentiation of
-    # the CasADi expansion, for both rules, with and without angles embedded as sin/cos;
-    # and the numpy kernel gradients match finite differences
+    # the CasADi expansion, for both rules, with and without angles embedded as sin/cos and
+    # kernels mirrored in v; and the numpy kernel gradients match finite differences
     rng = np.random.default_rng(0)
     n, h = 2, 0.1
     d = 2 * n + len(angles)
-    basis = KernelBasis(rng.normal(size=(30, d)), 1.3, np.linspace(0.8, 1.5, d), n, angles)
+    basis = KernelBasis(
+        rng.normal(size=(30, d)), 1.3, np.linspace(0.8, 1.5, d), n, angles, reversible
+    )
     L = KernelLagrangian(basis, rng.normal(size=30))
     X = rng.normal(size=(5, 2 * n))
     G, eps = basis.gradients(X), 1e-6
@@ -143,6 +148,32 @@ def test_the_rows_are_the_discrete_euler_lagrange_equations(angles):
         ) / h])  # fmt: skip
         ref = [np.asarray(r(*tr[k : k + 3])).ravel() for tr in Q for k in range(2)]
         assert np.max(np.abs(del_rows(rule, Q, h, basis) @ L.alpha - np.concatenate(ref))) < 1e-13
+
+
+@pytest.mark.parametrize("angles", [(), (0,)])
+def test_a_reversible_basis_is_even_in_v_and_its_rows_are_its_derivatives(angles):
+    # k(q, v) + k(q, -v): even in v, so every momentum at rest vanishes; the non-triviality
+    # rows are the corners' means of dk/dv and d^2k/dv^2 (finite differences)
+    rng = np.random.default_rng(1)
+    n = 2
+    d = 2 * n + len(angles)
+    basis = KernelBasis(rng.normal(size=(9, d)), 0.7, np.linspace(0.9, 1.3, d), n, angles, True)
+    X = rng.normal(size=(4, 2 * n))
+    flipped = np.concatenate([X[:, :n], -X[:, n:]], axis=1)
+    np.testing.assert_allclose(basis.features(flipped), basis.features(X), rtol=1e-14)
+    X[:, n:] = 0.0
+    assert np.max(np.abs(basis.gradients(X)[:, n:])) < 1e-15
+    corners = np.array(list(itertools.product((0.0, 1.0), repeat=2 * n)))
+    eps = 1e-4
+    dv, d2v = 0.0, 0.0
+    for i in range(n):
+        e = np.zeros(2 * n)
+        e[n + i] = eps
+        up, mid, down = (basis.features(corners + s * e) for s in (1, 0, -1))
+        dv = dv + (up - down) / (2 * eps)
+        d2v = d2v + (up - 2 * mid + down) / eps**2
+    np.testing.assert_allclose(basis.nontriviality_row("momentum"), dv.mean(axis=0), atol=1e-9)
+    np.testing.assert_allclose(basis.nontriviality_row("mass"), d2v.mean(axis=0), atol=1e-6)
 
 
 # -- the unforced fit: the paper's pendulum, smaller ----------------------------------------------
@@ -203,6 +234,26 @@ def test_the_mass_form_of_non_triviality_keeps_the_gauge_out_of_the_scale():
     assert mass.dynamics_.reference_regularity == pytest.approx(1.0, rel=0.05)
     assert abs(float(mass.dynamics_.momentum(0.3, 0.0))) < 0.1
     assert _nu(mass, 2) < _nu(paper, 2) / 5
+
+
+@pytest.mark.filterwarnings("ignore:lsi. the data have no inputs")
+def test_a_reversible_fit_has_no_gauge_under_either_condition():
+    # kernels mirrored in v leave no total derivative in the span: on 100 of the paper's
+    # trajectories eq. 15 alone gives a gauge-dominated fit (momentum at rest ~1, H^[[2]]'s
+    # level sets off by ~0.2) and a momentum map the kernels cannot distil; reversible, both
+    # conditions give momenta that vanish at rest, level sets within 1e-3 and a distilled
+    # map within 1e-3
+    data = _paper_pendulum(100)
+    paper = LSIModel(PENDULUM, 0.5, length=5.0, distil=True)
+    with pytest.warns(FitWarning, match="distilled momentum map is off"):
+        paper.fit(data)
+    assert abs(float(paper.dynamics_.momentum(0.3, 0.0))) > 0.5 and _nu(paper, 2) > 0.05
+    for kind in ("momentum", "mass"):
+        m = LSIModel(PENDULUM, 0.5, length=5.0, distil=True, reversible=True, nontriviality=kind)
+        m.fit(data)
+        assert np.max(np.abs(m.dynamics_.momentum([0.3, -1.0, 2.0], [0.0, 0.0, 0.0]))) < 1e-12
+        assert _nu(m, 2) < 1e-3 and _nu(m, 0) > 10 * _nu(m, 2)
+        assert m.distil_error_ < 1e-3
 
 
 def test_the_initial_value_problem_follows_the_true_motion():
@@ -426,11 +477,13 @@ def _exact_pendulum_points(n=120):
     return X[:, 0], X[:, 1], -np.sin(X[:, 0])
 
 
-def test_lgp_rows_are_the_euler_lagrange_equations_of_its_lagrangian():
+@pytest.mark.parametrize("reversible", [False, True])
+def test_lgp_rows_are_the_euler_lagrange_equations_of_its_lagrangian(reversible):
     # the rows times alpha are dL/dq - (d^2L/dv dq) qdot - (d^2L/dv^2) qddot of the kernel
     # Lagrangian, by CasADi's AD; two coordinates, so the mixed block's index order counts
     rng = np.random.default_rng(0)
-    basis = KernelBasis(rng.uniform(-1, 1, (7, 4)), 1.3, np.array([0.9, 1.4, 1.1, 0.7]), 2)
+    lengths = np.array([0.9, 1.4, 1.1, 0.7])
+    basis = KernelBasis(rng.uniform(-1, 1, (7, 4)), 1.3, lengths, 2, reversible=reversible)
     L = KernelLagrangian(basis, rng.normal(size=7))
     q, v, a = (ca.SX.sym(k, 2) for k in "qva")
     Lqv = L.casadi(q, v)

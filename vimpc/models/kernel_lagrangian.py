@@ -47,7 +47,9 @@ class KernelBasis:
 
     ``phi`` embeds the tangent space: every coordinate listed in ``angles`` enters as its
     sine and cosine (so the kernels are periodic in it), the others and the velocities as
-    they are.
+    they are. A ``reversible`` basis holds ``k_j(q, v) + k_j(q, -v)`` instead: every
+    Lagrangian in its span is even in the velocities (time-reversible motion, as without
+    gyroscopic or magnetic forces), so no total derivative ``xi'(q) v`` is in it.
 
     Attributes:
         centres: ``(M, d)`` points in the embedded space (``d = 2 n`` plus one per angle).
@@ -55,6 +57,7 @@ class KernelBasis:
         length: ``e``: one length, or one per embedded entry ``(d,)``.
         nq: the number of coordinates ``n``.
         angles: indices of the coordinates embedded as sine and cosine.
+        reversible: each kernel summed with its mirror image in the velocities.
     """
 
     centres: np.ndarray
@@ -62,6 +65,7 @@ class KernelBasis:
     length: float | np.ndarray
     nq: int
     angles: tuple[int, ...] = ()
+    reversible: bool = False
 
     @property
     def size(self) -> int:
@@ -71,20 +75,30 @@ class KernelBasis:
         d = self.centres.shape[1]
         return 1.0 / np.broadcast_to(np.asarray(self.length, dtype=np.float64), (d,))
 
+    def _signs(self) -> tuple[float, ...]:
+        """The velocities' signs the kernels are summed over."""
+        return (1.0, -1.0) if self.reversible else (1.0,)
+
+    def _mirrored(self, X: np.ndarray, sign: float) -> np.ndarray:
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        return X if sign > 0 else np.concatenate([X[:, : self.nq], -X[:, self.nq :]], axis=1)
+
     def embed(self, X: np.ndarray) -> np.ndarray:
         """``phi`` of the rows ``(q, v)`` of ``X``, ``(N, d)``."""
         return embed(X, self.nq, self.angles)
 
-    def features(self, X: np.ndarray) -> np.ndarray:
-        """``k_j(X_i)``, ``(N, M)``, for rows ``(q, v)``."""
+    def _features(self, X: np.ndarray) -> np.ndarray:
         inv = self._inverse_lengths()
         P, C = self.embed(X) * inv, self.centres * inv
         d2 = np.sum(P * P, axis=1)[:, None] + np.sum(C * C, axis=1)[None, :] - 2.0 * P @ C.T
         return self.scale * np.exp(-np.maximum(d2, 0.0))
 
-    def gradients(self, X: np.ndarray) -> np.ndarray:
-        """``d k_j(X_i) / d (q, v)``, ``(N, 2 n, M)``."""
-        k = self.features(X)
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """``k_j(X_i)``, ``(N, M)``, for rows ``(q, v)``."""
+        return sum(self._features(self._mirrored(X, s)) for s in self._signs())
+
+    def _gradients(self, X: np.ndarray) -> np.ndarray:
+        k = self._features(X)
         inv2 = (self._inverse_lengths() ** 2)[None, :, None]
         G = -2.0 * inv2 * (self.embed(X)[:, :, None] - self.centres.T[None]) * k[:, None, :]
         if not self.angles:
@@ -100,15 +114,31 @@ class KernelBasis:
                 col += 1
         return np.concatenate([np.stack(out, axis=1), G[:, col:]], axis=1)
 
+    def _flip(self, sign: float) -> np.ndarray:
+        """``d (q, s v) / d (q, v)``'s diagonal."""
+        return np.concatenate([np.ones(self.nq), np.full(self.nq, sign)])
+
+    def gradients(self, X: np.ndarray) -> np.ndarray:
+        """``d k_j(X_i) / d (q, v)``, ``(N, 2 n, M)``."""
+        return sum(
+            self._flip(s)[None, :, None] * self._gradients(self._mirrored(X, s))
+            for s in self._signs()
+        )
+
     def hessians(self, X: np.ndarray) -> np.ndarray:
         """``d^2 k_j(X_i) / d (q, v)^2``, ``(N, 2 n, 2 n, M)`` (without angles)."""
         if self.angles:
             raise InputError("kernel Hessians are offered without an angle embedding only")
-        k = self.features(X)
         inv2 = self._inverse_lengths() ** 2
-        w = inv2[None, :, None] * (X[:, :, None] - self.centres.T[None])
-        outer = 4.0 * w[:, :, None, :] * w[:, None, :, :]
-        return (outer - 2.0 * np.diag(inv2)[None, :, :, None]) * k[:, None, None, :]
+        out = 0.0
+        for s in self._signs():
+            Xs = self._mirrored(X, s)
+            w = inv2[None, :, None] * (Xs[:, :, None] - self.centres.T[None])
+            outer = 4.0 * w[:, :, None, :] * w[:, None, :, :]
+            H = (outer - 2.0 * np.diag(inv2)[None, :, :, None]) * self._features(Xs)[:, None, None]
+            f = self._flip(s)
+            out = out + f[None, :, None, None] * f[None, None, :, None] * H
+        return out
 
     def casadi(self, q, v) -> ca.SX:
         """The ``M`` kernels at ``(q, v)`` as a CasADi column."""
@@ -116,9 +146,13 @@ class KernelBasis:
         for i in range(self.nq):
             parts += [ca.sin(q[i]), ca.cos(q[i])] if i in self.angles else [q[i]]
         inv = self._inverse_lengths()
-        z = ca.vertcat(*parts, v) * ca.DM(inv)
-        d = ca.DM(self.centres * inv) - ca.repmat(z.T, self.size, 1)
-        return self.scale * ca.exp(-ca.sum2(d * d))
+        C = ca.DM(self.centres * inv)
+        total = 0
+        for s in self._signs():
+            z = ca.vertcat(*parts, s * v) * ca.DM(inv)
+            d = C - ca.repmat(z.T, self.size, 1)
+            total += self.scale * ca.exp(-ca.sum2(d * d))
+        return total
 
     def nontriviality_row(self, kind: str = "momentum") -> np.ndarray:
         """The non-triviality row: the mean over the corners of ``[0, 1]^(2n)`` (in
@@ -129,15 +163,22 @@ class KernelBasis:
         corners = np.array(list(itertools.product((0.0, 1.0), repeat=2 * n)))
         if kind == "momentum":
             return self.gradients(corners)[:, n:, :].sum(axis=1).mean(axis=0)
-        # the velocities are the embedding's last n entries, never embedded themselves
-        k = self.features(corners)
+        # the velocities are the embedding's last n entries, never embedded themselves;
+        # d^2/dv^2 of k(q, -v) is d^2k/dv^2 at (q, -v)
         inv2 = (self._inverse_lengths() ** 2)[-n:]
-        w = inv2[None, :, None] * (corners[:, n:, None] - self.centres[:, -n:].T[None])
-        return ((4.0 * w * w - 2.0 * inv2[None, :, None]) * k[:, None, :]).sum(axis=1).mean(axis=0)
+        row = 0.0
+        for s in self._signs():
+            C = self._mirrored(corners, s)
+            w = inv2[None, :, None] * (C[:, n:, None] - self.centres[:, -n:].T[None])
+            d2 = (4.0 * w * w - 2.0 * inv2[None, :, None]) * self._features(C)[:, None, :]
+            row = row + d2.sum(axis=1).mean(axis=0)
+        return row
 
     def peak_slope(self) -> float:
-        """An upper bound of a kernel's slope in ``(q, v)``: ``scale sqrt(2 / e) / e_min``."""
-        return float(self.scale * np.sqrt(2.0 / np.e) * np.max(self._inverse_lengths()))
+        """An upper bound of a kernel's slope in ``(q, v)``: ``scale sqrt(2 / e) / e_min``
+        (twice that for a reversible pair)."""
+        one = self.scale * np.sqrt(2.0 / np.e) * np.max(self._inverse_lengths())
+        return float(len(self._signs()) * one)
 
 
 def embed(X: np.ndarray, nq: int, angles: tuple[int, ...] = ()) -> np.ndarray:

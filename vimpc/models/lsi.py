@@ -185,8 +185,8 @@ class LSIModel(ModelFamily):
             parameters are not used). Unconstrained systems without friction only: LSI
             learns a conservative Lagrangian and the inputs are its only forces.
         dt: the model step [s], the step between snapshots.
-        rule, length, velocity_length, scale, volume, nontriviality, centres, coordinates,
-            order, distil, rcond, seed, and the bound settings: see :attr:`settings`.
+        rule, length, velocity_length, scale, volume, nontriviality, reversible, centres,
+            coordinates, order, distil, rcond, seed, and the bound settings: see :attr:`settings`.
 
     Fitted attributes: ``kernel_`` (the :class:`KernelLagrangian` ``L_invmod``),
     ``collocation_`` (the linear system's size, rank and residual), ``forced_`` (whether
@@ -218,6 +218,12 @@ class LSIModel(ModelFamily):
             "what `volume` fixes without inputs: the corners' mean of dL/dv (`momentum`, "
             "eq. 15) or of d^2L/dv^2 (`mass`, which a total derivative cannot satisfy)",
             choices=("momentum", "mass"),
+        ),
+        "reversible": Setting(
+            bool, False,
+            "learn a Lagrangian even in the velocities (kernels summed with their mirror "
+            "images in v): time-reversible systems, without gyroscopic or magnetic forces; "
+            "no gauge term xi'(q) v is then in the span, so momenta at rest are zero",
         ),
         "centres": Setting(
             int, 0,
@@ -269,7 +275,7 @@ class LSIModel(ModelFamily):
             lengths[d - n :] = self.velocity_length
         if 0 < self.centres < len(embedded):
             embedded = support_points(embedded, self.centres, lengths, self.seed)
-        return KernelBasis(embedded, self.scale, lengths, n, angles)
+        return KernelBasis(embedded, self.scale, lengths, n, angles, self.reversible)
 
     def _fit(self, data: Dataset | None) -> None:
         s, h = self.system, self.dt
