@@ -16,6 +16,14 @@ and fix the Lagrangian's scale; without, the non-triviality condition (eq. 15) s
 ``volume``. With the normalisation ``L(0) = 0`` the system is solved in the minimum-norm
 least-squares sense. Only positions are used; the velocities in the data are ignored.
 
+Total derivatives ``xi'(q) v`` leave the continuous motion unchanged, and eq. 15, linear
+in ``dL/dv``, is satisfied by them as well as by the physical part: on unforced data the
+minimum-norm solution carries its scale mostly in such a gauge term (momenta at rest far
+from zero, a small fitted mass, a momentum map the kernels cannot refit). The mass form
+(``nontriviality = "mass"``) fixes the corners' mean of ``d^2L/dv^2`` instead, which a
+total derivative cannot satisfy; ``reversible = true`` learns a Lagrangian even in the
+velocities, with no gauge term in its span at all (``results/lsi/nontriviality.md``).
+
 The true Lagrangian is recovered by backward error analysis (:mod:`vimpc.models.bea`):
 ``L^[[2]]``, whose energy ``H^[[2]]`` the learned motions keep. An initial value problem
 from ``(q0, qdot0)`` starts from ``p0 = dL^[[2]]/dv (q0, qdot0)``, finds ``q1`` from the
@@ -313,8 +321,8 @@ class LSIModel(ModelFamily):
                 f"lsi: the distilled momentum map is off by {self.distil_error_:.1%} of the "
                 "momenta's RMS on the data: the exported step's velocities carry that error, "
                 "and its Newton solve can fail where the refitted map does not invert (use "
-                "distil = false; for data without inputs, nontriviality = 'mass' fixes the "
-                "scale without a large gauge term in the momenta)",
+                "distil = false, or reversible = true, which leaves no gauge term "
+                "xi'(q) v in the momenta)",
                 FitWarning,
                 stacklevel=4,
             )
