@@ -473,7 +473,10 @@ class LagrangianDynamics:
         Lm = bea.modified(self.kernel.casadi, n, self.rule, self.h, self.momentum_order)
         rv = ca.Function("rv", [v, q1, p], [(ca.gradient(Lm(q1, v), v) - p) / self.h])
         solve_v = _newton.solve("lsi_velocity", rv, False, tol)
-        self._steps["velocity"] = ca.Function("velocity", [q1, p, v], [solve_v(v, q1, p)])
+        solved = solve_v(v, q1, p)
+        self._steps["velocity"] = ca.Function(
+            "velocity", [q1, p, v], [solved, ca.norm_inf(rv(solved, q1, p))]
+        )
         self._steps["momentum_right"] = D2
         return self._steps
 
@@ -535,13 +538,25 @@ class LagrangianDynamics:
     def velocities(self, positions: np.ndarray, qdot0=None) -> np.ndarray:
         """The velocities at the snapshots ``positions`` ``(K + 1, n)``: at ``k >= 1`` the
         solution of ``dL^[[m]]/dv (q_k, v) = D2 L_d(q_{k-1}, q_k)``; at ``k = 0`` ``qdot0``
-        (NaN if not given). Returns ``(K + 1, n)``."""
+        (NaN if not given). Where Newton leaves that equation's residual (divided by ``h``)
+        above 100 times :attr:`del_tolerance` (the momentum map does not invert there), or
+        ends where ``d^2L/dv^2`` is degenerate (every kernel vanished), the velocity is NaN.
+        Returns ``(K + 1, n)``."""
         fn = self._step_functions()
         Q = np.asarray(positions, dtype=np.float64).reshape(len(positions), self.nq)
         K = len(Q) - 1
         P = np.asarray(fn["momentum_right"].map(K)(Q[:-1].T, Q[1:].T), dtype=np.float64)
         guess = np.gradient(Q, self.h, axis=0)[1:].T
-        V = np.asarray(fn["velocity"].map(K)(Q[1:].T, P, guess), dtype=np.float64).T
+        V, res = fn["velocity"].map(K)(Q[1:].T, P, guess)
+        V = np.asarray(V, dtype=np.float64).T
+        res = np.asarray(res, dtype=np.float64).reshape(K)
+        with np.errstate(all="ignore"):  # a diverged solve's v is inf or NaN
+            regularity = self._evaluate(0, "regularity", Q[1:], V).reshape(K)
+        # a root where every kernel has vanished (|v| -> inf) is no velocity
+        failed = ~(res <= 100.0 * self.del_tolerance) | bea.degenerate(
+            regularity, self.reference_regularity, _DEGENERATE
+        )
+        V[failed] = np.nan
         first = np.full((1, self.nq), np.nan) if qdot0 is None else np.reshape(qdot0, (1, self.nq))
         return np.vstack([first, V])
 
