@@ -85,9 +85,10 @@ def _obtain_model(cfg, env, args, log):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from vimpc import scenario
+    from vimpc.scenario.catalog import find_scenario
 
     started = time.perf_counter()
-    cfg = scenario.load_scenario(args.scenario, args.set or [])
+    cfg = scenario.load_scenario(find_scenario(args.scenario), args.set or [])
     if args.workers < 1:
         raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
     root = Path(args.out)
@@ -170,8 +171,9 @@ def _run(cfg, args, started: float, final_dir: Path, stage_dir: Path) -> None:
 def cmd_fit(args: argparse.Namespace) -> int:
     from vimpc import pipeline, scenario
     from vimpc.model_file import FILE_SUFFIX, save
+    from vimpc.scenario.catalog import find_scenario
 
-    cfg = scenario.load_scenario(args.scenario, args.set or [])
+    cfg = scenario.load_scenario(find_scenario(args.scenario), args.set or [])
     out = Path(args.output)
     if out.suffix != FILE_SUFFIX:
         raise ConfigError(f"--output must end in {FILE_SUFFIX}, got {str(out)!r}")
@@ -207,36 +209,46 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def shipped_scenarios() -> Path:
-    """The scenario files that come with vimpc (the ``scenarios`` folder of its source)."""
-    import vimpc
+def _description(path: Path) -> str:
+    """The ``scenario.description`` of a file for the listing, or why it was skipped."""
+    from vimpc.scenario import read_toml
 
-    return Path(vimpc.__file__).resolve().parent.parent / "scenarios"
+    try:
+        table = read_toml(path).get("scenario", {})
+        desc = table.get("description", "") if isinstance(table, dict) else ""
+        return desc if isinstance(desc, str) else ""
+    except ConfigError as exc:
+        return f"(skipped: {exc})"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     import gymnasium
 
     import vimpc  # noqa: F401
-    from vimpc.scenario import read_toml
+    from vimpc.scenario.catalog import shipped_folder, shipped_scenarios
 
-    folder = shipped_scenarios() if args.dir is None else Path(args.dir)
-    if not folder.is_dir():
-        what = "--dir" if args.dir is not None else "the shipped scenarios folder"
-        raise ConfigError(f"{what} {str(folder)!r} is not a folder")
-    files = sorted(folder.glob("*.toml"))
-    if not files:
+    if args.dir is None:
+        # the shipped scenarios, by the name that runs them from any folder
+        entries = shipped_scenarios()
+        folder = shipped_folder()
+    else:
+        folder = Path(args.dir)
+        if not folder.is_dir():
+            raise ConfigError(f"--dir {str(folder)!r} is not a folder")
+        entries = {f.name: f for f in sorted(folder.glob("*.toml"))}
+    if not entries:
         print(f"no scenarios in {folder}")
-    width = max((len(f.name) for f in files), default=0)
-    for f in files:
-        try:
-            table = read_toml(f).get("scenario", {})
-            desc = table.get("description", "") if isinstance(table, dict) else ""
-            desc = desc if isinstance(desc, str) else ""
-        except ConfigError as exc:
-            desc = f"(skipped: {exc})"
-        print(f"{f.name:<{width}}  {desc}")
-    print(f"({folder})")
+    width = max((len(name) for name in entries), default=0)
+    for name, path in entries.items():
+        print(f"{name:<{width}}  {_description(path)}")
+    if args.dir is None and entries:
+        example = "pendulum_swingup" if "pendulum_swingup" in entries else next(iter(entries))
+        print(
+            f"run one by name from any folder: vimpc run {example} (the file "
+            f"{entries[example]}; copy it to start your own and run it by its path)"
+        )
+    else:
+        print(f"({folder}; run one by its path)")
     print("environments: " + ", ".join(k for k in gymnasium.registry if k.startswith("vimpc/")))
     return 0
 
@@ -260,7 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def scenario_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("scenario", help="path to a scenario .toml file")
+        p.add_argument(
+            "scenario",
+            help="a scenario .toml file, or the name of a shipped one (vimpc list); an existing "
+            "file wins over a shipped name",
+        )
         p.add_argument(
             "--set", action="append", metavar="KEY.SUB=VALUE", help="override one key (repeatable)"
         )

@@ -1,0 +1,88 @@
+"""The scenario files that ship with vimpc, and what a scenario argument names.
+
+The files live in the repository's ``scenarios/`` folder, which installs as the data package
+``vimpc_scenarios`` (``package-dir`` in ``pyproject.toml``), so an editable and a regular
+install both find them through :mod:`importlib.resources`.
+
+A scenario argument (``vimpc run X``, ``vimpc fit X``) is, in this order:
+
+1. the path of an existing file: it is used as it is, so a local file wins over a shipped
+   scenario of the same name;
+2. the name of a shipped scenario (its file name, with or without ``.toml``) when it has no
+   folder part: ``pendulum_swingup`` from any folder;
+3. otherwise an error that says which, with the shipped names and a "did you mean".
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+from pathlib import Path
+
+from vimpc.errors import ConfigError
+
+PACKAGE = "vimpc_scenarios"
+SUFFIX = ".toml"
+
+
+def shipped_folder() -> Path:
+    """The folder that holds the shipped scenario files (:class:`ConfigError` when the
+    installation carries none)."""
+    try:
+        folder = importlib.resources.files(PACKAGE)
+    except ModuleNotFoundError:
+        # an editable install made before the scenarios became package data: its source tree
+        import vimpc
+
+        folder = Path(vimpc.__file__).resolve().parents[1] / "scenarios"
+    folder = Path(str(folder))
+    if not folder.is_dir():
+        raise ConfigError(
+            f"the shipped scenarios are missing ({PACKAGE} is not installed and "
+            f"{str(folder)!r} is not a folder); reinstall vimpc (pip install vimpc, or "
+            'pip install -e ".[dev]" in a source checkout)'
+        )
+    return folder
+
+
+def shipped_scenarios() -> dict[str, Path]:
+    """Every shipped scenario: its name (the file name without ``.toml``) -> its file."""
+    return {p.stem: p for p in sorted(shipped_folder().glob(f"*{SUFFIX}")) if p.is_file()}
+
+
+def find_scenario(arg: str | Path) -> Path:
+    """The scenario file ``arg`` names: an existing file at that path, else a shipped
+    scenario of that name (module docstring). Raises :class:`ConfigError` naming ``arg``,
+    the shipped names and the closest one when it is neither."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    text = str(arg)
+    shipped = shipped_scenarios()
+    names = ", ".join(shipped) or "none"
+    bare = path.name == text and text not in ("", ".", "..")
+    name = text[: -len(SUFFIX)] if bare and text.endswith(SUFFIX) else text
+    if bare and name in shipped:
+        return shipped[name]
+    if path.is_dir():
+        raise ConfigError(
+            f"scenario {text!r} is a folder, not a scenario file; give the path to a .toml file "
+            f"or the name of a shipped scenario ({names})"
+        )
+    if not bare:
+        hint = ""
+        if path.suffix == SUFFIX and path.stem in shipped:
+            hint = (
+                f"; the shipped scenario {path.stem!r} runs from any folder by its name "
+                f"(vimpc run {path.stem})"
+            )
+        raise ConfigError(
+            f"scenario file {text!r} does not exist (relative to {str(Path.cwd())!r}){hint}; "
+            f"shipped scenarios, run by name: {names}"
+        )
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    extra = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"scenario {text!r} is neither a file in {str(Path.cwd())!r} nor the name of a shipped "
+        f"scenario{extra} (shipped: {names}; or give the path to a scenario .toml file)"
+    )
