@@ -2,7 +2,9 @@
 
 Not a test module: the scripts in this folder are run by hand from the repository root,
 ``python tests/benchmarks/<name>.py``, and each writes ``results/benchmarks/<name>.md``
-and ``.csv`` with the command, the date and the machine.
+and ``.csv`` with the command, the date and the machine. Each also takes ``--quick`` and
+``--out`` (``tests/experiments/_quick.py``); ``tests/test_scripts_quick.py`` runs every
+script's quick mode.
 """
 
 from __future__ import annotations
@@ -23,14 +25,18 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "benchmarks"
+sys.path.insert(0, str(ROOT / "tests" / "experiments"))
+from _quick import add_options, parse  # noqa: E402,F401  (re-exported for the scripts)
+
 CARTPOLE = ROOT / "scenarios" / "cartpole_swingup.toml"
 PENDULUM = ROOT / "scenarios" / "pendulum_swingup.toml"
 
 
-def command() -> str:
-    """The command line that started this script, relative to the repository root."""
-    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
-    return "python " + shlex.join([script, *sys.argv[1:]])
+def command(script: str | None = None, argv: Sequence[str] | None = None) -> str:
+    """The command line that started this script, relative to the repository root:
+    ``script`` (default ``sys.argv[0]``) with ``argv`` (default ``sys.argv[1:]``)."""
+    script = os.path.relpath(os.path.abspath(script or sys.argv[0]), ROOT)
+    return "python " + shlex.join([script, *(sys.argv[1:] if argv is None else argv)])
 
 
 def stamp() -> str:
@@ -125,14 +131,21 @@ def write_results(
     columns: list[tuple[str, str, str]],
     notes: str = "",
     extra: str = "",
+    *,
+    out: Path = OUT,
+    script: str | None = None,
+    argv: Sequence[str] | None = None,
 ) -> str:
-    """Print the table and write ``results/benchmarks/<name>.md`` and ``.csv``.
+    """Print the table and write ``<out>/<name>.md`` and ``.csv`` (``out`` defaults to
+    ``results/benchmarks``).
 
     ``columns`` are ``(key, header, format spec)``; the CSV holds every key of the rows
-    at full precision, with the command, date and machine as ``#`` comment lines.
-    ``extra`` (markdown) follows the table in the ``.md`` and on screen.
+    at full precision, with the command (``script`` and ``argv``, see :func:`command`),
+    date and machine as ``#`` comment lines. ``extra`` (markdown) follows the table in the
+    ``.md`` and on screen.
     """
-    cmd, when, where = command(), stamp(), machine()
+    folder = Path(out)
+    cmd, when, where = command(script, argv), stamp(), machine()
     table = "\n".join(
         [
             "| " + " | ".join(h for _, h, _ in columns) + " |",
@@ -144,18 +157,18 @@ def write_results(
         f"# {title}\n\nMade by `{cmd}` on {when}.\n\nMachine: {where}.\n\n"
         f"{notes.strip()}\n\n{table}\n{extra}"
     )
-    OUT.mkdir(parents=True, exist_ok=True)
-    _atomic_write(OUT / f"{name}.md", md)
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write(folder / f"{name}.md", md)
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = OUT / f"{name}.csv.tmp"
+    tmp = folder / f"{name}.csv.tmp"
     with tmp.open("w", newline="") as f:
         f.write(f"# command: {cmd}\n# date: {when}\n# machine: {where}\n")
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         for r in rows:
             writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    tmp.replace(OUT / f"{name}.csv")
-    print(f"{title}\n{where}\n\n{table}\n{extra}\nwrote {OUT / name}.md and .csv")
+    tmp.replace(folder / f"{name}.csv")
+    print(f"{title}\n{where}\n\n{table}\n{extra}\nwrote {folder / name}.md and .csv")
     return table
 
 

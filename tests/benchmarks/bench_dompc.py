@@ -4,6 +4,9 @@ Run from the repository root (needs the optional extra ``pip install "do-mpc>=5.
 
     python tests/benchmarks/bench_dompc.py [--seeds 0 1 2]
 
+``--without-dompc`` runs the vimpc rows alone (do-mpc not needed); ``--quick --out DIR``
+runs one seed of 3 steps into ``DIR`` (a smoke test of this script).
+
 Both sides predict with the SAME model: the nominal midpoint variational model built by
 ``vimpc.pipeline.build_model`` from ``scenarios/cartpole_swingup.toml``. do-mpc gets it as a
 ``Model('discrete', symvar_type='MX')`` whose right-hand side is ``model.step(x, u, p)``
@@ -25,7 +28,7 @@ from types import SimpleNamespace
 
 import casadi as ca
 import numpy as np
-from _common import CARTPOLE, TimedController, ms_stats, write_results
+from _common import CARTPOLE, OUT, TimedController, add_options, ms_stats, parse, write_results
 
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.mpc import Status
@@ -130,22 +133,33 @@ class DoMPC:
             status = Status.SOLVED
         else:
             status = Status.ITERATION_LIMIT if violation <= 1e-6 else Status.FAILED
+        # the fields of vimpc's MPCResult that run_episode and TimedController read
         return SimpleNamespace(
             u=u,
             status=status,
             solve_time=self.solver.time,
             iterations=int(stats["iter_count"]),
             slack=0.0,
+            tube_time=0.0,  # do-mpc computes no tube
         )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    args = parser.parse_args()
-    do_mpc = import_dompc()
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per episode (default: the scenario's)"
+    )
+    parser.add_argument(
+        "--without-dompc",
+        action="store_true",
+        help="only the vimpc controllers (do-mpc not needed)",
+    )
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"seeds": [0], "steps": 3})
+    do_mpc = None if args.without_dompc else import_dompc()
 
-    base = load_scenario(CARTPOLE)
+    base = load_scenario(CARTPOLE, [] if args.steps is None else [f"episodes.steps={args.steps}"])
     env = build_env(base)
     model = build_model(base, env)
     steps, success = base["episodes"]["steps"], success_test(base)
@@ -157,10 +171,14 @@ def main() -> None:
     makers = {
         label: (lambda cfg=cfg: build_controller(cfg, model, env)) for label, cfg in cfgs.items()
     }
-    makers["do-mpc, IPOPT defaults"] = lambda: DoMPC(do_mpc, model, base, quiet)
-    makers["do-mpc, vimpc's IPOPT options"] = lambda: DoMPC(
-        do_mpc, model, base, {**quiet, **{f"ipopt.{k}": v for k, v in vimpc_ipopt["ipopt"].items()}}
-    )
+    if do_mpc is not None:
+        makers["do-mpc, IPOPT defaults"] = lambda: DoMPC(do_mpc, model, base, quiet)
+        makers["do-mpc, vimpc's IPOPT options"] = lambda: DoMPC(
+            do_mpc,
+            model,
+            base,
+            {**quiet, **{f"ipopt.{k}": v for k, v in vimpc_ipopt["ipopt"].items()}},
+        )
 
     runs = {label: {"setup": [], "call": [], "trajs": [], "metrics": []} for label in makers}
     for seed in args.seeds:
@@ -238,7 +256,7 @@ with the rootfinder as an embedded call); vimpc's "implicit" rows put the same i
 **Problem, both sides:** stage cost e^T Q e + u^T R u (Q = diag(10, 20, 0.1, 0.1), R = 0.01),
 terminal e^T Q_N e (Q_N = diag(50, 100, 5, 5)), pole-angle error 2 sin(e/2); |u| <= 30 N;
 |s| <= 0.9 m on x_1..x_N (do-mpc: a hard bound; vimpc: the scenario's exact penalty, weight 1e4); N = 20, dt = 0.05 s.
-**Solvers:** do-mpc {do_mpc.__version__} always uses IPOPT (MUMPS). "IPOPT defaults": do-mpc's
+**Solvers:** do-mpc {do_mpc.__version__ if do_mpc else "(not run: --without-dompc)"} always uses IPOPT (MUMPS). "IPOPT defaults": do-mpc's
 settings (IPOPT's tol 1e-8 and max_iter 3000; warm start from the unshifted previous solution
 and multipliers). "vimpc's IPOPT options": those of vimpc's `ipopt` preset, read from
 `vimpc.mpc.solvers.nlpsol_options` in this run: `{vimpc_ipopt["ipopt"]}`. vimpc warm-starts from
@@ -254,7 +272,15 @@ anyway, vimpc applies a fallback input. Success: |wrap(theta - pi)| < 0.1 over t
         f"(call median / call p95):\n\n{ratios}\n"
     )
     write_results(
-        "dompc", "vimpc vs do-mpc: cart-pole swing-up, same model", rows, columns, notes, extra
+        "dompc",
+        "vimpc vs do-mpc: cart-pole swing-up, same model",
+        rows,
+        columns,
+        notes,
+        extra,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
     )
 
 

@@ -19,6 +19,9 @@ iterations) fitted ``--fits`` times on the scenario's training data, wall time o
 ``fit`` (hyperparameters, posteriors, support points, bound).
 
 Issue targets: median solve <= 5 ms with 100 support points; fit <= 60 s.
+
+``--quick --out DIR``: a smoke test into ``DIR``: one seed of 3 steps, one fit, on a tiny
+model (``QUICK_SETS``) without the "jit model" row (its C compile alone takes seconds).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import ROOT, TimedController, met, ms_stats, write_results
+from _common import OUT, ROOT, TimedController, add_options, met, ms_stats, parse, write_results
 
 from vimpc import pipeline
 from vimpc.closedloop import episode_metrics, run_episode
@@ -54,16 +57,28 @@ SOLVERS = {
     ],
 }
 MEDIAN_MS, FIT_S = 5.0, 60.0
+# --quick: a tiny GP-VI (4 + 8 held-out trajectories of 5 steps, 16 samples, 8 support points, one
+# start of 5 optimiser steps) and 3 control steps
+QUICK_SETS = [
+    "data.trajectories=4",
+    "data.steps=5",
+    "data.heldout_trajectories=8",
+    "model.samples=16",
+    "model.support_points=8",
+    "model.restarts=1",
+    "model.iterations=5",
+    "episodes.steps=3",
+]
 
 
-def solve_times(seeds: list[int]) -> list[dict]:
-    base = load_scenario(SCENARIO, BASE)
+def solve_times(seeds: list[int], sets: list[str] = (), solvers: dict = SOLVERS) -> list[dict]:
+    base = load_scenario(SCENARIO, [*BASE, *sets])
     env = pipeline.build_env(base)
     models = {
         "GP-VI (100 support points)": pipeline.build_model(base, env),
         "nominal midpoint": NominalModel(env.nominal_system, env.dt).discrete_model(),
     }
-    cfgs = {label: load_scenario(SCENARIO, [*BASE, *ov]) for label, ov in SOLVERS.items()}
+    cfgs = {label: load_scenario(SCENARIO, [*BASE, *sets, *ov]) for label, ov in solvers.items()}
     controllers = {
         (model_label, solver_label): TimedController(pipeline.build_controller(cfg, model, env))
         for model_label, model in models.items()
@@ -96,8 +111,8 @@ def solve_times(seeds: list[int]) -> list[dict]:
     return rows
 
 
-def fit_times(n: int) -> list[float]:
-    cfg = load_scenario(SCENARIO, [*BASE, 'model.bound="none"'])
+def fit_times(n: int, sets: list[str] = ()) -> list[float]:
+    cfg = load_scenario(SCENARIO, [*BASE, *sets, 'model.bound="none"'])
     env = pipeline.build_env(cfg)
     train = pipeline.collect(cfg, env, "train")
     out = []
@@ -110,13 +125,18 @@ def fit_times(n: int) -> list[float]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--fits", type=int, default=3)
-    args = parser.parse_args()
-    rows = solve_times(args.seeds)
-    fits = fit_times(args.fits)
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"seeds": [0], "fits": 1})
+    sets, solvers = [], SOLVERS
+    if args.quick:
+        sets = QUICK_SETS
+        solvers = {k: v for k, v in SOLVERS.items() if "controller.jit=model" not in v}
+    rows = solve_times(args.seeds, sets, solvers)
+    fits = fit_times(args.fits, sets)
     gp = min(r["median_ms"] for r in rows if r["model"].startswith("GP-VI"))
     extra = (
         f"\nFit of the 512-sample GP-VI cart-pole (2 GPs, restarts and iterations of the "
@@ -141,6 +161,9 @@ def main() -> None:
         ],
         notes=__doc__.split("\n\n", 2)[2].split("Issue targets")[0],
         extra=extra,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
     )
 
 
