@@ -69,6 +69,19 @@ def test_the_package_data_resolves_through_importlib_resources():
         assert path.read_bytes() == (ROOT / "scenarios" / f"{name}.toml").read_bytes()
 
 
+def test_an_install_without_the_data_package_falls_back_to_the_source_tree(monkeypatch):
+    """An editable install made before the scenarios became package data has no
+    vimpc_scenarios; its source tree still holds them, and without one the error says how to
+    get them."""
+    from vimpc.scenario import catalog
+
+    monkeypatch.setattr(catalog, "PACKAGE", "vimpc_scenarios_not_installed")
+    assert shipped_folder() == (ROOT / "scenarios").resolve()
+    monkeypatch.setattr(catalog, "FALLBACK", "no_such_folder")
+    with pytest.raises(ConfigError, match=r"shipped scenarios are missing.*reinstall vimpc"):
+        shipped_folder()
+
+
 @pytest.mark.slow
 def test_a_regular_install_runs_a_scenario_by_name(tmp_path):
     """The hostile path: a wheel in a fresh venv (casadi and torch from the system), run

@@ -22,6 +22,8 @@ from pathlib import Path
 from vimpc.errors import ConfigError
 
 PACKAGE = "vimpc_scenarios"
+#: where a source checkout keeps them, next to the vimpc package
+FALLBACK = "scenarios"
 SUFFIX = ".toml"
 
 
@@ -34,7 +36,7 @@ def shipped_folder() -> Path:
         # an editable install made before the scenarios became package data: its source tree
         import vimpc
 
-        folder = Path(vimpc.__file__).resolve().parents[1] / "scenarios"
+        folder = Path(vimpc.__file__).resolve().parents[1] / FALLBACK
     folder = Path(str(folder))
     if not folder.is_dir():
         raise ConfigError(
