@@ -4,10 +4,12 @@ matplotlib objects: axis labels, titles, legends and the lines drawn)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.colors import to_rgb
 from vimpc_envs.cartpole import CartPoleEnv
 from vimpc_envs.fourbar import FourBarEnv
 from vimpc_envs.pendulum import PendulumEnv
@@ -326,7 +328,7 @@ def test_pendulum_run_figures_show_the_speed_limit_with_units():
     (ax,) = figs["episodes"].axes
     assert ax.get_ylabel() == "theta_dot [rad/s]"
     assert _hline_levels(ax, "true limit") == [-10.0, 10.0]
-    assert "0 of 2 episodes cross the true limit" in ax.get_title()
+    assert "true limit crossed in 0 of 2 episodes" in ax.get_title()
 
 
 def test_rolling_disk_run_figures_tell_the_obstacle_from_the_planning_circle():
@@ -340,7 +342,11 @@ def test_rolling_disk_run_figures_tell_the_obstacle_from_the_planning_circle():
     (row,) = figs["safety"].axes
     assert _hline_levels(row, "true limit") == [pytest.approx(0.3**2 - 0.35**2)]
     assert _hline_levels(row, "planning limit (h = 0)") == [0.0]
-    assert row.get_ylabel().endswith("margin [m^2]")
+    assert row.get_ylabel() == "h [m^2]"
+    # the row says what h is, in which unit
+    assert row.get_title() == ("|(x, y) - (1, 0)| >= 0.35 m:  h = (x - 1)^2 + y^2 - 0.35^2 [m^2]")
+    assert "h >= 0" in figs["safety"].get_suptitle()
+    assert "path of the contact point" in labels
 
 
 def test_cartpole_run_draws_the_rail_and_the_planning_margin():
@@ -352,8 +358,22 @@ def test_cartpole_run_draws_the_rail_and_the_planning_margin():
     assert figs["states_inputs"].axes[-1].get_ylabel() == "force [N]"
     # references only where Q weighs the entry: every entry here
     assert all(_lines(ax, "reference") for ax in figs["states_inputs"].axes[:4])
-    for row in figs["safety"].axes:
-        assert row.get_ylabel().endswith("margin [m]")
+    low, high = figs["safety"].axes
+    assert low.get_ylabel() == high.get_ylabel() == "h [m]"
+    assert low.get_title() == "s >= -0.9 m:  h = s + 0.9 [m]"
+    assert high.get_title() == "s <= 0.9 m:  h = 0.9 - s [m]"
+    # the rail: its true ends at the env's |s| <= 1 m, the controller's at 0.9 m
+    (ax,) = figs["mechanism"].axes
+    (rail,) = _lines(ax, "rail")
+    np.testing.assert_allclose(rail.get_xdata(), [-1.0, 1.0])
+    np.testing.assert_allclose(rail.get_ydata(), [0.0, 0.0])
+    ends = _lines(ax, "rail ends: cart centre in [-1, 1] m (true limit)")
+    assert sorted(float(line.get_xdata()[0]) for line in ends) == [-1.0, 1.0]
+    plan = _lines(ax, "cart centre's planning limits [-0.9, 0.9] m")
+    assert sorted(float(line.get_xdata()[0]) for line in plan) == [-0.9, 0.9]
+    assert max(line.get_zorder() for line in [rail, *ends]) < min(
+        line.get_zorder() for line in _lines(ax, "path of the last link's end (2 episodes)")
+    )
 
 
 # ---- the summary ---------------------------------------------------------------------------
@@ -456,3 +476,215 @@ def test_run_figures_writes_one_png_per_figure(tmp_path):
     report.run_figures(cfg, runner, trajectories, tmp_path)
     assert sorted(p.stem for p in tmp_path.glob("*.png")) == sorted(figs)
     assert all(p.stat().st_size > 0 for p in tmp_path.glob("*.png"))
+
+
+# ---- what a person could misread ------------------------------------------------------------
+
+
+def _texts(fig) -> list[str]:
+    """Every piece of text a figure shows: titles, axis labels, tick-free legend texts."""
+    out = [fig.get_suptitle(), *_legend_labels(fig)]
+    for ax in fig.axes:
+        out += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+    return out
+
+
+def test_saturated_inputs_are_marked_over_limits_drawn_beneath_them():
+    """Inputs that ride on a limit are marked, and the limit line lies beneath the trace
+    (drawn over it, it hid a saturated input); the state limits too."""
+    u = np.array([2.0, 2.0, 0.5, -2.0, 1.9995, 1.99, -1.9, -2.0005, 0.0, 0.0])
+    states = np.column_stack([np.linspace(0.0, 1.0, 11), np.zeros(11)])
+    fig = _pendulum_figure(
+        [_trajectory(states, u)],
+        true_min=np.array([np.nan, -10.0]),
+        true_max=np.array([np.nan, 10.0]),
+    )
+    torque = fig.axes[2]
+    (marks,) = _lines(torque, "input at its limit (saturated)")
+    # within 0.1 % of the 4 N m range: steps 0, 1, 3, 4 and 7, not 1.99 or -1.9
+    np.testing.assert_allclose(marks.get_xdata(), 0.1 * np.array([0, 1, 3, 4, 7]))
+    np.testing.assert_allclose(marks.get_ydata(), u[[0, 1, 3, 4, 7]])
+    (trace,) = _lines(torque, "input")
+    limits = _lines(torque, "input limit")
+    assert len(limits) == 2
+    assert all(line.get_zorder() < trace.get_zorder() < marks.get_zorder() for line in limits)
+    assert all(line.get_linestyle() != trace.get_linestyle() for line in limits)
+    assert "input at its limit (saturated)" in _legend_labels(fig)
+    (rate,) = _lines(fig.axes[1], "true state")
+    assert all(line.get_zorder() < rate.get_zorder() for line in _lines(fig.axes[1], "true limit"))
+    # an input that stays inside its limits gets no mark and no legend entry
+    calm = _pendulum_figure([_trajectory(states, np.full(10, 1.5))])
+    assert _lines(calm.axes[2], "input at its limit (saturated)") == []
+    assert "input at its limit (saturated)" not in _legend_labels(calm)
+
+
+def test_saturation_with_one_open_end():
+    hit = plotting.saturated(np.array([5.0, 4.999, 4.9, -100.0]), -np.inf, 5.0)
+    assert hit.tolist() == [True, True, False, False]
+    assert not plotting.saturated(np.array([1e9]), -np.inf, np.inf).any()
+
+
+def _bound_rows():
+    """The safety rows of ``|s| <= 1``: ``h = [s + 1, 1 - s]`` [m]."""
+    import casadi as ca
+
+    obs = ca.SX.sym("obs", 2)
+    return ca.Function("safety", [obs], [ca.vertcat(obs[0] + 1.0, 1.0 - obs[0])])
+
+
+def _planned(s, *, tube=0.0, stages=3, seed=0):
+    """An episode of ``s`` with plans that keep ``s`` and tubes of width ``tube``."""
+    s = np.asarray(s, dtype=np.float64)
+    states = np.column_stack([s, np.zeros_like(s)])
+    traj = _trajectory(states, np.zeros(len(s) - 1), seed=seed)
+    plan = np.repeat(states[:-1, None, :], stages, axis=1)
+    widths = np.full((len(s) - 1, stages, 2), tube)
+    return type(traj)(**{**traj.__dict__, "plan_obs": plan, "tube": widths})
+
+
+def test_safety_rows_say_what_h_is_and_mark_crossings_in_every_episode():
+    """Episode 0 leaves at s = 1.2 (row 1 below h = 0), episode 1 at s = -1.1 (row 0):
+    both are marked, though only one episode has its plans drawn."""
+    out_right = np.concatenate([np.linspace(0.0, 1.2, 8), [1.2, 0.5, 0.0]])
+    out_left = np.concatenate([np.linspace(0.0, -1.1, 8), [-0.5, 0.0, 0.0]])
+    trajectories = [_planned(out_right), _planned(out_left, seed=1)]
+    fig = plotting.safety_figure(
+        trajectories,
+        _bound_rows(),
+        ["s >= -1 m", "s <= 1 m"],
+        units=["m", "m"],
+        definitions=["s + 1", "1 - s"],
+        true_levels=[0.0, 0.0],
+        title="cartpole",
+    )
+    low, high = fig.axes
+    assert "h >= 0" in fig.get_suptitle()
+    assert low.get_title() == "s >= -1 m:  h = s + 1 [m]" and low.get_ylabel() == "h [m]"
+    label = "past the true limit (= planning limit)"
+    (left,) = _lines(low, label)
+    np.testing.assert_allclose(left.get_ydata(), 1.0 + out_left[1:][out_left[1:] < -1.0])
+    (right,) = _lines(high, label)
+    np.testing.assert_allclose(right.get_ydata(), 1.0 - out_right[1:][out_right[1:] > 1.0])
+    labels = _legend_labels(fig)
+    # zero tubes: the legend does not promise a tube
+    assert not any("tube around" in text for text in labels)
+    (plans,) = [text for text in labels if text.startswith("plans made at")]
+    assert "no tube" in plans
+    assert "realized, the other episode" in labels
+    # with a tube, it is drawn and named
+    tubed = plotting.safety_figure(
+        [_planned(out_right, tube=0.1)], _bound_rows(), ["s >= -1 m", "s <= 1 m"]
+    )
+    labels = _legend_labels(tubed)
+    assert "tube around each plan (plan +- tube)" in labels
+    assert not any("no tube" in text for text in labels)
+
+
+def test_a_planning_limit_inside_the_true_one_is_marked_apart():
+    """Planning limit s <= 0.9 (h = 0.9 - s), true limit s <= 1 (h = -0.1): s = 0.95 is
+    past the planning limit only, s = 1.05 past the true limit."""
+    import casadi as ca
+
+    obs = ca.SX.sym("obs", 2)
+    row = ca.Function("safety", [obs], [0.9 - obs[0]])
+    s = np.array([0.0, 0.5, 0.95, 1.05, 0.5])
+    fig = plotting.safety_figure([_planned(s)], row, ["s <= 0.9 m"], true_levels=[-0.1])
+    (ax,) = fig.axes
+    (plan,) = _lines(ax, "past the planning limit (h < 0)")
+    np.testing.assert_allclose(plan.get_ydata(), [0.9 - 0.95])
+    (true,) = _lines(ax, "past the true limit")
+    np.testing.assert_allclose(true.get_ydata(), [0.9 - 1.05])
+
+
+def test_one_episode_is_not_called_episodes():
+    """Counts agree with their nouns in every figure of a one-episode run."""
+    states = np.column_stack([np.linspace(0.0, 1.2, 11), np.zeros(11)])
+    single = [_planned(states[:, 0])]
+    figs = [
+        plotting.constrained_entries_figure(
+            single,
+            names=["s", "s_dot"],
+            units=["m", "m/s"],
+            obs_min=np.array([-0.9, -np.inf]),
+            obs_max=np.array([0.9, np.inf]),
+            true_min=np.array([-1.0, np.nan]),
+            true_max=np.array([1.0, np.nan]),
+            title="cartpole",
+        ),
+        plotting.safety_figure(single, _bound_rows(), ["s >= -1 m", "s <= 1 m"]),
+        plotting.solve_times_figure(single),
+        _pendulum_figure(single),
+    ]
+    assert "over 1 episode" in figs[0].get_suptitle()
+    assert figs[0].axes[0].get_title().startswith("s: true limit crossed in 1 of 1 episode,")
+    for fig in figs:
+        for text in _texts(fig):
+            assert not re.search(r"\b1 (episodes|steps)\b", text), text
+    assert plotting.count(1, "episode") == "1 episode"
+    assert plotting.count(0, "episode") == "0 episodes"
+    assert plotting.count(2, "step") == "2 steps"
+
+
+def test_solve_time_marks_do_not_share_a_colour_with_an_episode():
+    status = ["SOLVED", "FAILED", "LATE", "ITERATION_LIMIT", "SOLVED"]
+    trajectories = [
+        _trajectory(np.zeros((6, 2)), np.zeros(5), status=status, seed=k) for k in range(5)
+    ]
+    fig = plotting.solve_times_figure(trajectories, time_budget=2e-3)
+    (ax,) = fig.axes
+    episodes = {
+        to_rgb(line.get_color()) for line in ax.get_lines() if line.get_label().startswith("ep")
+    }
+    assert len(episodes) == 5
+    for label in ("failed (fallback input)", "late", "at the iteration limit"):
+        marks = _lines(ax, label)
+        assert len(marks) == 5 and {to_rgb(m.get_color()) for m in marks}.isdisjoint(episodes)
+    (budget,) = _lines(ax, "time budget (solves past it are late)")
+    np.testing.assert_allclose(budget.get_ydata(), 2.0)  # ms
+
+
+def test_the_summary_gives_tracking_rmse_per_entry_with_its_unit():
+    """s is 0.5 m off its reference, theta 2 pi + 0.1 rad off (0.1 rad once wrapped);
+    s_dot is not tracked."""
+    n = 11
+    reference = np.zeros((n, 3))
+    states = np.column_stack([np.full(n, 0.5), np.full(n, 2 * np.pi + 0.1), np.ones(n)])
+    traj = _trajectory(states, np.zeros(n - 1), reference=reference)
+    tracking = report.tracking_rmse(
+        [traj, traj],
+        ["s", "theta", "s_dot"],
+        ["m", "rad", "m/s"],
+        periodic=(1,),
+        tracked=[0, 1],
+    )
+    assert [(name, unit) for name, unit, _ in tracking] == [("s", "m"), ("theta", "rad")]
+    np.testing.assert_allclose([v for *_, v in tracking], [0.5, 0.1])
+    per_episode, trajectories = _summary_inputs()
+    summary = summarize(per_episode, trajectories)
+    lines = report.summary_table(summary, tracking=tracking).splitlines()
+    first = next(k for k, line in enumerate(lines) if "tracking RMSE" in line)
+    assert lines[first].endswith("s: 0.5 m") and lines[first + 1].endswith("theta: 0.1 rad")
+    assert lines[first + 1][: report.KEY_WIDTH + 4].strip() == ""
+    # without per-entry values the pooled number says it is pooled
+    (pooled,) = [line for line in report.summary_table(summary).splitlines() if "RMSE" in line]
+    assert "pooled" in pooled
+    # the margin's mean and spread carry the limit's unit too
+    limits = PendulumEnv(jit=False).safety_limits
+    table = report.summary_table(summarize(per_episode, trajectories, limits))
+    assert re.search(r"mean of episode minima \S+ rad/s \(std \S+ rad/s\)", table), table
+
+
+def test_the_fit_table_gives_each_entry_its_unit():
+    fit = {
+        "fit_time_s": 0.1,
+        "train_transitions": 10,
+        "calibration_transitions": 0,
+        "validation_transitions": 5,
+        "multi_step": 20,
+        "one_step_rmse": [1e-3, 2e-3],
+        "multi_step_rmse": [1e-1, None],
+    }
+    lines = report.fit_table(fit, ["theta", "theta_dot"], ["rad", "rad/s"]).splitlines()
+    assert lines[1].split()[:2] == ["entry", "[unit]"]
+    assert lines[2].split() == ["theta", "[rad]", "1.000e-03", "1.000e-01"]
+    assert lines[3].split() == ["theta_dot", "[rad/s]", "2.000e-03", "-"]

@@ -23,6 +23,11 @@ def _with_unit(value: str, unit: str) -> str:
     return f"{value} {unit}" if unit else value
 
 
+def axis_unit(name: str, unit: str) -> str:
+    """``"name [unit]"`` (just the name for a dimensionless entry)."""
+    return f"{name} [{unit}]" if unit else name
+
+
 def _limit_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """One row per true safety limit: its name, the states outside it and the closest
     approach."""
@@ -42,9 +47,77 @@ def _limit_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def summary_table(summary: dict[str, Any]) -> str:
+def tracking_rmse(
+    trajectories: Sequence[Any],
+    names: Sequence[str],
+    units: Sequence[str],
+    periodic: Sequence[int] = (),
+    tracked: Sequence[int] | None = None,
+) -> list[tuple[str, str, float]]:
+    """``(name, unit, rmse)`` of each ``tracked`` observation entry (all by default): the
+    RMS of ``state - reference`` over the finite reference samples of an episode (angles in
+    ``periodic`` wrapped, as in the episode metrics), averaged over the episodes; NaN for an
+    entry without a reference."""
+    from vimpc.closedloop.metrics import wrapped_error
+
+    tracked = range(len(names)) if tracked is None else tracked
+    errors = [wrapped_error(traj, periodic) for traj in trajectories]
+    out = []
+    for i in tracked:
+        per_episode = []
+        for err in errors:
+            e = err[:, i][np.isfinite(err[:, i])]
+            if e.size:
+                per_episode.append(float(np.sqrt(np.mean(e**2))))
+        value = float(np.mean(per_episode)) if per_episode else float("nan")
+        out.append((names[i], units[i], value))
+    return out
+
+
+def run_tracking(cfg, env, trajectories) -> list[tuple[str, str, float]]:
+    """:func:`tracking_rmse` of a run: the entries the scenario's cost weighs (``Q``), its
+    ``periodic`` angles, the env's names and units."""
+    cost = cfg["controller"]["cost"]
+    return tracking_rmse(
+        trajectories,
+        list(env.obs_names),
+        env.nominal_system.state_units,
+        periodic=tuple(cost["periodic"]),
+        tracked=np.flatnonzero(np.asarray(cost["Q"], dtype=np.float64)).tolist(),
+    )
+
+
+def _tracking_rows(summary: dict[str, Any], tracking) -> list[tuple[str, str]]:
+    """Per entry with its unit where known; else the pooled value, said to be pooled (its
+    entries may have different units)."""
+    if tracking is None:
+        return [
+            (
+                "tracking RMSE",
+                f"mean {summary['tracking_rmse_mean']:.4g} (all tracked entries pooled)",
+            )
+        ]
+    if not tracking:
+        return [("tracking RMSE", "no tracked entry")]
+    return [
+        (
+            "tracking RMSE, episode mean" if k == 0 else "",
+            f"{name}: "
+            + (
+                "n/a (no reference)" if not np.isfinite(value) else _with_unit(f"{value:.4g}", unit)
+            ),
+        )
+        for k, (name, unit, value) in enumerate(tracking)
+    ]
+
+
+def summary_table(
+    summary: dict[str, Any], *, tracking: Sequence[tuple[str, str, float]] | None = None
+) -> str:
     """The run's summary (:func:`vimpc.closedloop.summarize`) as aligned ``key  value``
-    rows, with the env's true safety limits by name."""
+    rows, with the env's true safety limits by name, and the tracking RMSE per entry with
+    its unit (``tracking``, from :func:`tracking_rmse`; without it, the summary's pooled
+    value)."""
     n = summary["episodes"]
     units = {limit["unit"] for limit in summary["safety_limits"]}
     unit = units.pop() if len(units) == 1 else ""
@@ -61,12 +134,15 @@ def summary_table(summary: dict[str, Any]) -> str:
             "safety margin",
             "min "
             + _with_unit(f"{summary['min_margin']:.4g}", unit)
-            + f", mean of episode minima {summary['min_margin_mean']:.4g} "
-            f"(std {summary['min_margin_std']:.2g})",
+            + ", mean of episode minima "
+            + _with_unit(f"{summary['min_margin_mean']:.4g}", unit)
+            + " (std "
+            + _with_unit(f"{summary['min_margin_std']:.2g}", unit)
+            + ")",
         ),
         ("largest violation", _with_unit(f"{summary['max_violation']:.3g}", unit)),
         ("cost", f"mean {summary['cost_mean']:.4g} (std {summary['cost_std']:.3g})"),
-        ("tracking RMSE", f"mean {summary['tracking_rmse_mean']:.4g}"),
+        *_tracking_rows(summary, tracking),
     ]
     if "coverage_mean" in summary:
         rows.append(
@@ -99,17 +175,25 @@ def summary_table(summary: dict[str, Any]) -> str:
     return "\n".join(f"  {k:<{KEY_WIDTH}}  {v}" for k, v in rows)
 
 
-def fit_table(report: dict[str, Any], names: list[str]) -> str:
+def fit_table(report: dict[str, Any], names: list[str], units: Sequence[str] | None = None) -> str:
+    """The fit report as a table: the RMSE of each entry (in its unit, from ``units``)."""
+    entries = (
+        list(names)
+        if units is None
+        else [axis_unit(n, u) for n, u in zip(names, units, strict=True)]
+    )
+    width = max(14, *(len(e) for e in entries))
     lines = [
         f"  fit time {report['fit_time_s']:.2f} s; transitions: {report['train_transitions']} "
         f"training, {report['calibration_transitions']} calibration, "
         f"{report['validation_transitions']} validation",
-        f"  {'entry':<14} {'1-step RMSE':>12} {report['multi_step']:>3}-step RMSE",
+        f"  {'entry [unit]' if units is not None else 'entry':<{width}} {'1-step RMSE':>12} "
+        f"{report['multi_step']:>3}-step RMSE",
     ]
-    for name, one, many in zip(
-        names, report["one_step_rmse"], report["multi_step_rmse"], strict=True
+    for entry, one, many in zip(
+        entries, report["one_step_rmse"], report["multi_step_rmse"], strict=True
     ):
-        lines.append(f"  {name:<14} {_num(one, 12)} {_num(many, 16)}")
+        lines.append(f"  {entry:<{width}} {_num(one, 12)} {_num(many, 16)}")
     failed = report.get("failed_predictions")
     if failed:
         lines.append(
@@ -142,36 +226,79 @@ def _true_limits(limits: Sequence[Any], n: int):
     return true_min, true_max, circles
 
 
+def _plus(name: str, value: float) -> str:
+    """``name + value`` written without a double sign (``s + 1``, ``s - 0.5``)."""
+    if value == 0:
+        return name
+    return f"{name} + {value:g}" if value > 0 else f"{name} - {-value:g}"
+
+
+def _squared(name: str, center: float) -> str:
+    """``(name - center)^2`` (``name^2`` about zero)."""
+    return f"{name}^2" if center == 0 else f"({_plus(name, -center)})^2"
+
+
 def _safety_rows(cfg, ctl, names, units, true_min, true_max, true_circles):
-    """Names (with units), units and the value on the task's true limit (NaN where no true
-    limit matches) of each of the controller's safety rows: a bound row ``obs_max - obs``
-    meets the true upper limit at ``obs_max - true_max``; a circle row
-    ``|p - c|^2 - r^2`` meets a true circle about the same centre at ``r_true^2 - r^2``."""
+    """Names (with units), definitions of ``h``, units and the value on the task's true
+    limit (NaN where no true limit matches) of each of the controller's safety rows: a
+    bound row ``obs_max - obs`` meets the true upper limit at ``obs_max - true_max``; a
+    circle row ``|p - c|^2 - r^2`` meets a true circle about the same centre at
+    ``r_true^2 - r^2``."""
     cons = ctl.constraints
     lo, hi, path_rows = cons.safety_layout()
     labels = [_with_unit(f"{names[i]} >= {cons.obs_min[i]:g}", units[i]) for i in lo]
     labels += [_with_unit(f"{names[i]} <= {cons.obs_max[i]:g}", units[i]) for i in hi]
+    formulas = [_plus(names[i], -float(cons.obs_min[i])) for i in lo]
+    formulas += [f"{cons.obs_max[i]:g} - {names[i]}" for i in hi]
     levels = [true_min[i] - cons.obs_min[i] for i in lo]
     levels += [cons.obs_max[i] - true_max[i] for i in hi]
     row_units = [units[i] for i in (*lo, *hi)]
     circles = cfg["controller"]["constraints"]["circles"]
     for k, rows in enumerate(path_rows):
-        label, level, unit = None, np.nan, ""
+        label, formula, level, unit = None, None, np.nan, ""
         if len(circles) == len(path_rows):
             c = circles[k]
             (ix, iy), (cx, cy) = c["indices"], c["center"]
             label = _with_unit(
                 f"|({names[ix]}, {names[iy]}) - ({cx:g}, {cy:g})| >= {c['radius']:g}", units[ix]
             )
+            formula = f"{_squared(names[ix], cx)} + {_squared(names[iy], cy)} - {c['radius']:g}^2"
             unit = f"{units[ix]}^2" if units[ix] else ""
             for center, radius, indices in true_circles:
                 if tuple(c["indices"]) == indices and np.allclose(center, c["center"]):
                     level = radius**2 - c["radius"] ** 2
         labels += [label or ctl.safety_names[r] for r in rows]
+        formulas += [formula or f"row {r} of {ctl.safety_names[r]}" for r in rows]
         levels += [level] * len(rows)
         row_units += [unit] * len(rows)
     levels = [v if np.isfinite(v) else np.nan for v in levels]
-    return labels, row_units, levels
+    return labels, formulas, row_units, levels
+
+
+def _rail(system, true_min, true_max, obs_min, obs_max) -> dict[str, Any]:
+    """The mechanism figure's rail for a cart whose centre ``q[0]`` runs along ``y = 0``
+    (:class:`~vimpc.mechanics.CartPole`, :class:`~vimpc.mechanics.CartPendulum`): the true
+    and the planning limits on that entry, where either is finite."""
+    from vimpc.mechanics import CartPendulum, CartPole
+
+    if not isinstance(system, (CartPole, CartPendulum)):
+        return {}
+    true = (_open_end(true_min[0], -1), _open_end(true_max[0], 1))
+    plan = (_open_end(obs_min[0], -1), _open_end(obs_max[0], 1))
+    if not np.isfinite([*true, *plan]).any():
+        return {}
+    return {"rail": true, "plan_rail": plan}
+
+
+def _open_end(value: float, side: int) -> float:
+    return side * np.inf if np.isnan(value) else float(value)
+
+
+def _marker_name(system) -> str:
+    """What the mechanism figure's path follows (``system.marker``)."""
+    from vimpc.mechanics import RollingDisk
+
+    return "contact point" if isinstance(system, RollingDisk) else "last link's end"
 
 
 def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
@@ -206,7 +333,9 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
             tracked=np.flatnonzero(np.diag(ctl.cost.Q)).tolist(),
             title=title,
         ),
-        "solve_times": plotting.solve_times_figure(trajectories, title=title),
+        "solve_times": plotting.solve_times_figure(
+            trajectories, time_budget=ctl.time_budget, title=title
+        ),
         "episodes": plotting.constrained_entries_figure(
             trajectories,
             names=names,
@@ -224,10 +353,12 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
                 (c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]
             ],
             true_circles=[(center, radius) for center, radius, _ in true_circles],
+            **_rail(system, true_min, true_max, cons.obs_min, cons.obs_max),
+            marker_name=_marker_name(system),
             title=title,
         ),
     }
-    labels, row_units, levels = _safety_rows(
+    labels, formulas, row_units, levels = _safety_rows(
         cfg, ctl, names, units, true_min, true_max, true_circles
     )
     out["safety"] = plotting.safety_figure(
@@ -235,6 +366,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
         ctl.safety_function,
         labels,
         units=row_units,
+        definitions=formulas,
         true_levels=levels,
         title=title,
     )
