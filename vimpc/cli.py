@@ -79,7 +79,7 @@ def _obtain_model(cfg, env, args, log):
     source = pipeline.obtain_model(cfg, env, refit=args.refit, progress=not args.quiet, log=log)
     if source.report is not None and not source.reused:
         log("fit summary (held-out validation data):")
-        log(report.fit_table(source.report, list(env.obs_names)))
+        log(report.fit_table(source.report, list(env.obs_names), env.nominal_system.state_units))
     return source
 
 
@@ -163,7 +163,7 @@ def _run(cfg, args, started: float, final_dir: Path, stage_dir: Path) -> None:
     # metrics.json is written last: its presence marks a complete run
     write_atomic(stage_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     os.rename(stage_dir, final_dir)
-    print(report.summary_table(summary))
+    print(report.summary_table(summary, tracking=report.run_tracking(cfg, env, trajectories)))
     print(f"  wall time                     {metrics['wall_time_s']:.1f} s")
     print(f"results: {final_dir}")
 
