@@ -461,6 +461,9 @@ def test_the_printed_run_summary_lines_up_with_the_wall_time(tmp_path, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert any("|theta_dot| <= 10 rad/s" in line for line in lines)
     assert any(line.startswith("  wall time") for line in lines)
+    # the tracking RMSE per weighted entry, each in its unit
+    assert any(re.search(r"tracking RMSE, episode mean +theta: \S+ rad$", line) for line in lines)
+    assert any(re.search(r"^ +theta_dot: \S+ rad/s$", line) for line in lines)
     starts = {len(line) - len(line[2:].split("  ", 1)[1].lstrip()) for line in lines}
     assert starts == {report.KEY_WIDTH + 4}, lines
     (metrics,) = tmp_path.glob("*/*/metrics.json")
