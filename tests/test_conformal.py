@@ -313,5 +313,11 @@ def test_a_step_that_fails_on_calibration_data_is_refused():
     step = ca.Function("step", [x, u, p], [ca.if_else(x > 1.0, np.nan, GAIN * x + u)])
     broken = dataclasses.replace(tiny_model(1), step=step)
     data = one_step_data(np.random.default_rng(3), 200, [0.1], nx=1)
-    with pytest.raises(InputError, match="not finite on .* of 200 calibration transitions"):
+    X, _, _ = data.pairs("obs")
+    first = int(np.flatnonzero(X[:, 0] > 1.0)[0])
+    where = f"trajectory {first // data.n_steps} step {first % data.n_steps}"
+    with pytest.raises(InputError, match=rf"on \d+ of 200 calibration transitions: {where}"):
         calibrate(broken, data, 0.1, scale=np.ones(1))
+    # the training errors that set the constant scale are refused the same way
+    with pytest.raises(InputError, match=rf"of 200 training transitions: {where}"):
+        residual_scale(broken, data)

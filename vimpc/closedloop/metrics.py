@@ -54,6 +54,14 @@ def prediction_check(traj: Trajectory, model: DiscreteModel) -> dict[str, np.nda
     return out
 
 
+def nonfinite_plans(traj: Trajectory) -> np.ndarray:
+    """``(T,)`` booleans: the steps whose plan predicts a NaN or inf although the controller
+    did not fall back (a fallback's plan is NaN by definition)."""
+    fell_back = np.isin(traj.status, FAILED_STATUSES)
+    finite = np.all(np.isfinite(traj.plan_obs.reshape(len(traj.plan_obs), -1)), axis=1)
+    return ~finite & ~fell_back
+
+
 def safety_rows(traj: Trajectory, safety: ca.Function) -> dict[str, np.ndarray]:
     """The controller's safety rows ``h(obs) >= 0`` along an episode, shapes ``(T, m)``:
     ``realized`` on the true state after each step, ``planned`` on the plan's prediction of
@@ -92,9 +100,14 @@ def episode_metrics(
     ``failed_solves`` (fell back), ``late_solves`` (solved after the time budget) and
     ``iteration_limit_solves`` (stopped at the iteration limit) count steps by status.
 
-    With the controller's ``model``: ``prediction_rmse`` of its one-step errors and, when
-    it has a bound, ``coverage`` (fraction of steps whose error lies within the bound in
-    every entry) and ``max_error_over_bound``. With the controller's ``safety`` rows:
+    ``nonfinite_plans``: steps whose plan predicts a NaN or inf without a fallback.
+
+    With the controller's ``model``: ``failed_model_steps``, the steps where its ``step``
+    from the measured state under the applied input is NaN (its Newton solve failed or
+    found a spurious root, see :mod:`vimpc.integrators.variational`); ``prediction_rmse``
+    of its other one-step errors and, when it has a bound, ``coverage`` (fraction of steps
+    whose error lies within the bound in every entry; a failed step counts as outside) and
+    ``max_error_over_bound`` (over the steps predicted). With the controller's ``safety`` rows:
     ``min_planned_margin`` (smallest ``planned - tube``: how far inside the tightened
     constraint the plans stayed) and ``max_tube`` (largest tightening).
     """
@@ -124,14 +137,19 @@ def episode_metrics(
         "iteration_limit_solves": int(np.count_nonzero(traj.status == ITERATION_LIMIT_STATUS)),
         "steps": int(len(traj.inputs)),
     }
+    out["nonfinite_plans"] = int(np.count_nonzero(nonfinite_plans(traj)))
     if model is not None:
         check = prediction_check(traj, model)
-        out["prediction_rmse"] = float(np.sqrt(np.mean(check["error"] ** 2)))
+        predicted = np.all(np.isfinite(check["error"]), axis=1)
+        out["failed_model_steps"] = int(np.count_nonzero(~predicted))
+        errors = check["error"][predicted]
+        out["prediction_rmse"] = float(np.sqrt(np.mean(errors**2))) if len(errors) else math.nan
         if model.bound is not None:
+            # a failed step (NaN) is no prediction inside its bound: it counts as outside
             inside = np.all(np.abs(check["error"]) <= check["bound"], axis=1)
-            ratio = np.abs(check["error"]) / np.maximum(check["bound"], 1e-300)
+            ratio = np.abs(errors) / np.maximum(check["bound"][predicted], 1e-300)
             out["coverage"] = float(inside.mean())
-            out["max_error_over_bound"] = float(ratio.max())
+            out["max_error_over_bound"] = float(ratio.max()) if ratio.size else math.nan
     if safety is not None and safety.numel_out(0):
         rows = safety_rows(traj, safety)
         planned = rows["planned"] - rows["tube"]
@@ -175,7 +193,8 @@ def summarize(
     ``safety_limits`` lists each by name with its ``states_outside`` and ``min_margin``.
     Solve-time statistics
     and the solve counts by status (``solves``, ``failed_solves``, ``late_solves``,
-    ``iteration_limit_solves``) pool all steps of all episodes.
+    ``iteration_limit_solves``) pool all steps of all episodes, as do ``nonfinite_plans``
+    and (with a model) ``failed_model_steps``.
     """
     if not per_episode:
         raise ValueError("summarize needs at least one episode")
@@ -231,4 +250,7 @@ def summarize(
     out["failed_solve_fraction"] = float(np.mean(np.isin(status, FAILED_STATUSES)))
     out["late_solves"] = int(np.count_nonzero(status == LATE_STATUS))
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))
+    out["nonfinite_plans"] = int(sum(m.get("nonfinite_plans", 0) for m in per_episode))
+    if any("failed_model_steps" in m for m in per_episode):
+        out["failed_model_steps"] = int(sum(m.get("failed_model_steps", 0) for m in per_episode))
     return out

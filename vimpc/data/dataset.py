@@ -44,6 +44,26 @@ def _frozen(name: str, value: Any, ndim: int) -> np.ndarray:
     return a
 
 
+def _check_finite(name: str, a: np.ndarray) -> None:
+    """Refuse a NaN or inf, naming the array, trajectory, step and entry of the first one
+    and how many there are: a model fitted or calibrated on it would take the failed
+    sample for a measurement."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return
+    where = np.argwhere(bad)
+    first = tuple(int(i) for i in where[0])
+    place = f"trajectory {first[0]}, step {first[1]}"
+    if len(first) > 2:
+        place += f", entry {first[2]}"
+    raise InputError(
+        f"Dataset.{name} must be finite, got {a[first]} at {place} ({len(where)} non-finite "
+        f"value(s) in all, in trajectories {sorted({int(i) for i in where[:, 0]})[:10]}); a "
+        "failed step or measurement is no sample: drop those trajectories or collect them "
+        "again"
+    )
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Trajectories of a forced mechanical system, one row per trajectory.
@@ -65,7 +85,8 @@ class Dataset:
         excitation, ... Stored as given after a JSON round trip (tuples become
         lists, numpy values plain numbers), so ``load(save(d)) == d`` exactly.
 
-    Arrays are float64 copies and read-only.
+    Arrays are float64 copies and read-only, and every value is finite (a NaN or inf is
+    refused with the array, trajectory and step that hold it).
     """
 
     t: np.ndarray
@@ -96,6 +117,8 @@ class Dataset:
                     f"Dataset.{name} must have shape {shape} to match obs of shape "
                     f"{self.obs.shape} (N, T + 1, nobs), got {got}"
                 )
+        for name in ("t", "obs", "states", "inputs"):
+            _check_finite(name, getattr(self, name))
         try:
             dt = float(self.dt)
         except (TypeError, ValueError):

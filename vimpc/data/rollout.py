@@ -178,6 +178,17 @@ def rollout_env(
             obs[i, k + 1] = np.asarray(o, dtype=np.float64).reshape(-1)
             states[i, k + 1] = state_of(info, "step")
             inputs[i, k] = np.asarray(info.get("applied_action", u), dtype=np.float64).reshape(nu)
+            for name, value in (
+                ("input", inputs[i, k]),
+                ("observation", obs[i, k + 1]),
+                ("state", states[i, k + 1]),
+            ):
+                if not np.all(np.isfinite(value)):
+                    raise InputError(
+                        f"trajectory {i} (seed {int(seed) + i}) has a non-finite {name} at step "
+                        f"{k + 1} of {T}: {value.tolist()}; a failed step is no sample: check "
+                        "policy_inputs (finite) and the env's step"
+                    )
     spec = env.spec
     meta = {
         "env_id": None if spec is None else spec.id,

@@ -10,9 +10,18 @@ relative to that level would accept the first Newton iterate, whose error is sys
 (the same sign step after step), where the step test takes one more step down to
 round-off. Measured on the cart-pole over 10^4 substeps of 1e-4 s: 5e-8 from a fully
 converged reference with a test at four times the level, 8e-11 with these tests.
+
+Inside a CasADi function the rootfinder's status cannot be read, and ``fast_newton``
+returns its initial guess when it is fed NaN (even with ``error_on_fail=True``) and its
+last iterate when it stops without converging. So every step built on :func:`solve`
+judges its result afterwards (:func:`accepted`): the root is kept only where it is finite
+and its residual lies within ``ACCEPT_FACTOR`` times Newton's residual test plus
+``ACCEPT_RTOL`` times the residual's round-off level; anything else becomes NaN.
 """
 
 from __future__ import annotations
+
+import sys
 
 import casadi as ca
 
@@ -21,6 +30,15 @@ ABSTOL = 1e-12
 # On the scaled unknowns: 1e-14 relative, a few tens of ulps.
 STEP_TOL = 1e-14
 MAX_ITER = 30
+# A returned root is accepted when every residual row is below ACCEPT_FACTOR * abstol +
+# ACCEPT_RTOL * level (level: the row's round-off level). Converged solves end below abstol
+# or within a few eps * level (the step test); a solve that stopped without converging is
+# orders of magnitude above. The same numbers as the environments' check on their ground
+# truth (1e-8 = 1e4 * ABSTOL, 1e3 eps).
+ACCEPT_FACTOR = 1e4
+ACCEPT_RTOL = 1e3 * sys.float_info.epsilon
+# the largest finite float64: |x| <= FINITE is false for NaN and +-inf
+FINITE = sys.float_info.max
 
 
 def solve(
@@ -57,3 +75,20 @@ def state_scale(q, v, h: float):
         ca.repmat(ca.sqrt(1.0 + ca.sumsqr(q)), q.shape[0], 1),
         ca.sqrt(1.0 + v * v + ca.sumsqr(q) / h**2),
     )
+
+
+def all_finite(x):
+    """1 where every entry of ``x`` is finite (not NaN, not +-inf), else 0."""
+    return ca.mmin(ca.fabs(ca.vec(x)) <= FINITE) if x.numel() else 1
+
+
+def within(r, tolerance):
+    """1 where ``|r_i| <= tolerance_i`` for every row (0 for a NaN row), else 0."""
+    return ca.mmin(ca.fabs(ca.vec(r)) <= ca.vec(tolerance)) if r.numel() else 1
+
+
+def accepted(value, ok):
+    """``value`` where ``ok`` is 1, NaN elsewhere, NaN-safe in both branches (CasADi's
+    ``if_else`` never multiplies the branch it does not take, so a NaN there does not leak
+    and the value and derivatives of the taken branch are unchanged)."""
+    return ca.if_else(ok, value, ca.DM.nan(*value.shape))

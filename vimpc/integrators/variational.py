@@ -56,6 +56,14 @@ from vimpc.integrators.discrete_lagrangians import (
 from vimpc.mechanics.system import MechanicalSystem
 
 FORMS = ("position_momentum", "del")
+# A root is refused as spurious when its energy error exceeds ENERGY_JUMP times the energy
+# the step exchanges (the kinetic energy it starts with, the work done on it and its
+# potential change; see VariationalIntegrator.energy_balance). Measured on the cart-pole
+# (scenarios/cartpole_safe.toml's data, midpoint, dt = 0.05 s, 63,000 steps of 20-step
+# predictions): steps that agree with 20 substeps within 0.3 reach 0.61 (a pole at
+# 65 rad/s, 3.3 rad per step); spurious roots (velocities 5-100x those of 20 substeps)
+# start at 1.9 and reach 3e4.
+ENERGY_JUMP = 1.0
 
 
 DiscreteForceFn = Callable[[ca.SX, ca.SX, ca.SX, ca.SX], tuple[ca.SX, ca.SX]]
@@ -242,14 +250,100 @@ class VariationalIntegrator(ImplicitIntegrator):
                 f"{s.name}_{self.rule}_newton", implicit, error_on_fail, self.residual_tolerance
             )
             guess = ca.vertcat(x[:n] + h * x[n:], x[n:]) / scale
+            root = scale * newton(guess, x, u, th)
             self._cache[key] = ca.Function(
                 f"{s.name}_{self.rule}_step",
                 [x, u, th],
-                [scale * newton(guess, x, u, th)],
+                [_newton.accepted(root, self._acceptable(x, u, root, th, h))],
                 ["x", "u", "theta"],
                 ["x_next"],
             )
         return self._cache[key]
+
+    def _acceptable(self, x, u, xn, th, h):
+        """1 where ``xn`` is a root of the step's equations that a step can return, else 0:
+        finite, its residual within the Newton tolerances (``_newton.ACCEPT_FACTOR`` times
+        the residual test plus ``_newton.ACCEPT_RTOL`` times :meth:`residual_level`), and
+        its energy change explained (:meth:`energy_balance`, ``ENERGY_JUMP``)."""
+        residual = self.residual_function(h)(x, u, xn, th)
+        level = self.residual_level(h)(x, th)
+        tolerance = _newton.ACCEPT_FACTOR * self.residual_tolerance + _newton.ACCEPT_RTOL * level
+        ok = _newton.all_finite(xn) * _newton.within(residual, tolerance)
+        if self.form == "del":
+            # the state's velocity is a forward difference, so its energy is O(h) off and
+            # moves by as much as the step exchanges near a turning point (the pendulum
+            # released from horizontal, h = 0.01 s: 0.9 of the allowance before its first
+            # turn, above it at the turn): no energy test separates spurious roots there
+            return ok
+        error, allowance = self.energy_balance(h)(x, u, xn, th)
+        return ok * (error <= allowance)
+
+    def energy_balance(self, h: float) -> ca.Function:
+        """``(x, u, x_next, theta) -> (error, allowance)``: the step's energy error
+        ``|E(x_next) - E(x) - W|`` (``W`` the work of the discrete forces, inputs and
+        dissipation and any learned force, over the step's displacement) and what a root
+        of the step's equations that approximates the flow may show,
+        ``ENERGY_JUMP (|T(x)| + |W| + |V(q_far) - V(q)|)`` plus round-off (``T = v . M v / 2``
+        with ``M = d^2L/dv^2``, ``V(q) = E(q, 0)``, ``q_far`` the next position, in the
+        ``del`` form the one after it, ``q_{k+2}``, whose segment gives the next velocity).
+
+        The step's equations can have spurious roots: the midpoint step of the cart-pole
+        over 0.05 s from a pole spinning at 70 rad/s has a root with residual 1e-12 at
+        3117 rad/s (energy 234 J -> 401,445 J). A variational step's energy error is a
+        fraction of the energy it moves; a spurious root's is the new kinetic energy
+        itself, far above the energy the step started with and the work done on it.
+        """
+        h = _checks.positive("h", h)
+        key = ("energy_balance", h)
+        if key not in self._cache:
+            s = self.system
+            n = s.nq
+            x, xn = ca.SX.sym("x", self.nx), ca.SX.sym("x_next", self.nx)
+            u, th = ca.SX.sym("u", s.nu), ca.SX.sym("theta", self.n_theta)
+            _, _, forces, _ = self._derivatives(h)
+            q0, v0, q1, v1 = x[:n], x[n:], xn[:n], xn[n:]
+            energy, kinetic = self.energy_function(), self._kinetic_function()
+            zero = ca.DM.zeros(s.nv, 1)
+            if self.form == "position_momentum":
+                fm, fp = forces(q0, q1, u, th)
+                work = ca.dot(fm + fp, q1 - q0) / h
+                far = q1
+            else:
+                # the node force at q_{k+1} over the displacement from mid-segment to
+                # mid-segment; the next state's velocity is that of the segment to q_{k+2},
+                # so the potential it can draw on is the one down to q_{k+2}
+                qk1 = q0 + h * v0
+                far = qk1 + h * v1
+                _, fp = forces(q0, qk1, u, th)
+                fm, _ = forces(qk1, far, u, th)
+                work = ca.dot(fp + fm, 0.5 * (far - q0)) / h
+            E0, E1 = energy(x, th), energy(xn, th)
+            T0, T1 = kinetic(x, th), kinetic(xn, th)
+            # V(q) = E(q, 0): the potential, whatever the Lagrangian's form
+            potential = energy(ca.vertcat(far, zero), th) - energy(ca.vertcat(q0, zero), th)
+            error = ca.fabs(E1 - E0 - work)
+            exchanged = ca.fabs(T0) + ca.fabs(work) + ca.fabs(potential)
+            roundoff = _newton.ACCEPT_RTOL * (
+                ca.fabs(E0) + ca.fabs(E1) + ca.fabs(T0) + ca.fabs(T1) + ca.fabs(work)
+            )
+            self._cache[key] = ca.Function(
+                f"{s.name}_{self.rule}_energy_balance",
+                [x, u, xn, th],
+                [error, ENERGY_JUMP * exchanged + roundoff],
+                ["x", "u", "x_next", "theta"],
+                ["error", "allowance"],
+            )
+        return self._cache[key]
+
+    def _kinetic_function(self) -> ca.Function:
+        """``(x, theta) -> v . M v / 2`` with ``M = d^2L/dv^2`` of the state's Lagrangian."""
+        s = self.system
+        x, th = ca.SX.sym("x", self.nx), ca.SX.sym("theta", self.n_theta)
+        q, v = x[: s.nq], x[s.nq :]
+        L = self._momentum_lagrangian()
+        value = s.lagrangian(q, v) if L is None else L(q, v, th)
+        M = ca.hessian(value, v)[0]
+        return ca.Function("kinetic", [x, th], [0.5 * ca.bilin(M, v, v)], ["x", "theta"], ["T"])
 
     def residual_level(self, h: float) -> ca.Function:
         """``(x, theta) -> level``: the size, row by row, below which round-off hides the

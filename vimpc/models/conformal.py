@@ -34,7 +34,12 @@ import numpy as np
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.models.evaluation import one_step_errors, transitions
+from vimpc.models.evaluation import (
+    describe_failures,
+    failed_transitions,
+    one_step_errors,
+    transitions,
+)
 
 # a scale below this fraction of the largest one is raised to it (an entry the model
 # predicts exactly in the training data must not divide the score by zero)
@@ -83,8 +88,19 @@ class ConformalBound:
 
 
 def residual_scale(model: DiscreteModel, data: Dataset) -> np.ndarray:
-    """Per-entry RMS of the model's one-step errors on ``data`` (the constant scale)."""
-    rms = np.sqrt(np.mean(one_step_errors(model, data) ** 2, axis=0))
+    """Per-entry RMS of the model's one-step errors on ``data`` (the constant scale).
+
+    Raises:
+        InputError: the model's step failed (NaN) on some of the transitions, named.
+    """
+    errors = one_step_errors(model, data)
+    failed = failed_transitions(errors, data)
+    if failed:
+        raise InputError(
+            f"{describe_failures(failed, len(errors), 'training')}; the bound's scale cannot "
+            "be set from them (check the model on those states, or drop the trajectories)"
+        )
+    rms = np.sqrt(np.mean(errors**2, axis=0))
     return np.maximum(rms, _SCALE_FLOOR * max(float(rms.max()), 1e-300))
 
 
@@ -118,6 +134,12 @@ def calibrate(
         )
     errors = np.abs(one_step_errors(model, data))
     n = len(errors)
+    failed = failed_transitions(errors, data)
+    if failed:
+        raise InputError(
+            f"{describe_failures(failed, n, 'calibration')}; a bound cannot be calibrated on "
+            "them (check the model on those states, or drop the trajectories)"
+        )
     need = minimum_calibration_size(delta)
     if n < need:
         raise InputError(

@@ -35,6 +35,24 @@ def one_step_errors(model: DiscreteModel, data: Dataset, p: np.ndarray | None = 
     return X_next - _map(model.step, len(U), X, U, P)
 
 
+def failed_transitions(errors: np.ndarray, data: Dataset) -> list[tuple[int, int]]:
+    """``(trajectory, step)`` of every row of ``errors`` (from :func:`one_step_errors` on
+    ``data``) that is not finite: where the model's step failed (NaN)."""
+    rows = np.flatnonzero(~np.all(np.isfinite(errors), axis=1))
+    return [(int(i) // data.n_steps, int(i) % data.n_steps) for i in rows]
+
+
+def describe_failures(failed: list[tuple[int, int]], n: int, what: str) -> str:
+    """``"the model's step failed (NaN) on 3 of 400 <what> transitions: trajectory 0 step 4,
+    ..."``, the first five named."""
+    named = ", ".join(f"trajectory {i} step {k}" for i, k in failed[:5])
+    more = ", ..." if len(failed) > 5 else ""
+    return (
+        f"the model's step failed (NaN: no root of its equations, or a spurious one) on "
+        f"{len(failed)} of {n} {what} transitions: {named}{more}"
+    )
+
+
 def bound_values(model: DiscreteModel, X: np.ndarray, U: np.ndarray, p=None) -> np.ndarray:
     """``bound(X, U, p)`` row by row, ``(m, nx)``."""
     if model.bound is None:

@@ -42,7 +42,7 @@ from vimpc._settings import NONNEGATIVE, POSITIVE, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.integrators import VariationalIntegrator
+from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.integrators._newton import solve as newton_solve
 from vimpc.integrators._newton import state_scale
 from vimpc.models.base import FixedBound, SpreadFamily
@@ -335,7 +335,7 @@ class GPVIModel(SpreadFamily):
             s, "midpoint", lagrangian=lagrangian, n_theta=s.nv, discrete_force=force
         )
 
-    def _newton(self, x, u, dv, x_next, r, guess):
+    def _newton(self, x, u, dv, x_next_symbol, r, guess):
         """``x_next`` with ``r(x_next) = 0`` by Newton from ``guess``; a solve that does not
         converge raises (inside a controller: a failed solve with its status).
 
@@ -352,11 +352,20 @@ class GPVIModel(SpreadFamily):
         gram = ca.mtimes(G, G.T) + _REGULARISATION * ca.DM.eye(s.n_holonomic)
         amplification = ca.norm_fro(G) * ca.norm_fro(ca.solve(gram, G))
         scale = state_scale(x[:nq], x[nq:], self.dt) * amplification
-        z = ca.MX.sym("z", x_next.shape[0])
-        scaled = ca.substitute(r, x_next, scale * z)
+        z = ca.MX.sym("z", x_next_symbol.shape[0])
+        scaled = ca.substitute(r, x_next_symbol, scale * z)
         implicit = ca.Function("projection", [z, x, u, dv], [scaled])
         root = newton_solve("gp_vi_projection", implicit, error_on_fail=True)
-        return scale * root(guess / scale, x, u, dv)
+        x_next = scale * root(guess / scale, x, u, dv)
+        # a NaN input leaves fast_newton at its guess without an error, and compiled code
+        # ignores error_on_fail: the root is kept only where it is finite and solves the
+        # equations to the integrators' acceptance test (rows of size ~|x| / dt)
+        level = (ca.norm_inf(x) + ca.norm_inf(x_next)) * (1.0 + 1.0 / self.dt) * amplification
+        tolerance = _newton.ACCEPT_FACTOR * _newton.ABSTOL + _newton.ACCEPT_RTOL * level
+        ok = _newton.all_finite(x_next) * _newton.within(
+            ca.substitute(r, x_next_symbol, x_next), ca.repmat(tolerance, r.shape[0], 1)
+        )
+        return _newton.accepted(x_next, ok)
 
     def _position_factor(self) -> float:
         """How much of ``dt`` times a velocity correction moves the next positions."""
