@@ -21,6 +21,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from vimpc._files import write_atomic
 from vimpc.closedloop import Trajectory, prediction_check, safety_rows
+from vimpc.report import count
 
 #: runs with more episodes than this draw them thin and faint, without one legend entry each
 MAX_LINES = 8
@@ -86,11 +87,6 @@ def _legend(fig: Figure) -> None:
             fontsize=8,
             frameon=False,
         )
-
-
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``"1 episode"``, ``"3 episodes"``: a number with its noun in the right number."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _episodes_label(what: str, n: int) -> str:

@@ -13,6 +13,11 @@ import numpy as np
 KEY_WIDTH = 28
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 episode"``, ``"3 episodes"``: a number with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _rate(value: float, ci: list[float]) -> str:
     if not np.isfinite(value):
         return "n/a"
@@ -35,12 +40,15 @@ def _limit_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     if not limits:
         rows = len(summary["margin_row_violations"])
         return [
-            ("true safety limits", f"not named by the env ({rows} margin rows)" if rows else "none")
+            (
+                "true safety limits",
+                f"not named by the env ({count(rows, 'margin row')})" if rows else "none",
+            )
         ]
     return [
         (
             "true safety limits" if k == 0 else "",
-            f"{limit['name']}: {limit['states_outside']} states outside, smallest margin "
+            f"{limit['name']}: {count(limit['states_outside'], 'state')} outside, smallest margin "
             + _with_unit(f"{limit['min_margin']:.4g}", limit["unit"]),
         )
         for k, limit in enumerate(limits)
@@ -154,8 +162,9 @@ def summary_table(
     if "min_planned_margin_mean" in summary:
         rows.append(
             (
-                "planned margin past the tube",
-                f"mean of minima {summary['min_planned_margin_mean']:.3g}",
+                "planned h - tube",
+                f"mean of episode minima {summary['min_planned_margin_mean']:.3g} "
+                "(h >= 0: the planning limit holds)",
             )
         )
     rows += [
