@@ -76,8 +76,22 @@ def _interrupt_a_run(out: Path, *extra: str) -> tuple[float, int, str]:
     return time.perf_counter() - sent, code, proc.stderr.read()
 
 
+def _nothing_looks_complete(out: Path, err: str) -> None:
+    """After an interrupt: no metrics.json anywhere; a kept folder is a ``.partial`` one
+    with its manifest, and the message says how to resume it."""
+    assert not list(out.rglob("metrics.json"))
+    for stage in out.rglob("*.partial"):
+        manifest = json.loads((stage / "run.json").read_text())
+        assert manifest["complete"] is False and manifest["missing"]
+        assert f"vimpc run --resume {stage}" in err
+    folders = [p for p in (out / "cartpole_swingup").iterdir()]
+    assert all(p.name.endswith(".partial") for p in folders)
+
+
 @pytest.mark.parametrize("solver", ["sqpmethod", "fatrop", "ipopt"])
-def test_one_sigint_stops_a_run_inside_the_solver_and_leaves_no_partial_results(solver, tmp_path):
+def test_one_sigint_stops_a_run_inside_the_solver_and_leaves_nothing_that_looks_complete(
+    solver, tmp_path
+):
     # The solves take most of each step, so the signal lands inside one almost always;
     # CasADi's solvers used to swallow it and the run went on to the end.
     latency, code, err = _interrupt_a_run(tmp_path, "--set", f'controller.solver="{solver}"')
@@ -85,17 +99,19 @@ def test_one_sigint_stops_a_run_inside_the_solver_and_leaves_no_partial_results(
     assert "interrupted" in err
     # a second is the promise; the margin is for a loaded machine
     assert latency < 3.0
-    assert not list(tmp_path.rglob("*.partial")) and not list(tmp_path.rglob("metrics.json"))
+    _nothing_looks_complete(tmp_path, err)
 
 
 def test_one_sigint_stops_a_run_with_workers(tmp_path):
     latency, code, err = _interrupt_a_run(tmp_path, "--workers", "2")
     assert code == 130, err
     assert latency < 3.0
-    assert not list(tmp_path.rglob("*.partial")) and not list(tmp_path.rglob("metrics.json"))
+    _nothing_looks_complete(tmp_path, err)
 
 
-def test_an_interrupted_run_removes_its_staging_folder(tmp_path, monkeypatch):
+def test_a_run_interrupted_before_its_first_episode_ends_leaves_no_folder(tmp_path, monkeypatch):
+    # nothing finished, nothing to keep (runs that finished episodes keep them:
+    # tests/test_resume.py)
     import vimpc.closedloop as closedloop
 
     def interrupted(*args, **kwargs):

@@ -155,6 +155,39 @@ def _file_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (the identity of a model file a run used)."""
+    return _file_digest(str(path))
+
+
+def check_cache_writable() -> Path:
+    """The cache folder (:func:`cache_dir`), created if needed, after checking a file can be
+    written there; a :class:`ConfigError` naming the place and ``VIMPC_CACHE`` otherwise.
+
+    A fit runs only after this check, so a cache that cannot take the fitted model is
+    found before the data are collected, not after the fit."""
+    folder = cache_dir()
+    where = "VIMPC_CACHE" if os.environ.get("VIMPC_CACHE") else "the cache folder (set VIMPC_CACHE)"
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(
+            f"{where} {str(folder)!r} is a file, not a folder; fitted models are cached there. "
+            "Point VIMPC_CACHE at a writable folder"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        # permissions are not the whole story (root, read-only mounts): write a file
+        import tempfile
+
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{where} {str(folder)!r} cannot be written ({exc.strerror or exc}); fitted models "
+            "are cached there. Point VIMPC_CACHE at a writable folder"
+        ) from None
+    return folder
+
+
 def cache_key(cfg: dict[str, Any]) -> str:
     """Hash of everything a fit depends on: the env, the data settings (and the contents of
     data files), the model settings and the vimpc version."""
@@ -199,6 +232,7 @@ def obtain_model(
         else:
             log(f"reused the fit cached at {target} (no refit; --refit fits again)")
             return ModelSource(model, target, model.info.get("fit"), reused=True)
+    check_cache_writable()  # before the data and the fit, not after
     train = _dataset(cfg, env, "train", progress)
     heldout = _dataset(cfg, env, "heldout", progress)
     calibration, validation = split_heldout(heldout)
@@ -209,7 +243,6 @@ def obtain_model(
     model = family.discrete_model()
     report = fit_report(model, train, calibration, validation, family.fit_time_)
     model = replace(model, info={**model.info, "fit": report, "cache_key": key})
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         save(model, target, overwrite=refit)
     except FileExistsError:  # a concurrent run cached the same fit meanwhile
@@ -443,6 +476,32 @@ def _run_in_worker(item: tuple[int, int]):
     return index, _RUNNER.run(seed)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system says it, else
+    the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_count(requested: int, episodes: int) -> tuple[int, str | None]:
+    """``(processes, why)``: the worker processes for ``episodes`` episodes when
+    ``requested`` were asked for, at most one per episode and one per usable core (more
+    would only share cores and slow every solve, so the solve times would measure the
+    sharing); ``why`` says what capped it (``None`` when nothing did)."""
+    cores = usable_cores()
+    used = max(1, min(requested, episodes, cores))
+    if used == requested:
+        return used, None
+    reasons = []  # the limits that bind
+    if episodes == used:
+        reasons.append(f"{episodes} episode{'s' if episodes != 1 else ''} to run")
+    if cores == used:
+        reasons.append(f"{cores} usable core{'s' if cores != 1 else ''}")
+    return used, " and ".join(reasons)
+
+
 def run_episodes(
     cfg: dict[str, Any],
     model_path: str | Path | None,
@@ -451,6 +510,7 @@ def run_episodes(
     workers: int = 1,
     on_step: Callable[[], None] | None = None,
     on_episode: Callable[[int], None] | None = None,
+    on_result: Callable[[int, tuple[Any, dict[str, Any]]], None] | None = None,
     runner: EpisodeRunner | None = None,
 ) -> list[tuple[Any, dict[str, Any]]]:
     """Run one episode per seed; results in the order of ``seeds``.
@@ -459,14 +519,18 @@ def run_episodes(
     its own :class:`EpisodeRunner`), with the same results as a serial run; an exception
     or a Ctrl-C in the parent ends the workers at once. ``on_step`` is called after every
     step of a serial run, ``on_episode(steps)`` after every finished episode (progress
-    bars).
+    bars), ``on_result(i, (trajectory, metrics))`` in this process as soon as the episode
+    of ``seeds[i]`` is finished (in any order with workers), so a caller can keep each
+    one before the next ends.
     """
     path = None if model_path is None else str(model_path)
     if workers <= 1:
         runner = runner or EpisodeRunner(cfg, path)
         out = []
-        for seed in seeds:
+        for i, seed in enumerate(seeds):
             out.append(runner.run(seed, on_step=(lambda _: on_step()) if on_step else None))
+            if on_result is not None:
+                on_result(i, out[-1])
             if on_episode is not None:
                 on_episode(len(out[-1][0].inputs))
         return out
@@ -479,6 +543,8 @@ def run_episodes(
     try:
         for index, result in pool.imap_unordered(_run_in_worker, enumerate(seeds)):
             results[index] = result
+            if on_result is not None:
+                on_result(index, result)
             if on_episode is not None:
                 on_episode(len(result[0].inputs))
         pool.close()

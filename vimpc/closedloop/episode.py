@@ -68,6 +68,24 @@ class Trajectory:
         }
 
 
+_INFO_KEYS = ("state", "safety_margin", "constraint_residual")
+
+
+def _env_dt(env) -> float:
+    """The env's control step [s], or an InputError naming ``env``."""
+    try:
+        dt = env.get_wrapper_attr("dt") if hasattr(env, "get_wrapper_attr") else env.dt
+        dt = float(dt)
+    except (AttributeError, TypeError, ValueError):
+        raise InputError(
+            f"env must have a control step dt (seconds, a positive number); "
+            f"{type(env).__name__} has none"
+        ) from None
+    if not np.isfinite(dt) or dt <= 0:
+        raise InputError(f"env.dt must be a positive number of seconds, got {dt!r}")
+    return dt
+
+
 def run_episode(
     env: gymnasium.Env,
     controller: Callable[..., MPCResult],
@@ -83,14 +101,34 @@ def run_episode(
     with ``u``, ``status``, ``solve_time``, ``iterations`` and ``slack`` (an
     :class:`~vimpc.mpc.MPCResult`); a ``reset()`` method, if present, is called
     first. ``on_step(k)`` is called after each step (progress bars).
+
+    Every argument is checked before the environment is reset or stepped: an
+    :class:`~vimpc.errors.InputError` names the argument that is wrong.
     """
     steps = _checks.positive_int("steps", steps)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise InputError(f"seed must be an integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed must be a non-negative integer (a reset seed), got {seed!r}")
+    if not callable(controller):
+        raise InputError(
+            "controller must be callable as controller(obs, t) and return an MPCResult (an "
+            f"MPC, or a function), got {type(controller).__name__} {controller!r:.80}"
+        )
+    missing = [name for name in ("reset", "step") if not callable(getattr(env, name, None))]
+    if missing:
+        raise InputError(
+            "env must be a gymnasium environment with reset(seed=...) and step(action); "
+            f"got {type(env).__name__}, which has no {' or '.join(missing)}()"
+        )
+    if reset_options is not None and not isinstance(reset_options, dict):
+        raise InputError(
+            f"reset_options must be a dict or None, got {type(reset_options).__name__}"
+        )
+    if on_step is not None and not callable(on_step):
+        raise InputError(f"on_step must be callable as on_step(k) or None, got {on_step!r:.80}")
+    dt = _env_dt(env)
     if hasattr(controller, "reset"):
         controller.reset()
     reference = getattr(controller, "reference", None)
-    dt = float(env.get_wrapper_attr("dt")) if hasattr(env, "get_wrapper_attr") else float(env.dt)
     model = getattr(controller, "model", None)
     if model is not None and abs(model.dt - dt) > 1e-12 * max(1.0, dt):
         raise InputError(
@@ -98,6 +136,12 @@ def run_episode(
             f"is {dt} s; build the model with the env's dt"
         )
     obs, info = env.reset(seed=int(seed), options=reset_options)
+    absent = [key for key in _INFO_KEYS if key not in info]
+    if absent:
+        raise InputError(
+            f"env: reset() must return (obs, info) with info holding {list(_INFO_KEYS)} (a "
+            f"vimpc environment does); {type(env).__name__}'s info has no {absent}"
+        )
     floats = (
         "obs",
         "states",

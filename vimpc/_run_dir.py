@@ -1,0 +1,215 @@
+"""The folder of one ``vimpc run``: what it holds while the run goes on, and how an
+unfinished one is recognised and resumed.
+
+A run writes into ``<out>/<scenario>/<UTC timestamp>.partial/`` and renames it to
+``<UTC timestamp>/`` once complete. Inside, while it runs:
+
+- ``config.resolved.toml``: the configuration (written first);
+- ``run.json``: the manifest of an unfinished run: the episodes and seeds it must run,
+  those still missing, the model it uses (file and SHA-256), the vimpc version, and the
+  command that resumes it. Its presence says "incomplete"; it is removed when the run is
+  complete;
+- ``episode_<k>.npz`` and ``episode_<k>.json`` (the trajectory's arrays, then its seed
+  and metrics) for every finished episode, written as each one ends. An episode is
+  finished when both files exist (the ``.json`` is written second); the manifest's list
+  of missing episodes is refreshed after each, but the files are what counts;
+- ``.lock``: held (``flock``) by the process that runs or resumes the folder, so a
+  folder whose lock is free was left by a process that ended (Ctrl-C, an error, killed).
+
+``metrics.json`` is written last, once every episode is finished: its presence marks a
+complete run, as it always has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vimpc._files import write_atomic
+from vimpc.errors import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks, a running folder looks like a stopped one
+    fcntl = None
+
+PARTIAL = ".partial"
+MANIFEST = "run.json"
+METRICS = "metrics.json"
+CONFIG = "config.resolved.toml"
+LOCK = ".lock"
+
+
+def resume_command(stage: Path) -> str:
+    return f"vimpc run --resume {stage}"
+
+
+def episode_files(stage: Path, k: int) -> tuple[Path, Path]:
+    return stage / f"episode_{k:03d}.npz", stage / f"episode_{k:03d}.json"
+
+
+# -- the lock ------------------------------------------------------------------------------
+
+
+class Lock:
+    """The exclusive lock of a run folder, held until :meth:`release` or the process ends
+    (the system drops it then, also after a kill)."""
+
+    def __init__(self, stage: Path, *, wait: bool) -> None:
+        # ``wait``: a new run's own folder, which another process may be probing for an
+        # instant (:func:`is_running`); a resume must not wait for a live run to end
+        self.path = stage / LOCK
+        self._handle = open(self.path, "a+b")  # noqa: SIM115  (held for the run's life)
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except OSError:
+                self._handle.close()
+                raise ConfigError(
+                    f"the run in {str(stage)!r} is being run by another vimpc process right "
+                    "now; wait for it to end (or stop it) before resuming"
+                ) from None
+
+    def release(self, remove: bool = False) -> None:
+        if self._handle.closed:
+            return
+        if remove:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        self._handle.close()
+
+
+def is_running(stage: Path) -> bool:
+    """Whether a live process holds the folder's lock (or is just creating it)."""
+    path = stage / LOCK
+    if not path.exists():
+        return not (stage / MANIFEST).exists()  # reserved this instant, lock to follow
+    if fcntl is None:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except FileNotFoundError:  # removed this instant by a run that completed
+        return True
+    except OSError:
+        return True
+    return False
+
+
+# -- the manifest ------------------------------------------------------------------------------
+
+
+def write_manifest(stage: Path, manifest: dict[str, Any]) -> None:
+    write_atomic(stage / MANIFEST, json.dumps(manifest, indent=2) + "\n", overwrite=True)
+
+
+def read_manifest(stage: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((stage / MANIFEST).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{str(stage / MANIFEST)!r} cannot be read: {exc}") from None
+
+
+def finished(stage: Path, count: int) -> list[int]:
+    """The episodes (indices) whose two files exist."""
+    return [k for k in range(count) if all(p.exists() for p in episode_files(stage, k))]
+
+
+def tidy(stage: Path, count: int) -> None:
+    """Remove what an ended process left half-done in its own folder: temporary files of
+    interrupted writes, and the arrays of an episode whose metrics were never written
+    (the episode runs again)."""
+    for tmp in stage.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+    for k in range(count):
+        arrays, record = episode_files(stage, k)
+        if arrays.exists() and not record.exists():
+            arrays.unlink()
+
+
+# -- episodes ------------------------------------------------------------------------------------
+
+
+def save_episode(stage: Path, k: int, seed: int, traj, metrics: dict[str, Any]) -> None:
+    """Keep one finished episode: its arrays, then its seed and metrics (which mark it
+    finished)."""
+    arrays, record = episode_files(stage, k)
+    write_atomic(arrays, lambda h: np.savez(h, **traj.arrays()))
+    write_atomic(record, json.dumps({"seed": int(seed), "metrics": metrics}, indent=2) + "\n")
+
+
+def load_episode(stage: Path, k: int):
+    """``(trajectory, metrics)`` of a kept episode."""
+    from vimpc.closedloop import Trajectory
+
+    arrays, record = episode_files(stage, k)
+    info = json.loads(record.read_text())
+    with np.load(arrays) as data:
+        traj = Trajectory(**{name: data[name] for name in data.files}, seed=info["seed"])
+    return traj, info["metrics"]
+
+
+# -- configurations ------------------------------------------------------------------------------
+
+
+def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def config_differences(stage: Path, cfg: dict[str, Any]) -> list[str]:
+    """The keys whose value in ``cfg`` differs from the run's ``config.resolved.toml``, as
+    ``"key = <there> there, <here> here"`` lines (empty: the same configuration)."""
+    from vimpc.scenario import dump_toml
+
+    try:
+        there = _flat(tomllib.loads((stage / CONFIG).read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{str(stage / CONFIG)!r} cannot be read: {exc}") from None
+    here = _flat(tomllib.loads(dump_toml(cfg)))
+    lines = []
+    for key in sorted(set(there) | set(here)):
+        a, b = there.get(key, "(unset)"), here.get(key, "(unset)")
+        if a != b:
+            lines.append(f"{key} = {a!r} there, {b!r} here")
+    return lines
+
+
+def unfinished_runs(root: Path, name: str) -> list[tuple[Path, dict[str, Any] | None]]:
+    """The ``.partial`` folders of scenario ``name`` under ``root`` that no live process
+    holds, with their manifests (``None``: stopped before its manifest was written)."""
+    base = root / name
+    if not base.is_dir():
+        return []
+    out = []
+    for stage in sorted(base.glob("*" + PARTIAL)):
+        if not stage.is_dir() or is_running(stage):
+            continue
+        try:
+            manifest = read_manifest(stage)
+        except ConfigError:
+            manifest = None
+        out.append((stage, manifest))
+    return out
+
+
+def resolve(folder: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """``(final, stage)`` of the run folder a user named (either name of it)."""
+    path = Path(folder)
+    if path.name.endswith(PARTIAL):
+        return path.with_name(path.name[: -len(PARTIAL)]), path
+    return path, path.with_name(path.name + PARTIAL)
