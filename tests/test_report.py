@@ -503,7 +503,7 @@ def test_saturated_inputs_are_marked_over_limits_drawn_beneath_them():
         true_max=np.array([np.nan, 10.0]),
     )
     torque = fig.axes[2]
-    (marks,) = _lines(torque, "input at its limit (saturated)")
+    (marks,) = _lines(torque, plotting.SATURATED_LABEL)
     # within 0.1 % of the 4 N m range: steps 0, 1, 3, 4 and 7, not 1.99 or -1.9
     np.testing.assert_allclose(marks.get_xdata(), 0.1 * np.array([0, 1, 3, 4, 7]))
     np.testing.assert_allclose(marks.get_ydata(), u[[0, 1, 3, 4, 7]])
@@ -512,13 +512,14 @@ def test_saturated_inputs_are_marked_over_limits_drawn_beneath_them():
     assert len(limits) == 2
     assert all(line.get_zorder() < trace.get_zorder() < marks.get_zorder() for line in limits)
     assert all(line.get_linestyle() != trace.get_linestyle() for line in limits)
-    assert "input at its limit (saturated)" in _legend_labels(fig)
+    assert plotting.SATURATED_LABEL in _legend_labels(fig)
+    assert "within 0.1% of its range" in plotting.SATURATED_LABEL  # the threshold is named
     (rate,) = _lines(fig.axes[1], "true state")
     assert all(line.get_zorder() < rate.get_zorder() for line in _lines(fig.axes[1], "true limit"))
     # an input that stays inside its limits gets no mark and no legend entry
     calm = _pendulum_figure([_trajectory(states, np.full(10, 1.5))])
-    assert _lines(calm.axes[2], "input at its limit (saturated)") == []
-    assert "input at its limit (saturated)" not in _legend_labels(calm)
+    assert _lines(calm.axes[2], plotting.SATURATED_LABEL) == []
+    assert plotting.SATURATED_LABEL not in _legend_labels(calm)
 
 
 def test_saturation_with_one_open_end():

@@ -4,9 +4,11 @@ Each ``*_figure`` function builds and returns a :class:`~matplotlib.figure.Figur
 :func:`save` writes one as a PNG. Every axis carries its unit; every figure is titled
 with the scenario; a legend names each kind of line once. Limits come in two kinds,
 drawn apart: the *true* limits of the task (the env's, where crossing it is a
-violation) and the *planning* limits the controller was given (often tighter). Every
-episode of a run is drawn; past :data:`MAX_LINES` episodes their lines are thin and
-faint, so where they crowd shows how the episodes spread.
+violation) and the *planning* limits the controller was given (often tighter). Limits
+lie beneath the traces and marks (saturated inputs, crossings) on top, so a trace that
+runs along a limit stays visible. Every episode of a run is drawn, and its marks; past
+:data:`MAX_LINES` episodes their lines are thin and faint, so where they crowd shows how
+the episodes spread. Counts agree with their nouns ("1 episode").
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ TRUE_LIMIT, PLANNING_LIMIT, INPUT_LIMIT = "C3", "C4", "0.35"
 PLAN, BOUND, SATURATED, MARK = "C1", "C1", "k", "k"
 # limits drawn beneath the traces, references between them, marks on top
 LIMIT_Z, REFERENCE_Z, TRACE_Z, MARK_Z = 1.0, 1.5, 2.0, 3.0
+SATURATED_LABEL = f"input at its limit (within {SATURATION_TOLERANCE:.1%} of its range)"
 
 
 def save(fig: Figure, path: Path) -> None:
@@ -239,7 +242,7 @@ def states_inputs_figure(
                     color=SATURATED,
                     markersize=3,
                     zorder=MARK_Z,
-                    label="input at its limit (saturated)",
+                    label=SATURATED_LABEL,
                 )
         ax.set_ylabel(axis_label(input_names[j], input_units[j]))
     axes[-1].set_xlabel("time [s]")
