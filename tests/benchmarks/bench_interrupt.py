@@ -11,12 +11,16 @@ varied moments: mostly inside a solve, sometimes in an env step, the bookkeeping
 workers, while the parent waits on them. It sends one SIGINT and measures the time to the
 process's exit. A run counts as stopped when it exits with code 130 and leaves no
 ``.partial`` folder and no ``metrics.json``. Issue target: within a second, always.
+
+``--quick --out DIR``: a smoke test into ``DIR``: one interrupt of the first solver's run,
+1.5 s after its first line (``--delay 1.5 1.5``), no workers row.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import CARTPOLE, ROOT, met, write_results
+from _common import CARTPOLE, OUT, ROOT, add_options, met, parse, write_results
 
 CONFIGS = {
     "sqpmethod": ['controller.solver="sqpmethod"'],
@@ -52,6 +56,11 @@ def _once(out: Path, sets: list[str], workers: int, delay: float, env: dict) -> 
     )
     proc.stdout.readline()
     time.sleep(delay)
+    if proc.poll() is not None:  # nothing to interrupt: the run failed, not the benchmark's case
+        raise SystemExit(
+            f"{shlex.join(cmd)} exited with code {proc.returncode} before the interrupt:\n"
+            + proc.stderr.read()
+        )
     sent = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     try:
@@ -68,21 +77,32 @@ def _once(out: Path, sets: list[str], workers: int, delay: float, env: dict) -> 
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--delay",
+        type=float,
+        nargs=2,
+        default=[1.0, 4.0],
+        metavar=("LOW", "HIGH"),
+        help="seconds from the run's first line to the signal, drawn uniformly",
+    )
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"repeats": 1, "delay": [1.5, 1.5]})
     rng = np.random.default_rng(args.seed)
     cases = [(name, sets, 1) for name, sets in CONFIGS.items()]
     cases.append(("sqpmethod, --workers 2", CONFIGS["sqpmethod"], 2))
+    if args.quick:
+        cases = cases[:1]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "VIMPC_CACHE": str(Path(tmp) / "cache")}
         for label, sets, workers in cases:
             got = []
             for r in range(args.repeats):
-                delay = float(rng.uniform(1.0, 4.0))
+                delay = float(rng.uniform(*args.delay))
                 got.append(_once(Path(tmp) / f"{len(rows)}_{r}", sets, workers, delay, env))
                 print(
                     f"{label}: {r + 1}/{args.repeats} delay {delay:.2f} s -> "
@@ -113,11 +133,20 @@ def main() -> None:
     ]
     notes = f"""
 One SIGINT per run of `vimpc run scenarios/cartpole_swingup.toml --set episodes.count=200`,
-sent 1 to 4 s (uniform, seed {args.seed}) after the run printed its first line. The time
+sent {args.delay[0]:g} to {args.delay[1]:g} s (uniform, seed {args.seed}) after the run printed its first line. The time
 runs from the signal to the process's exit, including removing the staging folder and
 the interpreter's shutdown.
 """
-    write_results("interrupt", "One Ctrl-C stops a run", rows, columns, notes)
+    write_results(
+        "interrupt",
+        "One Ctrl-C stops a run",
+        rows,
+        columns,
+        notes,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
+    )
 
 
 if __name__ == "__main__":

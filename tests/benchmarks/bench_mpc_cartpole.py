@@ -13,6 +13,9 @@ configuration) so machine-load drift hits all configurations alike; solve times
 (``MPCResult.solve_time``, the wall time of the NLP solver call) are pooled over the
 seeds. Issue targets: median <= 1 ms, p95 <= 2 ms, no failed solve (FAILED or
 INFEASIBLE) over the episodes.
+
+``--quick --out DIR``: a smoke test into ``DIR``: one seed of 3 steps, without the "jit"
+row (its C compile alone takes seconds).
 """
 
 from __future__ import annotations
@@ -20,7 +23,17 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import CARTPOLE, SOLVER_CONFIGS, TimedController, met, ms_stats, write_results
+from _common import (
+    CARTPOLE,
+    OUT,
+    SOLVER_CONFIGS,
+    TimedController,
+    add_options,
+    met,
+    ms_stats,
+    parse,
+    write_results,
+)
 
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.pipeline import build_controller, build_env, build_model, success_test
@@ -38,12 +51,20 @@ CONFIGS = {
 MEDIAN_MS, P95_MS = 1.0, 2.0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    args = parser.parse_args()
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per episode (default: the scenario's)"
+    )
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"seeds": [0], "steps": 3})
+    configs = CONFIGS
+    if args.quick:
+        configs = {k: v for k, v in CONFIGS.items() if "controller.jit=nlp" not in v}
+    steps = [] if args.steps is None else [f"episodes.steps={args.steps}"]
 
-    cfgs = {label: load_scenario(CARTPOLE, ov) for label, ov in CONFIGS.items()}
+    cfgs = {label: load_scenario(CARTPOLE, [*ov, *steps]) for label, ov in configs.items()}
     base = next(iter(cfgs.values()))
     env = build_env(base)
     model = build_model(base, env)
@@ -125,7 +146,14 @@ state); the min margin is min(1 - |s|) over the episodes.
 Targets (issue): median <= {MEDIAN_MS} ms, p95 <= {P95_MS} ms, no failed solve.
 """
     write_results(
-        "mpc_cartpole", "Cart-pole swing-up: closed-loop MPC solve times", rows, columns, notes
+        "mpc_cartpole",
+        "Cart-pole swing-up: closed-loop MPC solve times",
+        rows,
+        columns,
+        notes,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
     )
 
 

@@ -12,6 +12,8 @@ Constraints records it also makes cost microseconds) and the first call
 are interleaved over the configurations; the first repetition of each configuration is
 also reported alone ("cold"), as it pays one-time costs of the process (loading a solver
 plugin). Issue target: construction + first call <= 0.5 s.
+
+``--quick --out DIR``: one repetition, into ``DIR`` (a smoke test).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import CARTPOLE, PENDULUM, SOLVER_CONFIGS, met, write_results
+from _common import CARTPOLE, OUT, PENDULUM, SOLVER_CONFIGS, add_options, met, parse, write_results
 
 from vimpc.pipeline import build_controller, build_env, build_model
 from vimpc.scenario import load_scenario
@@ -28,10 +30,11 @@ from vimpc.scenario import load_scenario
 TARGET_S = 0.5
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=20)
-    args = parser.parse_args()
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"reps": 1})
 
     cases = {}
     for scenario in (CARTPOLE, PENDULUM):
@@ -103,7 +106,16 @@ those the time is to a failed first step, not a solved one (the pendulum scenari
 is too few for a cold fatrop/ipopt solve).
 Issue target: construction + first call <= {TARGET_S} s (judged on the p95).
 """
-    write_results("mpc_setup", "MPC construction to first solved step", rows, columns, notes)
+    write_results(
+        "mpc_setup",
+        "MPC construction to first solved step",
+        rows,
+        columns,
+        notes,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ cache), three controllers on that one model, episodes interleaved seed by seed:
 Times per control step: the NLP solve (``MPCResult.solve_time``), the tube computation
 (``MPCResult.tube_time``), and the whole ``controller(obs, t)`` call. Issue target: the
 tube adds at most 20 % to the median solve time (NLP + tube).
+
+``--quick --out DIR``: a smoke test into ``DIR``: one seed of 3 steps, the model fitted on
+a few short trajectories (``QUICK_SETS``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import argparse
 import dataclasses
 
 import numpy as np
-from _common import ROOT, TimedController, met, ms_stats, write_results
+from _common import OUT, ROOT, TimedController, add_options, met, ms_stats, parse, write_results
 
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.models.conformal import ConformalBound
@@ -34,6 +37,14 @@ from vimpc.scenario import load_scenario
 
 SAFE = ROOT / "scenarios" / "cartpole_safe.toml"
 TARGET = 1.2
+# --quick: 4 training and 8 held-out trajectories of 5 steps (20 calibration transitions,
+# the fewest split conformal takes at delta 0.05) and 3 control steps
+QUICK_SETS = [
+    "data.trajectories=4",
+    "data.heldout_trajectories=8",
+    "data.steps=5",
+    "episodes.steps=3",
+]
 
 
 def _scaled(model, factor: float):
@@ -47,13 +58,15 @@ def _scaled(model, factor: float):
     return dataclasses.replace(bound.apply(model), info=model.info)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    args = parser.parse_args()
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"seeds": [0]})
+    sets = QUICK_SETS if args.quick else []
 
-    cfg = load_scenario(SAFE)
-    none_cfg = load_scenario(SAFE, ['controller.tightening="none"'])
+    cfg = load_scenario(SAFE, sets)
+    none_cfg = load_scenario(SAFE, [*sets, 'controller.tightening="none"'])
     env = build_env(cfg)
     model = build_model(cfg, env)
     steps, success = cfg["episodes"]["steps"], success_test(cfg)
@@ -120,7 +133,16 @@ tightened problem being harder (more active constraints, more iterations). Targe
 (issue): the tube adds at most 20 % to the median solve time (NLP + tube), judged on the
 "tube" row.
 """
-    write_results("tube", "Safe cart-pole: what the tube costs per solve", rows, columns, notes)
+    write_results(
+        "tube",
+        "Safe cart-pole: what the tube costs per solve",
+        rows,
+        columns,
+        notes,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ machine-load drift hits both), after one ``vimpc fit`` that puts the model in a 
 cache (so no run fits). The time is the whole command, start to exit, as a user waits for
 it. The two runs' per-episode metrics are compared: apart from times they must be equal.
 Issue target: ``--workers 2`` at least 1.7 times faster than ``--workers 1``.
+
+``--quick --out DIR``: a smoke test into ``DIR``: one repetition of 2 episodes of 3 steps,
+the model fitted on a few short trajectories (``QUICK_SETS``, given to the fit and to
+every run).
 """
 
 from __future__ import annotations
@@ -24,10 +28,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, met, write_results
+from _common import OUT, ROOT, add_options, met, parse, write_results
 
 SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
 TARGET = 1.7
+# --quick: 4 training and 8 held-out trajectories of 5 steps (20 calibration transitions,
+# the fewest split conformal takes at delta 0.05) and 3 control steps
+QUICK_SETS = [
+    "data.trajectories=4",
+    "data.heldout_trajectories=8",
+    "data.steps=5",
+    "episodes.steps=3",
+]
 
 
 def _run(args: list[str], env: dict) -> float:
@@ -42,14 +54,16 @@ def _episodes(out: Path) -> list[dict]:
     return [{k: v for k, v in m.items() if "time" not in k} for m in metrics["per_episode"]]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--episodes", type=int, default=100)
-    args = parser.parse_args()
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"repeats": 1, "episodes": 2})
+    sets = [a for item in QUICK_SETS for a in ("--set", item)] if args.quick else []
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "VIMPC_CACHE": str(Path(tmp) / "cache")}
-        _run(["fit", SAFE, "-o", str(Path(tmp) / "m.vimpc"), "--quiet"], env)
+        _run(["fit", SAFE, "-o", str(Path(tmp) / "m.vimpc"), "--quiet", *sets], env)
         times: dict[int, list[float]] = {1: [], 2: []}
         episodes: dict[int, list[dict]] = {}
         for r in range(args.repeats):
@@ -66,6 +80,7 @@ def main() -> None:
                     str(workers),
                     "--set",
                     f"episodes.count={args.episodes}",
+                    *sets,
                 ]
                 times[workers].append(_run(command, env))
                 episodes[workers] = _episodes(out)
@@ -102,7 +117,16 @@ before and read from the cache by every run. Whole command wall time (imports, e
 controller builds in every worker, episodes, writing results). Per-episode metrics of the
 two settings, times excluded, are {"identical" if identical else "DIFFERENT"}.
 """
-    write_results("workers", "Episodes in worker processes: wall time", rows, columns, notes)
+    write_results(
+        "workers",
+        "Episodes in worker processes: wall time",
+        rows,
+        columns,
+        notes,
+        out=args.out,
+        script=__file__,
+        argv=args.argv,
+    )
 
 
 if __name__ == "__main__":
