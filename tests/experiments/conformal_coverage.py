@@ -11,14 +11,17 @@ lies within the bound in every entry at once. Transitions inside a trajectory ar
 independent, so the interval is a trajectory bootstrap (2000 resamples of whole
 trajectories).
 
-Writes ``results/conformal/{coverage.md, coverage.csv, coverage.png}``.
+Writes ``results/conformal/{coverage.md, coverage.csv, coverage.png}``. ``--quick --out
+DIR``: a smoke test into ``DIR``, on a few trajectories (``QUICK_SETS``, 3 test ones).
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
+from _quick import add_options, parse
 from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -32,6 +35,9 @@ SCENARIOS = ("pendulum_swingup", "cartpole_safe", "fourbar_tracking", "rollingdi
 DELTAS = (0.01, 0.05, 0.1, 0.2)
 TEST_TRAJECTORIES = 100
 TEST_SEED = 5_000_000
+# --quick: 2 training and 8 held-out trajectories of 25 steps (100 calibration transitions,
+# the fewest split conformal takes at delta 0.01)
+QUICK_SETS = ["data.trajectories=2", "data.heldout_trajectories=8", "data.steps=25"]
 
 
 def _bootstrap(inside: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
@@ -43,13 +49,19 @@ def _bootstrap(inside: np.ndarray, rng: np.random.Generator, n: int = 2000) -> t
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--test-trajectories", type=int, default=TEST_TRAJECTORIES)
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"test_trajectories": 3})
+    out, test_trajectories = args.out, args.test_trajectories
+    sets = QUICK_SETS if args.quick else []
+    out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     rows = []
     for name in SCENARIOS:
         cfg = scenario.load_scenario(
-            ROOT / "scenarios" / f"{name}.toml", ['model.bound="conformal"']
+            ROOT / "scenarios" / f"{name}.toml", ['model.bound="conformal"', *sets]
         )
         env = pipeline.build_env(cfg)
         train = pipeline.collect(cfg, env, "train")
@@ -59,7 +71,7 @@ def main() -> None:
             "data": {
                 **cfg["data"],
                 "heldout_seed": TEST_SEED,
-                "heldout_trajectories": TEST_TRAJECTORIES,
+                "heldout_trajectories": test_trajectories,
             },
         }
         test = pipeline.collect(test_cfg, env, "heldout")
@@ -105,7 +117,7 @@ def main() -> None:
     ax.set_xlabel("promised coverage 1 - delta")
     ax.set_ylabel("coverage on fresh trajectories")
     ax.legend(fontsize=8)
-    fig.savefig(OUT / "coverage.png", dpi=110, bbox_inches="tight")
+    fig.savefig(out / "coverage.png", dpi=110, bbox_inches="tight")
 
     intro = (
         "Model: the nominal midpoint model of each scenario's env (nominal parameters; the "
@@ -113,7 +125,7 @@ def main() -> None:
         "Bound: split conformal, constant per-entry scale (RMS of the training errors), "
         "calibrated on the first half of the scenario's held-out trajectories ([data] of the "
         "scenario file; defaults where it has none). Coverage: the fraction of the one-step "
-        f"transitions of {TEST_TRAJECTORIES} fresh trajectories (reset seeds from {TEST_SEED}, "
+        f"transitions of {test_trajectories} fresh trajectories (reset seeds from {TEST_SEED}, "
         "same excitation) whose error lies within the bound in every entry at once; 95 % "
         "interval by a bootstrap over whole trajectories. Split conformal promises at least "
         "1 - delta on average over calibration sets of exchangeable transitions; transitions "
@@ -124,7 +136,7 @@ def main() -> None:
     command = "python tests/experiments/conformal_coverage.py"
     title = "Conformal bounds: coverage on fresh held-out trajectories"
     print(
-        write_table(OUT, "coverage", title, command, intro, rows, after="![coverage](coverage.png)")
+        write_table(out, "coverage", title, command, intro, rows, after="![coverage](coverage.png)")
     )
 
 
