@@ -24,17 +24,21 @@ the projection makes.
     python tests/experiments/gp_vi_constraints.py
 
 writes results/gp_vi/{constraints.csv, constraints.md, constraints.png}; about 7 minutes on
-one core of a shared 2-core machine.
+one core of a shared 2-core machine. ``--quick --out DIR``: a smoke test into ``DIR``: 100
+steps (20 for the "10 s" columns, whose labels keep the full run's durations), the GP-VI
+with 10 samples only, fitted from one start of 5 optimiser steps (``QUICK_FIT``).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import casadi as ca
 import numpy as np
+from _quick import add_options, parse
 from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -58,6 +62,7 @@ THETA0 = np.array([np.pi / 2, 0.0])  # the paper's start: first link horizontal,
 SAMPLES = (10, 20, 50)
 COLOURS = {"explicit Euler": "black", "RK4": "grey"}
 GP_COLOURS = ("tab:blue", "tab:red", "tab:green")
+QUICK_FIT = {"restarts": 1, "iterations": 5}  # --quick: the GP-VI's hyperparameter search
 
 
 def start(joint) -> np.ndarray:
@@ -119,7 +124,7 @@ class Run:
     last: np.ndarray
 
 
-def rollout(maximal, step, x0: np.ndarray, n: int) -> Run:
+def rollout(maximal, step, x0: np.ndarray, n: int, chunk: int = CHUNK) -> Run:
     """``n`` steps from ``x0`` under zero input, in chunks. A step that raises (a Newton
     solve that did not converge) or leaves the floating-point range ends the run."""
     nu, no_p = maximal.nu, np.zeros((0, 1))
@@ -133,7 +138,7 @@ def rollout(maximal, step, x0: np.ndarray, n: int) -> Run:
 
     accumulate = {}
     while done < n:
-        m = min(CHUNK, n - done)
+        m = min(chunk, n - done)
         if m not in accumulate:
             accumulate[m] = step.mapaccum(m)
         try:
@@ -187,15 +192,15 @@ def stalled_newton(family, maximal, x: np.ndarray) -> dict:
     return out
 
 
-def regularisation_floor(family, maximal, x0: np.ndarray) -> float:
-    """The largest ``|dt eps (G G^T)^-1 G e|`` over the first SHORT steps: the residual the
+def regularisation_floor(family, maximal, x0: np.ndarray, short: int = SHORT) -> float:
+    """The largest ``|dt eps (G G^T)^-1 G e|`` over the first ``short`` steps: the residual the
     regularised projection leaves, from the GP mean ``dv`` (the model's correction, read from
     its private builder: the exported step does not expose it)."""
     nq, nu = maximal.nq, maximal.nu
     step = family.discrete_model().step
-    xs = np.asarray(step.mapaccum(SHORT)(x0, np.zeros((nu, SHORT)), np.zeros((0, SHORT)))).T
+    xs = np.asarray(step.mapaccum(short)(x0, np.zeros((nu, short)), np.zeros((0, short)))).T
     xs = np.vstack([x0, xs])
-    dv = np.asarray(family._build_correction().map(SHORT)(xs[:-1].T, np.zeros((nu, SHORT)))).T
+    dv = np.asarray(family._build_correction().map(short)(xs[:-1].T, np.zeros((nu, short)))).T
     G = maximal.function("G")
     floor = 0.0
     for x_next, d in zip(xs[1:], dv, strict=True):
@@ -205,17 +210,18 @@ def regularisation_floor(family, maximal, x0: np.ndarray) -> float:
     return floor
 
 
-def step_time(maximal, step, x0: np.ndarray) -> float:
-    """Wall clock of one step [ms], from SHORT steps in one call."""
+def step_time(maximal, step, x0: np.ndarray, short: int = SHORT) -> float:
+    """Wall clock of one step [ms], from ``short`` steps in one call."""
     nu = maximal.nu
-    accumulate = step.mapaccum(SHORT)
+    accumulate = step.mapaccum(short)
     began = time.perf_counter()
-    accumulate(x0, np.zeros((nu, SHORT)), np.zeros((0, SHORT)))
-    return 1e3 * (time.perf_counter() - began) / SHORT
+    accumulate(x0, np.zeros((nu, short)), np.zeros((0, short)))
+    return 1e3 * (time.perf_counter() - began) / short
 
 
-def row(name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-"):
-    run = rollout(maximal, step, x0, LONG)
+def row(name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-", *, sizes=None):
+    short, long = sizes or (SHORT, LONG)
+    run = rollout(maximal, step, x0, long)
     res, E = run.res, run.E
     steps = len(res) - 1
     finite = np.isfinite(E)
@@ -225,14 +231,14 @@ def row(name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-"
             "model": name,
             "training pairs": samples,
             "fit time [s]": fit_time,
-            "step time [ms]": step_time(maximal, step, x0),
+            "step time [ms]": step_time(maximal, step, x0, short),
             "steps run": steps,
             "failed at step": "-" if failed is None else f"{failed} (t = {failed * H:.2f} s)",
-            "max |g|, 10 s [m]": float(np.max(res[: SHORT + 1])),
+            "max |g|, 10 s [m]": float(np.max(res[: short + 1])),
             "max |g|, 100 min [m]": float(np.max(res)),
             "final |g| [m]": float(res[-1]),
             f"max |g| <= {TARGET:g}": "yes" if np.max(res) <= TARGET and failed is None else "no",
-            "(E - E0) / E_swing, 10 s": float((E[min(SHORT, steps)] - E0) / swing),
+            "(E - E0) / E_swing, 10 s": float((E[min(short, steps)] - E0) / swing),
             "(E - E0) / E_swing, end": float((E[finite][-1] - E0) / swing),
             "max |phi| [rad]": float(np.max(run.phi)),
             "regularisation floor, 10 s [m]": floor,
@@ -241,8 +247,16 @@ def row(name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-"
     )
 
 
-def main():
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--short", type=int, default=SHORT, help="steps of the '10 s' columns")
+    parser.add_argument("--long", type=int, default=LONG, help="steps of the whole run")
+    parser.add_argument("--samples", type=int, nargs="+", default=list(SAMPLES))
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"short": 20, "long": 100, "samples": [10]})
+    out, short, long, sizes = args.out, args.short, args.long, (args.short, args.long)
+    fit = QUICK_FIT if args.quick else {}
+    out.mkdir(parents=True, exist_ok=True)
     joint = DoublePendulum()  # m = 1 kg, l = 1 m per link, frictionless
     maximal = joint.maximal()
     x0 = start(joint)
@@ -259,15 +273,17 @@ def main():
     rows, runs, stalls = [], {}, {}
     for name, method in (("explicit Euler", "euler"), ("RK4", "rk4")):
         step = ExplicitIntegrator(maximal, method).step_function(H)
-        r, runs[name] = row(name, maximal, step, x0, E0, swing)
+        r, runs[name] = row(name, maximal, step, x0, E0, swing, sizes=sizes)
         rows.append(r)
-    for samples in SAMPLES:
-        family = GPVIModel(DoublePendulum().maximal(), H, prior="zero", samples=samples, seed=0)
+    for samples in args.samples:
+        family = GPVIModel(
+            DoublePendulum().maximal(), H, prior="zero", samples=samples, seed=0, **fit
+        )
         family.fit(data)
         name = f"GP-VI, {samples} samples"
         r, runs[name] = row(
             name, maximal, family.discrete_model().step, x0, E0, swing, samples,
-            family.fit_time_, regularisation_floor(family, maximal, x0),
+            family.fit_time_, regularisation_floor(family, maximal, x0, short), sizes=sizes,
         )  # fmt: skip
         rows.append(r)
         if runs[name].failed is not None:
@@ -306,7 +322,7 @@ def main():
     reading = (
         "Frictionless double pendulum in maximal coordinates (links m = 1 kg, l = 1 m; 12 "
         f"states, 4 joint constraints g(q) = 0 in m), step {H} s, zero input, from (theta1, "
-        f"theta2) = (pi/2, 0) at rest, the paper's start, for {LONG:,} steps ({LONG * H / 60:.0f} "
+        f"theta2) = (pi/2, 0) at rest, the paper's start, for {long:,} steps ({long * H / 60:.0f} "
         "min). Training data: one 2 s trajectory of the true double pendulum from the same "
         f"state (midpoint VI in joint coordinates, substep {FINE} s, sampled every {H} s, 200 "
         f"transitions, mapped to maximal coordinates: max |g| = {data_res:.1e} m); each GP-VI "
@@ -319,7 +335,7 @@ def main():
         f"{rk4['final |g| [m]']:.0f} m after 100 min). The GP-VI does not drift: every run "
         f"kept max |g| <= {gp_max:.1e} m for as long as "
         f"it ran, {'below' if gp_max <= TARGET else 'above'} the target {TARGET:g} m, and "
-        f"{len(held)} of {len(gp)} ran all {LONG:,} steps. "
+        f"{len(held)} of {len(gp)} ran all {long:,} steps. "
         + ("But " + "; ".join(failures) + ". " if failures else "")
         + "The residual is not at round-off, though, but near 1e-12 m: the projection's "
         f"regularisation eps = {_REGULARISATION:g} leaves g = -dt eps (G G^T)^-1 G e by "
@@ -336,16 +352,16 @@ def main():
         "first 10 s, over the whole run (up to a failure), and at its last state. Failed at "
         "step: the step whose Newton solve raised (RuntimeError), counted from the start; the "
         "run stops there. Step time: one call of "
-        f"{SHORT} steps from the start, per step; fit time: wall clock of the fit (the first "
+        f"{short} steps from the start, per step; fit time: wall clock of the fit (the first "
         "includes importing gpytorch); both on a shared 2-core machine. "
         f"E_swing = E0 - E(hanging) = {swing:.2f} J, E0 = {E0:.1e} J. max |phi|: the largest "
         "absolute link angle over the run. Regularisation floor: max |dt eps (G G^T)^-1 G "
-        f"(v_(k+1) - dv)| over the first {SHORT} steps, with the GP mean dv. Whole script: "
+        f"(v_(k+1) - dv)| over the first {short} steps, with the GP mean dv. Whole script: "
         f"{total:.0f} s after the data.\n\n"
         "![constraint residual](constraints.png)"
     )
     table = write_table(
-        OUT, "constraints", "GP-VI constraint drift: the paper's Fig. 1b", COMMAND, reading,
+        out, "constraints", "GP-VI constraint drift: the paper's Fig. 1b", COMMAND, reading,
         rows, after=after,
     )  # fmt: skip
 
@@ -354,11 +370,11 @@ def main():
     short_ax, long_ax = fig.subplots(1, 2)
     colours = {
         **COLOURS,
-        **{f"GP-VI, {n} samples": c for n, c in zip(SAMPLES, GP_COLOURS, strict=True)},
+        **{f"GP-VI, {n} samples": c for n, c in zip(args.samples, GP_COLOURS, strict=False)},
     }
     for name, run in runs.items():
         res = run.res
-        t = np.arange(min(len(res), SHORT + 1)) * H
+        t = np.arange(min(len(res), short + 1)) * H
         short_ax.plot(
             t, np.maximum(res[: len(t)], 1e-17), color=colours[name], linewidth=1, label=name
         )
@@ -377,10 +393,10 @@ def main():
     short_ax.set_title("10 s", fontsize=10)
     long_ax.set_xscale("log")
     long_ax.set_ylabel("max |g(q)| per log-spaced bin [m]")
-    long_ax.set_title(f"{LONG * H / 60:.0f} min", fontsize=10)
+    long_ax.set_title(f"{long * H / 60:.0f} min", fontsize=10)
     fig.legend(loc="upper center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, 1.04))
     fig.tight_layout()
-    fig.savefig(OUT / "constraints.png", dpi=110, bbox_inches="tight")
+    fig.savefig(out / "constraints.png", dpi=110, bbox_inches="tight")
     print(table)
     for name, run in runs.items():
         if run.message:

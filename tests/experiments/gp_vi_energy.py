@@ -16,14 +16,19 @@ loses energy), and eq. 10 with the exact velocity map of the pendulum in place o
     python tests/experiments/gp_vi_energy.py
 
 writes results/gp_vi/{energy.csv, energy.md, energy.png}; 1-2 minutes on one core.
+``--quick --out DIR``: a smoke test into ``DIR``: 100 steps (20 for the "10 s" columns,
+whose labels keep the full run's durations), seed 0 only, the GP-VIs fitted from one start
+of 5 optimiser steps (``QUICK_FIT``).
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import casadi as ca
 import numpy as np
+from _quick import add_options, parse
 from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -44,6 +49,7 @@ STOP = 1e3  # a run stops once its relative energy error passes this (or is not 
 CHUNK = 10_000
 X0 = np.array([np.pi / 2, 0.0])  # released from horizontal at rest: E0 = 0
 FIGURE_RUNS = ("explicit Euler", "GP-VI, 10 samples, seed 0", "GP-VI, 20 samples, seed 0")
+QUICK_FIT = {"restarts": 1, "iterations": 5}  # --quick: the GP-VIs' hyperparameter search
 
 
 def training_data(system) -> Dataset:
@@ -77,14 +83,14 @@ def energy_error(system, xs: np.ndarray) -> np.ndarray:
     return (E - system.energy(X0[:1], X0[1:])) / scale
 
 
-def rollout(system, step, n: int) -> tuple[np.ndarray, np.ndarray]:
+def rollout(system, step, n: int, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
     """States and signed relative energy errors of ``n`` steps from X0 under zero input, in
     chunks; stops at the first state whose error passes STOP or is not finite."""
     xs, errs, x = [X0[None]], [np.zeros(1)], X0
     accumulate = {}
     done = 0
     while done < n:
-        m = min(CHUNK, n - done)
+        m = min(chunk, n - done)
         if m not in accumulate:
             accumulate[m] = step.mapaccum(m)
         with np.errstate(all="ignore"):
@@ -122,13 +128,14 @@ def exact_velocity_step(system, fine: float) -> ca.Function:
     )  # fmt: skip
 
 
-def row(name, system, step, seed="-", samples="-", fit_time="-", nll="-"):
-    short_x, short = rollout(system, step, SHORT)
-    long_x, long = rollout(system, step, LONG)
+def row(name, system, step, seed="-", samples="-", fit_time="-", nll="-", *, sizes=None):
+    n_short, n_long = sizes or (SHORT, LONG)
+    short_x, short = rollout(system, step, n_short)
+    long_x, long = rollout(system, step, n_long)
     steps = len(long) - 1
     tenth = max(steps // 10, 1)
     first, last = np.max(np.abs(long[1 : tenth + 1])), np.max(np.abs(long[-tenth:]))
-    stopped = steps < LONG
+    stopped = steps < n_long
     return {
         "model": name,
         "seed": seed,
@@ -146,37 +153,48 @@ def row(name, system, step, seed="-", samples="-", fit_time="-", nll="-"):
         "max |err|, last 10 %": float(last),
         "last / first": float(last / first),
         "bounded": "yes" if not stopped and last <= 1.1 * first else "no",
-        "max |theta|, last 10 s [rad]": float(np.max(np.abs(long_x[-SHORT:, 0]))),
+        "max |theta|, last 10 s [rad]": float(np.max(np.abs(long_x[-n_short:, 0]))),
     }, long
 
 
-def main():
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--short", type=int, default=SHORT, help="steps of the '10 s' columns")
+    parser.add_argument("--long", type=int, default=LONG, help="steps of the whole run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="GP-VI sample draws")
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"short": 20, "long": 100, "seeds": [0]})
+    out, short, sizes = args.out, args.short, (args.short, args.long)
+    fit = QUICK_FIT if args.quick else {}
+    out.mkdir(parents=True, exist_ok=True)
     system = Pendulum()  # m = 1 kg, l = 1 m, frictionless
     data = training_data(system)
     data_drift = float(np.max(np.abs(energy_error(system, data.states[0]))))
 
     rows, series = [], {}
     r, series["explicit Euler"] = row(
-        "explicit Euler", system, ExplicitIntegrator(system, "euler").step_function(H)
+        "explicit Euler", system, ExplicitIntegrator(system, "euler").step_function(H), sizes=sizes
     )
     rows.append(r)
-    for seed in (0, 1):
+    for seed in args.seeds:
         for samples in (10, 20):
-            family = GPVIModel(Pendulum(), H, prior="zero", samples=samples, seed=seed)
+            family = GPVIModel(Pendulum(), H, prior="zero", samples=samples, seed=seed, **fit)
             family.fit(data)
             name = f"GP-VI, {samples} samples, seed {seed}"
             r, series[name] = row(
                 name, system, family.discrete_model().step, seed, samples, family.fit_time_,
-                float(family.posteriors_[0].hp.nll),
+                float(family.posteriors_[0].hp.nll), sizes=sizes,
             )  # fmt: skip
             rows.append(r)
     r, _ = row(
-        "eq. 10 with the exact velocity map", system, exact_velocity_step(system, ORACLE_FINE)
+        "eq. 10 with the exact velocity map",
+        system,
+        exact_velocity_step(system, ORACLE_FINE),
+        sizes=sizes,
     )
     rows.append(r)
     # the exact velocity map at ORACLE_FINE substeps against the data's FINE, over 10 s
-    check = [rollout(system, exact_velocity_step(system, f), SHORT)[1] for f in (ORACLE_FINE, FINE)]
+    check = [rollout(system, exact_velocity_step(system, f), short)[1] for f in (ORACLE_FINE, FINE)]
     oracle_check = float(np.max(np.abs(check[0] - check[1])))
 
     euler = rows[0]
@@ -221,7 +239,7 @@ def main():
         f"{oracle_check:.1e}.\n\n![energy error](energy.png)"
     )
     table = write_table(
-        OUT, "energy", "GP-VI energy error: the paper's Fig. 1a", COMMAND, reading, rows,
+        out, "energy", "GP-VI energy error: the paper's Fig. 1a", COMMAND, reading, rows,
         after=after,
     )  # fmt: skip
 
@@ -231,8 +249,8 @@ def main():
     colours = {"explicit Euler": "black", FIGURE_RUNS[1]: "tab:blue", FIGURE_RUNS[2]: "tab:red"}
     for name in FIGURE_RUNS:
         err = series[name]
-        t = np.arange(SHORT + 1) * H
-        short_ax.plot(t, err[: SHORT + 1], color=colours[name], linewidth=1, label=name)
+        t = np.arange(short + 1) * H
+        short_ax.plot(t, err[: short + 1], color=colours[name], linewidth=1, label=name)
         # 100 min: the largest |err| in each of 400 log-spaced time bins (the envelope)
         edges = np.unique(np.geomspace(1, len(err), 400).astype(int))
         envelope = np.maximum.reduceat(np.abs(err), edges[:-1])
@@ -248,7 +266,7 @@ def main():
     long_ax.set_title("100 min", fontsize=10)
     fig.legend(loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.04))
     fig.tight_layout()
-    fig.savefig(OUT / "energy.png", dpi=110, bbox_inches="tight")
+    fig.savefig(out / "energy.png", dpi=110, bbox_inches="tight")
     print(table)
 
 
