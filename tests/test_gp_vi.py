@@ -471,3 +471,19 @@ def test_a_lipschitz_estimate_that_is_not_finite_is_refused_by_name():
     with pytest.raises(InputError, match="Lipschitz estimate is not finite"):
         family_._projection_lipschitz(torn, U[:20])
     assert np.isfinite(family_._projection_lipschitz(X[:20], U[:20]))
+
+
+@pytest.mark.parametrize("which", ["pendulum", "fourbar_zero", "fourbar_midpoint"])
+def test_a_nan_input_gives_a_nan_step_never_the_newton_guess(which):
+    # the projection's Newton (four-bar) and the prior's (pendulum, midpoint) stop at their
+    # initial guess when fed NaN, without an error: the exported step must say NaN
+    if which == "pendulum":
+        model = _fitted().discrete_model()
+        x, u = np.array([0.1, 0.2]), 0.0
+    else:
+        model = _fourbar_fitted(prior=which.split("_")[1]).discrete_model()
+        q, v = FourBar().assemble(0.3, 1.0)
+        x, u = np.concatenate([q, v]), 0.0
+    assert np.all(np.isfinite(np.asarray(model.step(x, [u], []))))
+    for bad_x, bad_u in ((x, np.nan), (np.where(np.arange(x.size) == 1, np.nan, x), u)):
+        assert np.all(np.isnan(np.asarray(model.step(bad_x, [bad_u], [])))), which

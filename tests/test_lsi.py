@@ -408,8 +408,9 @@ def test_bad_data_are_refused_by_name():
         m.fit(_positions_data(good, t=t))
     bad = good.copy()
     bad[7, 2] = np.nan
-    with pytest.raises(InputError, match="NaN or inf.*trajectories \\[7\\]"):
-        m.fit(_positions_data(bad))
+    # a NaN sample cannot reach fit: the dataset refuses it by array, trajectory and step
+    with pytest.raises(InputError, match=r"Dataset.obs must be finite, got nan at trajectory 7"):
+        _positions_data(bad)
     # at rest: every kernel's slope vanishes at the centres, the data say nothing
     with pytest.raises(InputError, match="rank 0"):
         m.fit(_positions_data(np.zeros((4, 6))))
@@ -488,3 +489,11 @@ def test_the_energy_gradient_is_the_derivative_of_the_energy(order):
                 - dyn.hamiltonian(q - step[:2], v - step[2:], order)
             ) / (2 * eps)
             np.testing.assert_allclose(grad[..., i], fd, atol=1e-8)
+
+
+def test_the_exported_step_gives_nan_for_a_nan_input_never_the_newton_guess():
+    _, m = _forced()
+    model = m.discrete_model()
+    assert np.all(np.isfinite(np.asarray(model.step([0.1, 0.2], [0.5], []))))
+    for x, u in (([0.1, 0.2], [np.nan]), ([np.nan, 0.2], [0.5]), ([0.1, np.inf], [0.5])):
+        assert np.all(np.isnan(np.asarray(model.step(x, u, [])))), (x, u)

@@ -260,6 +260,21 @@ class VariationalIntegrator(ImplicitIntegrator):
             )
         return self._cache[key]
 
+    def acceptance(self) -> dict:
+        """The test a Newton root passes before a step returns it (else NaN), as recorded in
+        an exported model's ``info["step_acceptance"]``."""
+        out = {
+            "residual": f"|r_i| <= {_newton.ACCEPT_FACTOR:g} * {self.residual_tolerance:g} + "
+            f"{_newton.ACCEPT_RTOL:.3g} * round-off level_i",
+            "finite": True,
+        }
+        if self.form == "position_momentum":
+            out["energy"] = (
+                f"|E1 - E0 - W| <= {ENERGY_JUMP:g} * (|T0| + |W| + |V1 - V0|) (refuses "
+                "spurious roots)"
+            )
+        return out
+
     def _acceptable(self, x, u, xn, th, h):
         """1 where ``xn`` is a root of the step's equations that a step can return, else 0:
         finite, its residual within the Newton tolerances (``_newton.ACCEPT_FACTOR`` times

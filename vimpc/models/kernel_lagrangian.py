@@ -456,7 +456,10 @@ class LagrangianDynamics:
             "lsi_first", ca.Function("r0", [z, q1, p], [(p + D1(q1, scale * z)) / self.h]),
             False, tol,
         )  # fmt: skip
-        self._steps["first"] = ca.Function("first", [q1, p], [scale * first(q1 / scale, q1, p)])
+        q_first = scale * first(q1 / scale, q1, p)
+        self._steps["first"] = ca.Function(
+            "first", [q1, p], [q_first, ca.norm_inf(p + D1(q1, q_first)) / self.h]
+        )
         pair = ca.SX.sym("pair", 2 * n)
         qm, qk = pair[:n], pair[n:]
         sk = ca.sqrt(1.0 + ca.sumsqr(qk))
@@ -497,7 +500,8 @@ class LagrangianDynamics:
         (and returns what it has) at the first snapshot where ``until(q)`` (on an array of
         snapshots, returning booleans) is true, or where Newton leaves a discrete
         equation's residual (divided by ``h``) above ``tolerance`` (default: 100 times
-        Newton's own test, :attr:`del_tolerance`).
+        Newton's own test, :attr:`del_tolerance`), the first step's included (then only
+        ``q0`` is returned).
         """
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InputError(f"steps must be a positive int, got {steps!r}")
@@ -507,7 +511,10 @@ class LagrangianDynamics:
         q0 = np.asarray(q0, dtype=np.float64).reshape(n)
         qdot0 = np.asarray(qdot0, dtype=np.float64).reshape(n)
         p0 = self.momentum(q0[None] if n > 1 else q0, qdot0[None] if n > 1 else qdot0)
-        q1 = np.asarray(fn["first"](q0, np.reshape(p0, n)), dtype=np.float64).reshape(n)
+        q1, res1 = fn["first"](q0, np.reshape(p0, n))
+        q1 = np.asarray(q1, dtype=np.float64).reshape(n)
+        if not (float(res1) <= tolerance and np.all(np.isfinite(q1))):
+            return q0[None]  # the first step's Newton solve failed: its guess is no snapshot
         out = [q0[None], q1[None]]
         done = 1
         state = np.concatenate([q0, q1])
