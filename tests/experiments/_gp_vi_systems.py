@@ -126,16 +126,19 @@ SYSTEMS = {
 # -- data and metric ----------------------------------------------------------------------------
 
 
-def data_cfg(spec: SystemSpec, r: int) -> dict[str, Any]:
-    """The ``[data]`` of a scenario for :func:`vimpc.pipeline.collect`: zero input, uniform
-    starts at rest, seeds apart by realisation and part."""
+def data_cfg(
+    spec: SystemSpec, r: int, train: int = TRAIN, test: int = TEST, steps: int = STEPS
+) -> dict[str, Any]:
+    """The ``[data]`` of a scenario for :func:`vimpc.pipeline.collect`: ``train`` and
+    ``test`` trajectories of ``steps`` steps, zero input, uniform starts at rest, seeds
+    apart by realisation and part."""
     return {
         "data": {
-            "trajectories": TRAIN,
+            "trajectories": train,
             "seed": 1_000_000 + 1000 * r,
-            "heldout_trajectories": TEST,
+            "heldout_trajectories": test,
             "heldout_seed": 2_000_000 + 1000 * r,
-            "steps": STEPS,
+            "steps": steps,
             "excitation": "zero",
             "excitation_options": {},
             "initial_state": "uniform",

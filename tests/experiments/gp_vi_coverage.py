@@ -24,7 +24,8 @@ expectation.
     python tests/experiments/gp_vi_coverage.py
 
 writes results/gp_vi/coverage.{csv,md} (each scenario's model is fitted with the settings
-of its file).
+of its file). ``--quick --out DIR``: a smoke test into ``DIR``: the first scenario, its
+GP-VI fitted on a few short trajectories (``QUICK_SETS``), 10 splits.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _quick import add_options, parse  # noqa: E402
 from _tables import write_table  # noqa: E402
 
 from vimpc import pipeline  # noqa: E402
@@ -55,10 +57,22 @@ METHODS = {
 }
 SPLITS, SPLIT_SEED = 200, 0
 SPLIT_COLUMNS = ("splits: mean coverage", "splits: 5th percentile", "splits: share >= 1 - delta")
+# --quick: 4 training and 8 held-out trajectories of 25 steps (100 calibration transitions,
+# the fewest split conformal takes at delta 0.01); 16 samples, 8 support points, one start
+# of 5 optimiser steps
+QUICK_SETS = [
+    "data.trajectories=4",
+    "data.heldout_trajectories=8",
+    "data.steps=25",
+    "model.samples=16",
+    "model.support_points=8",
+    "model.restarts=1",
+    "model.iterations=5",
+]
 
 
-def split_coverage(model, heldout, delta: float) -> dict[str, float]:
-    """Mean, 5th percentile and share >= 1 - delta of the coverage over ``SPLITS`` random
+def split_coverage(model, heldout, delta: float, splits: int = SPLITS) -> dict[str, float]:
+    """Mean, 5th percentile and share >= 1 - delta of the coverage over ``splits`` random
     trajectory-level splits of ``heldout`` into a calibration and a validation half.
 
     ``model`` carries a conformal bound; calibrating it on other data only rescales that
@@ -70,7 +84,7 @@ def split_coverage(model, heldout, delta: float) -> dict[str, float]:
     n = len(ratios) // 2  # the calibration half's size, as in pipeline.split_heldout
     rng = np.random.default_rng(SPLIT_SEED)
     covered = []
-    for _ in range(SPLITS):
+    for _ in range(splits):
         order = rng.permutation(len(ratios))
         calibration, validation = ratios[order[:n]].ravel(), ratios[order[n:]].ravel()
         k = math.ceil((calibration.size + 1) * (1.0 - delta) - 1e-12)
@@ -80,8 +94,8 @@ def split_coverage(model, heldout, delta: float) -> dict[str, float]:
     return dict(zip(SPLIT_COLUMNS, map(float, summary), strict=True))
 
 
-def measure(name: str) -> list[dict]:
-    cfg = load_scenario(ROOT / "scenarios" / f"{name}.toml")
+def measure(name: str, sets: list[str] = (), splits: int = SPLITS) -> list[dict]:
+    cfg = load_scenario(ROOT / "scenarios" / f"{name}.toml", list(sets))
     env = pipeline.build_env(cfg)
     train = pipeline.collect(cfg, env, "train", progress=True)
     heldout = pipeline.collect(cfg, env, "heldout", progress=True)
@@ -111,7 +125,7 @@ def measure(name: str) -> list[dict]:
                 "n_validation": len(errors),
             }
             if method == "conformal":
-                row.update(split_coverage(model, heldout, delta))
+                row.update(split_coverage(model, heldout, delta, splits))
             else:  # theorem1 is not calibrated on held-out data
                 row.update(dict.fromkeys(SPLIT_COLUMNS, ""))
             tight = np.median(bound, axis=0) / np.maximum(np.median(errors, axis=0), 1e-300)
@@ -121,13 +135,16 @@ def measure(name: str) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument("--splits", type=int, default=SPLITS, help="random held-out splits")
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"splits": 10})
+    scenarios, sets = (SCENARIOS[:1], QUICK_SETS) if args.quick else (SCENARIOS, [])
     os.environ.setdefault("VIMPC_CACHE", tempfile.mkdtemp(prefix="vimpc-coverage-"))
-    rows = [row for name in SCENARIOS for row in measure(name)]
+    rows = [row for name in scenarios for row in measure(name, sets, args.splits)]
     write_table(
-        OUT,
+        args.out,
         "coverage",
         "GP-VI bound coverage and tightness on held-out data",
         "python tests/experiments/gp_vi_coverage.py",
@@ -136,7 +153,7 @@ def main() -> None:
         "1 - delta), on the pipeline's split (calibration: the first half of the held-out "
         "trajectories, validation: the rest). That split is one draw and a trajectory's "
         "transitions are correlated, so the conformal rows also give the coverage over "
-        f"{SPLITS} random trajectory-level splits into halves of the same sizes (seed "
+        f"{args.splits} random trajectory-level splits into halves of the same sizes (seed "
         f"{SPLIT_SEED}): its mean, 5th percentile and the share of splits that reach "
         "1 - delta; the mean is what the calibration promises in expectation. Tightness "
         "(pipeline split): median bound / median realised error, per entry (1 would be a "

@@ -36,7 +36,11 @@ A system is one line of ``SYSTEMS`` (in ``_gp_vi_systems.py``, with the metric) 
 curve one line of ``CASES``. Every fit's result is kept in ``$VIMPC_CACHE/gp_vi_samples_records.json`` (outside the repository) for
 ``--replot``.
 
-Writes ``results/gp_vi/{samples.csv, samples.md, samples.png}``.
+Writes ``results/gp_vi/{samples.csv, samples.md, samples.png}``. ``--quick --out DIR``: a
+smoke test into ``DIR`` (its records there too, not in the cache): one realisation, the
+curves, sizes, data and fits of ``QUICK`` (one of each kind of curve: a prior in minimal
+coordinates, the first-order prior with sin/cos inputs, maximal coordinates on a true
+system without a package env).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +69,7 @@ from _gp_vi_systems import (
     to_maximal,
     windows_of,
 )
+from _quick import add_options, parse
 from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -106,7 +112,42 @@ NOMINAL = {"midpoint": ("midpoint", "position_momentum"), "first_order": ("first
 BASELINE_OF = {"midpoint": "midpoint", "first_order": "first_order", "zero": "midpoint"}
 
 
-def fit_gp(nominal, n: int, r: int, coordinates: str, prior: str, restarts: int, train):
+@dataclass(frozen=True)
+class Plan:
+    """What a run covers: the curves, the sample sizes, the size the target is judged at,
+    the test start states, the training and test trajectories and their steps, and the
+    GP-VI's optimiser steps per start (None: GPVIModel's default)."""
+
+    cases: tuple = CASES
+    sizes: tuple = SIZES
+    target: int = TARGET_SIZE
+    starts: int = TEST_STARTS
+    train: int = TRAIN
+    test: int = TEST
+    steps: int = STEPS
+    iterations: int | None = None
+
+
+FULL = Plan()
+QUICK = Plan(
+    cases=(
+        ("pendulum", "minimal", "midpoint"),
+        ("pendulum", "sincos", "first_order"),
+        ("double_pendulum", "maximal", "zero"),
+    ),
+    sizes=(2, 4),
+    target=4,
+    starts=10,
+    train=3,
+    test=3,
+    steps=HORIZON + 5,
+    iterations=5,
+)
+
+
+def fit_gp(
+    nominal, n: int, r: int, coordinates: str, prior: str, restarts: int, train, iterations=None
+):
     """The fitted model and ``(fit seconds, status)``: ``ok``, ``retried`` (every start
     failed, then the fit with 3 starts worked) or ``failed``. ``coordinates`` is
     GPVIModel's (``nominal`` is in maximal coordinates for the maximal curves)."""
@@ -117,7 +158,7 @@ def fit_gp(nominal, n: int, r: int, coordinates: str, prior: str, restarts: int,
     for attempt in (restarts, max(restarts, FALLBACK_RESTARTS)):
         family = GPVIModel(
             nominal, DT, samples=n, seed=r, prior=prior, coordinates=coordinates,
-            restarts=attempt,
+            restarts=attempt, **({} if iterations is None else {"iterations": iterations}),
         )  # fmt: skip
         try:
             model = family.fit(train).discrete_model()
@@ -133,23 +174,23 @@ def fit_gp(nominal, n: int, r: int, coordinates: str, prior: str, restarts: int,
 # -- the run ------------------------------------------------------------------------------------
 
 
-def run(repeats: int, first: int, restarts: int, progress) -> list[dict[str, Any]]:
+def run(repeats: int, first: int, restarts: int, progress, plan: Plan = FULL) -> list[dict]:
     """One record per (realisation, system, model, n)."""
     records = []
-    systems = list(dict.fromkeys(system for system, _, _ in CASES))
+    systems = list(dict.fromkeys(system for system, _, _ in plan.cases))
     for r in range(first, first + repeats):
         for name in systems:
             spec = SYSTEMS[name]
             env = spec.make_env(r)
-            cfg = data_cfg(spec, r)
+            cfg = data_cfg(spec, r, plan.train, plan.test, plan.steps)
             progress.set_postfix_str(f"r={r} {name}: collecting")
             train = pipeline.collect(cfg, env, "train")
-            windows = windows_of(pipeline.collect(cfg, env, "heldout"), TEST_STARTS, seed=r)
+            windows = windows_of(pipeline.collect(cfg, env, "heldout"), plan.starts, seed=r)
             nominal = env.nominal_system
             readout = Readout.joint(nominal)
-            # per coordinates of CASES: the nominal system, training data, windows, readout
+            # per coordinates of the cases: the nominal system, training data, windows, readout
             views = {"joint": (nominal, train, windows, readout)}
-            if any(s == name and c == "maximal" for s, c, _ in CASES):
+            if any(s == name and c == "maximal" for s, c, _ in plan.cases):
                 progress.set_postfix_str(f"r={r} {name}: to maximal coordinates")
                 views["maximal"] = (
                     nominal.maximal(), to_maximal(nominal, train), to_maximal(nominal, windows),
@@ -158,22 +199,22 @@ def run(repeats: int, first: int, restarts: int, progress) -> list[dict[str, Any
             base = {"realisation": r, "system": name}
             # the nominal integrators, and the same with the true parameters and friction
             # (the integrator's own error at DT: what a perfect correction would leave)
-            for prior in dict.fromkeys(BASELINE_OF[p] for s, _, p in CASES if s == name):
+            for prior in dict.fromkeys(BASELINE_OF[p] for s, _, p in plan.cases if s == name):
                 integrator, form = NOMINAL[prior]
                 for which, system in (("nominal", nominal), ("true-parameter", env.true_system)):
                     model = NominalModel(system, DT, integrator=integrator, form=form)
                     mse = position_mse(model.discrete_model(), windows, readout)
                     records.append({**base, "model": f"{which} {prior}", "mse": mse})
-            for system, coordinates, prior in CASES:
+            for system, coordinates, prior in plan.cases:
                 if system != name:
                     continue
                 maximal = coordinates == "maximal"
                 system_c, train_c, windows_c, readout_c = views["maximal" if maximal else "joint"]
                 features = "minimal" if maximal else coordinates
-                for n in SIZES:
+                for n in plan.sizes:
                     progress.set_postfix_str(f"r={r} {name} {coordinates} {prior} n={n}")
                     model, seconds, status = fit_gp(
-                        system_c, n, r, features, prior, restarts, train_c
+                        system_c, n, r, features, prior, restarts, train_c, plan.iterations
                     )
                     mse = math.inf if model is None else position_mse(model, windows_c, readout_c)
                     records.append(
@@ -217,9 +258,9 @@ def _percentiles(values: list[float]) -> tuple[float, float, float]:
     return out[0], out[1], out[2]
 
 
-def summarise(records: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+def summarise(records: list[dict[str, Any]], plan: Plan = FULL) -> tuple[list[dict], list[dict]]:
     """The figure's table (median and 10/90 percentiles per curve and size, baselines
-    first) and the ratios nominal / GP per curve at 128 and ``TARGET_SIZE`` samples."""
+    first) and the ratios nominal / GP per curve at 128 and ``plan.target`` samples."""
     rows, ratios = [], []
     for name in dict.fromkeys(r["system"] for r in records):
         mine = [x for x in records if x["system"] == name]
@@ -237,11 +278,11 @@ def summarise(records: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
                     "median_fit_s": "-",
                 }
             )  # fmt: skip
-        for _, coordinates, prior in [c for c in CASES if c[0] == name]:
+        for _, coordinates, prior in [c for c in plan.cases if c[0] == name]:
             curve = _curve(mine, coordinates, prior)
             if not curve:
                 continue
-            for n in SIZES:
+            for n in plan.sizes:
                 cell = [x for x in curve if x["samples"] == n]
                 median, p10, p90 = _percentiles([x["mse"] for x in cell])
                 rows.append(
@@ -257,7 +298,7 @@ def summarise(records: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
                 )  # fmt: skip
             baseline_name = f"nominal {BASELINE_OF[prior]}"
             baseline = baselines[baseline_name]
-            for n in [m for m in (128, TARGET_SIZE) if m in SIZES]:
+            for n in [m for m in (128, plan.target) if m in plan.sizes]:
                 cell = {x["realisation"]: x["mse"] for x in curve if x["samples"] == n}
                 paired = [baseline[r] / cell[r] for r in cell]
                 gp_median = float(np.median(list(cell.values())))
@@ -270,10 +311,10 @@ def summarise(records: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
                         "ratio_of_medians": ratio,
                         "paired_ratio_median": float(np.median(paired)),
                         "paired_ratio_min": float(np.min(paired)),
-                        "target": f">= {TARGET_RATIO:g}" if with_prior and n == TARGET_SIZE
+                        "target": f">= {TARGET_RATIO:g}" if with_prior and n == plan.target
                         else "-",
                         "met": ("yes" if ratio >= TARGET_RATIO else "no")
-                        if with_prior and n == TARGET_SIZE else "-",
+                        if with_prior and n == plan.target else "-",
                     }
                 )  # fmt: skip
     return rows, ratios
@@ -295,7 +336,7 @@ def _median(rows: list[dict[str, Any]], curve: dict[str, Any], n: int | None) ->
     return math.nan
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], path: Path, plan: Plan = FULL) -> None:
     names = list(dict.fromkeys(r["system"] for r in rows))
     fig = Figure(figsize=(4.2 * len(names), 3.8))
     FigureCanvasAgg(fig)
@@ -310,7 +351,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                 r["median_mse"], color=baseline_style[r["model"]], linestyle="--",
                 linewidth=1.2, label=f"{r['model']} (median)",
             )  # fmt: skip
-        for _, coordinates, prior in [c for c in CASES if c[0] == name]:
+        for _, coordinates, prior in [c for c in plan.cases if c[0] == name]:
             curve = _curve(mine, coordinates, prior)
             if not curve:
                 continue
@@ -328,7 +369,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("training samples")
-        free = all(prior == "zero" for system, _, prior in CASES if system == name)
+        free = all(prior == "zero" for system, _, prior in plan.cases if system == name)
         ax.set_title(SYSTEMS[name].label + (" (no prior)" if free else ""))
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=7)
@@ -344,7 +385,7 @@ def _command(repeats: int, first: int, restarts: int) -> str:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="dataset realisations")
     parser.add_argument("--first", type=int, default=0, help="first realisation (param_seed)")
@@ -360,11 +401,13 @@ def main() -> None:
         "just before --first, with the same --restarts): the table of all of them, the "
         "same as one run over them (each realisation has its own seeds)",
     )  # fmt: skip
-    args = parser.parse_args()
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"repeats": 1})
+    out, plan = args.out, QUICK if args.quick else FULL
     this = _command(args.repeats, args.first, args.restarts) + (" --append" if args.append else "")
     # every fit's result, outside the repository, so the outputs can be rewritten without
-    # fitting again
-    raw = pipeline.cache_dir() / "gp_vi_samples_records.json"
+    # fitting again (a quick run's in its --out)
+    raw = (out if args.quick else pipeline.cache_dir()) / "gp_vi_samples_records.json"
     saved = None
     if args.replot or args.append:
         saved = json.loads(raw.read_text())
@@ -373,7 +416,7 @@ def main() -> None:
         last = saved["args"]  # records of an older script name no command: their arguments
         saved.setdefault("commands", [_command(last["repeats"], last["first"], last["restarts"])])
     if args.replot:
-        args = argparse.Namespace(**saved["args"])
+        args = argparse.Namespace(**{**vars(args), **saved["args"]})
         records, minutes, commands = saved["records"], saved["minutes"], saved["commands"]
     else:
         import torch
@@ -391,9 +434,9 @@ def main() -> None:
             records, minutes, commands = saved["records"], saved["minutes"], saved["commands"]
         torch.set_num_threads(args.threads)
         start = time.perf_counter()
-        total = args.repeats * len(CASES) * len(SIZES)
+        total = args.repeats * len(plan.cases) * len(plan.sizes)
         with tqdm(total=total, desc="fits", unit="fit") as progress:
-            records = records + run(args.repeats, args.first, args.restarts, progress)
+            records = records + run(args.repeats, args.first, args.restarts, progress, plan)
         minutes += (time.perf_counter() - start) / 60
         commands = [*commands, this]
         if saved is not None:
@@ -401,14 +444,18 @@ def main() -> None:
             args.first = saved["args"]["first"]
         raw.parent.mkdir(parents=True, exist_ok=True)
         finite = [{**x, "mse": x["mse"] if math.isfinite(x["mse"]) else None} for x in records]
-        kept = {k: v for k, v in vars(args).items() if k not in ("replot", "append")}
+        kept = {
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("replot", "append", "quick", "out", "argv")
+        }
         raw.write_text(
             json.dumps({"args": kept, "minutes": minutes, "commands": commands, "records": finite})
         )
     total = sum(x["model"] == "gp_vi" for x in records)
-    rows, ratios = summarise(records)
-    OUT.mkdir(parents=True, exist_ok=True)
-    plot(rows, OUT / "samples.png")
+    rows, ratios = summarise(records, plan)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(rows, out / "samples.png", plan)
 
     command = " then ".join(commands)  # the run(s) that made the records
     target = [x for x in ratios if x["met"] != "-"]
@@ -416,7 +463,7 @@ def main() -> None:
     failed = sum(x["status"] == "failed" for x in records if x["model"] == "gp_vi")
     retried = sum(x["status"] == "retried" for x in records if x["model"] == "gp_vi")
     reading = (
-        f"**Target (with the prior model, median MSE at {TARGET_SIZE} samples at least "
+        f"**Target (with the prior model, median MSE at {plan.target} samples at least "
         f"{TARGET_RATIO:g}x below the nominal integrator's): met by {len(met)} of {len(target)} "
         "curves** ("
         + "; ".join(
@@ -427,23 +474,23 @@ def main() -> None:
         + ")."
     )
     floors = "; ".join(
-        f"{x['system']} {x['coordinates']} {x['prior']} {_median(rows, x, TARGET_SIZE):.2g} "
+        f"{x['system']} {x['coordinates']} {x['prior']} {_median(rows, x, plan.target):.2g} "
         f"(true-parameter {x['prior']} VI {_median(rows, x, None):.2g})"
         for x in target
     )
     reading += (
-        f" Median MSE at {TARGET_SIZE} samples and, in brackets, that of the prior's integrator "
+        f" Median MSE at {plan.target} samples and, in brackets, that of the prior's integrator "
         f"with the true parameters and friction (the integrator's own error at dt = {DT:g} s): "
         f"{floors}."
     )
-    free = [x for x in ratios if x["prior"] == "zero" and x["samples"] == TARGET_SIZE]
+    free = [x for x in ratios if x["prior"] == "zero" and x["samples"] == plan.target]
     if free:
         reading += (
-            f" Without a prior, median MSE at {TARGET_SIZE} and {SIZES[-1]} samples against the "
+            f" Without a prior, median MSE at {plan.target} and {plan.sizes[-1]} samples against the "
             "nominal midpoint VI: "
             + "; ".join(
-                f"{x['system']} {x['coordinates']} {_median(rows, x, TARGET_SIZE):.2g} and "
-                f"{_median(rows, x, SIZES[-1]):.2g} (nominal {_median(rows, x, 0):.2g})"
+                f"{x['system']} {x['coordinates']} {_median(rows, x, plan.target):.2g} and "
+                f"{_median(rows, x, plan.sizes[-1]):.2g} (nominal {_median(rows, x, 0):.2g})"
                 for x in free
             )
             + "."
@@ -476,7 +523,7 @@ GPVIModel's on the joint coordinates (`sincos`: angles enter the GPs as sine and
 `maximal` is GPVIModel on the system's maximal coordinates (each body's x, y, phi; double
 pendulum 6 coordinates and 4 constraints, four-bar 12 and 10) with the projection of eq. 10e,
 the GP inputs the raw body states, trained on the same noisy trajectories mapped body by
-body. MSE: {HORIZON}-step prediction from {TEST_STARTS} noise-free test states, squared error
+body. MSE: {HORIZON}-step prediction from {plan.starts} noise-free test states, squared error
 of the joint coordinates (angles wrapped) averaged over start states and coordinates
 (cart-pole: m² and rad² together); for `maximal` the joint angles' errors are recovered from
 the bodies' angle errors (phi = A q + c with constant A; pinv(A), exact on the constraints,
@@ -511,10 +558,10 @@ realisation. Run time {minutes:.0f} min on one core (torch threads = {args.threa
         f"realisation)\n\n{ratio_table}\n\n![samples](samples.png)"
     )
     title = "GP-VI: 20-step position error against the number of training samples (Fig. 2)"
-    write_table(OUT, "samples", title, command, intro, rows, after=after)
+    write_table(out, "samples", title, command, intro, rows, after=after)
     print(ratio_table)
     print(f"\n{reading}\n{total} fits in {minutes:.1f} min; {retried} retried, {failed} failed")
-    print(f"wrote {OUT / 'samples.md'}, samples.csv, samples.png")
+    print(f"wrote {out / 'samples.md'}, samples.csv, samples.png")
 
 
 if __name__ == "__main__":
