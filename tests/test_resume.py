@@ -380,3 +380,33 @@ def test_the_cache_check_writes_a_file_not_just_permissions(tmp_path, monkeypatc
     assert pipeline.check_cache_writable() == tmp_path / "new" / "cache"
     assert (tmp_path / "new" / "cache").is_dir()
     assert not list((tmp_path / "new" / "cache").iterdir())  # the probe is gone
+
+
+def test_a_worker_killed_mid_run_ends_the_run_with_its_episodes_kept(tmp_path, monkeypatch, capsys):
+    # a multiprocessing.Pool replaced the dead worker and waited for its episode for ever
+    import multiprocessing
+
+    real, calls = _run_dir.save_episode, []
+
+    def save_then_kill_a_worker(*args, **kwargs):
+        real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            victim = multiprocessing.active_children()[0]
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(timeout=10)
+
+    monkeypatch.setattr(_run_dir, "save_episode", save_then_kill_a_worker)
+    # episodes long enough (60 steps) that the others are still running at the kill
+    sets = [*SHORT, "--set", "episodes.steps=60", "--set", "episodes.count=6"]
+    args = ["run", PENDULUM, "--out", str(tmp_path), *sets, "--workers", "2"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "a worker process ended before its episode did" in err
+    (stage,) = (tmp_path / "pendulum_swingup").iterdir()
+    assert 1 <= len(_run_dir.finished(stage, 6)) < 6 and "vimpc run --resume" in err
+    assert not multiprocessing.active_children()  # the other worker was ended too
+    monkeypatch.undo()
+    assert cli.main(["run", "--resume", str(stage), "--quiet"]) == 0
+    final = stage.with_name(stage.name.removesuffix(".partial"))
+    assert json.loads((final / "metrics.json").read_text())["episodes"] == 6

@@ -583,11 +583,13 @@ def build_parser() -> argparse.ArgumentParser:
         "OUT/<scenario>/<UTC timestamp>/; while the run goes on the folder is named "
         "<timestamp>.partial, holds every episode finished so far and a run.json that lists "
         "the missing ones, and metrics.json is written last, when the run is complete.",
-        epilog="exit codes: 0 complete; 2 bad input (nothing run); "
+        epilog="exit codes: 0 complete; 2 an error vimpc explains (bad input is refused before "
+        "any work; a run that fails later keeps its finished episodes for --resume); "
         f"{EXIT_ALL_SOLVES_FAILED} complete, but every solve failed (results written, "
         'metrics.json says "outcome": "all solves failed"); 130 interrupted (the finished '
         "episodes are kept and the command that resumes them is printed); 1 an unexpected "
-        "error (finished episodes kept as on an interrupt).",
+        "error (finished episodes kept as on an interrupt). A killed run leaves its .partial "
+        "folder: --resume finishes it, and the next run of the scenario names it.",
     )
     scenario_args(run, optional=True)
     run.add_argument(

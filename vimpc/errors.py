@@ -30,3 +30,7 @@ class FitWarning(UserWarning):
     """A fit finished, but its result rests on a choice the data did not make (a
     minimum-norm solution of a nearly empty system, a scale no force fixed) or is
     degenerate somewhere it will be used."""
+
+
+class WorkerError(VimpcError, RuntimeError):
+    """A worker process ended before its work did (killed, out of memory)."""

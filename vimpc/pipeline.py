@@ -25,7 +25,7 @@ import numpy as np
 from vimpc import __version__
 from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
-from vimpc.errors import ConfigError, VimpcError
+from vimpc.errors import ConfigError, VimpcError, WorkerError
 from vimpc.scenario import build_family
 
 #: steps of the multi-step prediction error in the fit summary
@@ -455,6 +455,22 @@ class EpisodeRunner:
 _RUNNER: EpisodeRunner | BaseException | None = None
 
 
+def _end_workers(pool) -> None:
+    """Stop an executor's workers now (a Ctrl-C or an error must not wait for the episodes
+    they are running)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    # before 3.14 the executor has no public way; shutdown() forgets the processes
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
 def _init_worker(cfg: dict[str, Any], model_path: str | None) -> None:
     """Build the worker's runner; Ctrl-C is left to the parent, which ends the workers. An
     error is kept for the first episode to raise (a pool would restart a worker whose
@@ -535,22 +551,36 @@ def run_episodes(
                 on_episode(len(out[-1][0].inputs))
         return out
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     results: dict[int, Any] = {}
-    pool = multiprocessing.get_context("spawn").Pool(
-        workers, initializer=_init_worker, initargs=(cfg, path)
+    # an executor, not a multiprocessing.Pool: a Pool replaces a worker that died (killed,
+    # out of memory) and waits for its episode for ever; an executor says it broke
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(cfg, path),
     )
     try:
-        for index, result in pool.imap_unordered(_run_in_worker, enumerate(seeds)):
+        futures = [pool.submit(_run_in_worker, item) for item in enumerate(seeds)]
+        for future in as_completed(futures):
+            index, result = future.result()
             results[index] = result
             if on_result is not None:
                 on_result(index, result)
             if on_episode is not None:
                 on_episode(len(result[0].inputs))
-        pool.close()
+    except BrokenProcessPool:
+        _end_workers(pool)
+        raise WorkerError(
+            f"a worker process ended before its episode did (killed, or out of memory?); "
+            f"{len(results)} of {len(seeds)} episodes had finished. Run again with fewer "
+            "--workers if memory is short"
+        ) from None
     except BaseException:
-        pool.terminate()
+        _end_workers(pool)
         raise
-    finally:
-        pool.join()
+    pool.shutdown()
     return [results[i] for i in range(len(seeds))]
