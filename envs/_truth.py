@@ -82,7 +82,9 @@ def step_function(
         _CACHE.move_to_end(key)
         return _CACHE[key], True
     integrator = VariationalIntegrator(system, "midpoint")
-    step = integrator.step_function(substep, error_on_fail=True)
+    # the rootfinder's answer as is: the residual check below names a solve that did not
+    # converge (a step that returned NaN could only say "non-finite")
+    step = integrator.step_function(substep, error_on_fail=True, accept=False)
     residual = integrator.residual_function(substep)
     level = integrator.residual_level(substep)
     nx = integrator.nx

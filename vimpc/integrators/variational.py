@@ -231,9 +231,17 @@ class VariationalIntegrator(ImplicitIntegrator):
             )
         return self._cache[key]
 
-    def step_function(self, h: float, *, error_on_fail: bool = True) -> ca.Function:
+    def step_function(
+        self, h: float, *, error_on_fail: bool = True, accept: bool = True
+    ) -> ca.Function:
+        """``(x, u, theta) -> x_next`` over one step ``h`` [s]: the Newton root where it
+        passes :meth:`acceptance`, NaN elsewhere (a NaN input, a solve that did not
+        converge, a spurious root). ``accept=False`` returns the rootfinder's answer as is
+        (its initial guess for a NaN input, its last iterate when it did not converge), for
+        callers that judge it themselves (the environments' ground truth checks its
+        residual substep by substep and names a solve that did not converge)."""
         h = _checks.positive("h", h)
-        key = ("step", h, error_on_fail)
+        key = ("step", h, error_on_fail, bool(accept))
         if key not in self._cache:
             s = self.system
             n = s.nq
@@ -251,10 +259,12 @@ class VariationalIntegrator(ImplicitIntegrator):
             )
             guess = ca.vertcat(x[:n] + h * x[n:], x[n:]) / scale
             root = scale * newton(guess, x, u, th)
+            if accept:
+                root = _newton.accepted(root, self._acceptable(x, u, root, th, h))
             self._cache[key] = ca.Function(
                 f"{s.name}_{self.rule}_step",
                 [x, u, th],
-                [_newton.accepted(root, self._acceptable(x, u, root, th, h))],
+                [root],
                 ["x", "u", "theta"],
                 ["x_next"],
             )
