@@ -277,6 +277,20 @@ def test_worker_count_is_capped_by_episodes_and_cores(monkeypatch):
     assert 1 <= pipeline.usable_cores() <= (os.cpu_count() or 1)
 
 
+@pytest.mark.parametrize("workers", [0, -2, "2", 1.5, True])
+def test_run_episodes_names_a_bad_worker_count(workers, monkeypatch):
+    from vimpc import scenario
+    from vimpc.errors import InputError
+
+    def no_runner(*args, **kwargs):
+        raise AssertionError("episodes were set up before the bad worker count was refused")
+
+    monkeypatch.setattr(pipeline, "EpisodeRunner", no_runner)
+    cfg = scenario.load_scenario(PENDULUM)
+    with pytest.raises(InputError, match=f"workers must be a positive integer, got {workers!r}"):
+        pipeline.run_episodes(cfg, None, [0, 1], workers=workers)
+
+
 def test_a_capped_run_says_so_and_records_the_processes(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
     sets = ["--set", "episodes.steps=3", "--set", "controller.horizon=5", "--quiet"]

@@ -65,7 +65,12 @@ class Lock:
         # ``wait``: a new run's own folder, which another process may be probing for an
         # instant (:func:`is_running`); a resume must not wait for a live run to end
         self.path = stage / LOCK
-        self._handle = open(self.path, "a+b")  # noqa: SIM115  (held for the run's life)
+        try:
+            self._handle = open(self.path, "a+b")  # noqa: SIM115  (held for the run's life)
+        except OSError as exc:
+            raise ConfigError(
+                f"the run folder {str(stage)!r} cannot be written ({exc.strerror or exc})"
+            ) from None
         if fcntl is not None:
             try:
                 fcntl.flock(self._handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

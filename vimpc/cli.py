@@ -145,7 +145,12 @@ def _vimpc_version() -> str:
 
 def _mention_unfinished(root: Path, name: str, cfg) -> None:
     """Say where unfinished runs of this scenario are and how to finish them."""
-    for stage, manifest in _run_dir.unfinished_runs(root, name):
+    unfinished = _run_dir.unfinished_runs(root, name)
+    if len(unfinished) > 5:
+        print(
+            f"note: {len(unfinished)} unfinished runs of {name} are in {root / name}; the last 5:"
+        )
+    for stage, manifest in unfinished[-5:]:
         if manifest is None:
             print(
                 f"note: {stage} was left by a run that stopped before it began its episodes; "

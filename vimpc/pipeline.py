@@ -531,7 +531,8 @@ def run_episodes(
 ) -> list[tuple[Any, dict[str, Any]]]:
     """Run one episode per seed; results in the order of ``seeds``.
 
-    With ``workers > 1`` the episodes run in that many processes (spawned, each building
+    With ``workers > 1`` the episodes run in that many processes (at most one per seed;
+    the CLI also caps them by the cores, :func:`worker_count`) (spawned, each building
     its own :class:`EpisodeRunner`), with the same results as a serial run; an exception
     or a Ctrl-C in the parent ends the workers at once. ``on_step`` is called after every
     step of a serial run, ``on_episode(steps)`` after every finished episode (progress
@@ -539,6 +540,9 @@ def run_episodes(
     of ``seeds[i]`` is finished (in any order with workers), so a caller can keep each
     one before the next ends.
     """
+    from vimpc._checks import positive_int
+
+    workers = min(positive_int("workers", workers), max(1, len(seeds)))  # no idle processes
     path = None if model_path is None else str(model_path)
     if workers <= 1:
         runner = runner or EpisodeRunner(cfg, path)
