@@ -303,6 +303,13 @@ def test_a_capped_run_says_so_and_records_the_processes(tmp_path, monkeypatch, c
     metrics = json.loads((_only(tmp_path) / "metrics.json").read_text())
     assert metrics["workers"] == 1 and metrics["workers_requested"] == 64
     assert metrics["cores"] == 2
+    # on one core, three episodes run in one process: the cores are what caps them
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)
+    more = ["--set", "episodes.count=3", "--out", str(tmp_path / "one")]
+    assert cli.main([*args, *more]) == 0
+    out = capsys.readouterr().out
+    assert "--workers 64 capped to 1 (1 usable core): more processes would share the cores" in out
+    assert "(1 episode process at once on 1 usable core)" in out
 
 
 @pytest.mark.parametrize(("value", "message"), [("0", "positive integer"), ("-3", "got -3")])

@@ -362,12 +362,13 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     seeds = manifest["seeds"]
     missing = sorted(set(range(count)) - set(_run_dir.finished(stage_dir, count)))
     workers, why = pipeline.worker_count(args.workers, len(missing))
-    if why is not None and missing:
-        print(
-            f"--workers {args.workers} capped to {workers} ({why}): more processes would share "
-            "the cores and slow every solve"
-        )
     cores = pipeline.usable_cores()
+    if why is not None and missing:
+        shared = ": more processes would share the cores and slow every solve"
+        print(
+            f"--workers {args.workers} capped to {workers} ({why})"
+            + (shared if workers == cores else "")
+        )
     session.update(workers_requested=args.workers, processes=workers, cores=cores)
     session["episodes_run"] = 0
     # the plots need a controller here; a serial run uses the same one for its episodes
@@ -460,7 +461,10 @@ def _sharing_note(sessions: list[dict], cores: int) -> str:
     counts = sorted({s["processes"] for s in sessions})
     text = " or ".join(str(c) for c in counts)
     plural = "es" if counts[-1] > 1 else ""
-    return f" ({text} episode process{plural} at once on {cores} usable cores)"
+    return (
+        f" ({text} episode process{plural} at once on {cores} usable "
+        f"core{'s' if cores != 1 else ''})"
+    )
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
