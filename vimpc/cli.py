@@ -305,6 +305,8 @@ def _session(cfg, args, started, final_dir, stage_dir, manifest, lock, *, new: b
     try:
         return _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock)
     except BaseException as exc:
+        if (final_dir / _run_dir.METRICS).is_file():
+            raise  # complete and renamed: what failed came after (printing the summary)
         finished = _run_dir.finished(stage_dir, count)
         done = len(finished)
         if new and done == 0:
@@ -432,8 +434,9 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     # metrics.json is written last: its presence marks a complete run
     write_atomic(stage_dir / _run_dir.METRICS, json.dumps(metrics, indent=2) + "\n")
     (stage_dir / _run_dir.MANIFEST).unlink()
-    lock.release(remove=True)
+    (stage_dir / _run_dir.LOCK).unlink()  # the lock itself is held until the rename is done
     os.rename(stage_dir, final_dir)
+    lock.release()
     # the solve-time lines say how many episode processes shared the cores meanwhile
     note = _sharing_note(ran, cores)
     table = report.summary_table(summary, tracking=report.run_tracking(cfg, env, trajectories))
