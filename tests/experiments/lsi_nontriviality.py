@@ -14,7 +14,8 @@ set and on ``--scrambles`` scrambled Halton sets (as `lsi_reproduction.py`); rep
 of H^[[2]] and H^[[0]], the median mass on the data, the momentum at rest at q = 0.3, the
 distilled momentum map's error, and the largest position error over ``--steps`` steps of
 the paper's initial value problem from (0.3, 0) and from (1, 0).
-Writes ``results/lsi/nontriviality.{csv,md}``.
+Writes ``results/lsi/nontriviality.{csv,md}``. ``--quick --out DIR``: a smoke test into
+``DIR``: sets of 20 trajectories, one scrambled set, 20 steps.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from _lsi_systems import PENDULUM, flow, pendulum_data
+from _quick import add_options, parse
 from _tables import write_table
 from lsi_reproduction import H_P, LENGTH_P, nu, plain_halton, snapshot_data
 from tqdm import tqdm
@@ -36,19 +38,22 @@ from vimpc.models.lsi import LSIModel
 OUT = Path(__file__).parents[2] / "results" / "lsi"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--scrambles", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--trajectories", type=int, default=400, help="of every set")
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"steps": 20, "scrambles": 1, "trajectories": 20})
+    n = args.trajectories
     box = ([-np.pi, -1.2], [np.pi, 1.2])
-    sets = {"pendulum_data()": pendulum_data}
+    sets = {"pendulum_data()": lambda: pendulum_data(n)}
     sets["authors' starts and step 0.500005"] = lambda: snapshot_data(
-        PENDULUM, plain_halton(*box, 400, first=4), H_P, 5, H_P * (1 + 1e-5)
+        PENDULUM, plain_halton(*box, n, first=4), H_P, 5, H_P * (1 + 1e-5)
     )
     for s in range(args.scrambles):
         sets[f"scrambled Halton, seed {s}"] = lambda s=s: snapshot_data(
-            PENDULUM, halton(*box, 400, seed=s, scramble=True), H_P, 5, H_P
+            PENDULUM, halton(*box, n, seed=s, scramble=True), H_P, 5, H_P
         )
     starts = (0.3, 1.0)
     references = {q0: flow(PENDULUM, np.array([q0, 0.0]), H_P, args.steps) for q0 in starts}
@@ -122,7 +127,7 @@ def main() -> None:
         f"python tests/experiments/lsi_nontriviality.py --steps {args.steps} "
         f"--scrambles {args.scrambles}"
     )
-    print(write_table(OUT, "nontriviality", "LSI: the gauge freedom", command,
+    print(write_table(args.out, "nontriviality", "LSI: the gauge freedom", command,
                       intro, rows, headers, ""))  # fmt: skip
 
 

@@ -31,6 +31,9 @@ table has LSI and LGP on that set too.
 
 Writes ``results/lsi/{pendulum,henon_heiles}.{md,csv}`` and ``results/lsi/*.png``; about 15
 minutes on one core (datasets are kept in ``--cache``, under /tmp, for reruns).
+``--quick --out DIR``: a smoke test into ``DIR``: 20 trajectories per set, one scrambled
+set, 30 pendulum steps, 50 Hénon–Heiles steps on ``henon_heiles_data()`` alone, the
+potential's grid 31 x 29, the flow-map GP from one start of 10 steps; no dataset cache.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from _lsi_systems import (
     pendulum_energy,
     pendulum_energy_gradient,
 )
+from _quick import add_options, parse
 from _tables import write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -90,6 +94,7 @@ H_H = 0.1
 ALPHA = HENON_HEILES.params["alpha"]
 C1 = 1.0 / (6.0 * ALPHA**2)
 Q0_H = np.array([0.675499, 0.08])
+PENDULUM_TRAJECTORIES, HH_TRAJECTORIES = 400, 200  # the paper's sets
 AUTHORS_H = {"LSI": 177_482, "LGP": 70_683, "flow-map GP": 14_574}
 
 
@@ -124,7 +129,10 @@ def snapshot_data(system, x0s: np.ndarray, h: float, steps: int, spacing: float)
     return Dataset(t, X, X, np.zeros((len(x0s), steps, system.nu)), h, meta)
 
 
-def cached(cache: Path | None, name: str, make) -> Dataset:
+def cached(cache: Path | None, name: str, make, n: int = 0, default: int = 0) -> Dataset:
+    """``make()``, kept in ``cache`` under ``name`` (with ``_n`` appended where the set has
+    ``n`` trajectories, not its ``default``)."""
+    name = name if n == default else f"{name}_{n}"
     if cache is None:
         return make()
     path = cache / f"{name}.npz"
@@ -200,7 +208,8 @@ def pendulum(args, progress) -> list[str]:
         )  # fmt: skip
 
     stage("pendulum data")
-    data = cached(cache, "pendulum", pendulum_data)
+    n, full = args.pendulum_trajectories, PENDULUM_TRAJECTORIES
+    data = cached(cache, "pendulum", lambda: pendulum_data(n), n, full)
     progress.update()
     stage("pendulum LSI fit")
     lsi = LSIModel(PENDULUM, H_P, length=LENGTH_P).fit(data)
@@ -244,7 +253,7 @@ def pendulum(args, progress) -> list[str]:
         nu_row(key, main, value)
 
     # the authors' training set: their Halton points, exact h and their snapshot step
-    authors_x0 = plain_halton([-np.pi, -1.2], [np.pi, 1.2], 400, first=4)
+    authors_x0 = plain_halton([-np.pi, -1.2], [np.pi, 1.2], n, first=4)
     for label, spacing in (
         ("authors' starts", H_P),
         ("authors' starts and step 0.500005", H_P * (1 + 1e-5)),
@@ -252,7 +261,7 @@ def pendulum(args, progress) -> list[str]:
         stage(f"pendulum, {label}")
         d = cached(
             cache, f"pendulum_authors_{spacing!r}",
-            lambda spacing=spacing: snapshot_data(PENDULUM, authors_x0, H_P, 5, spacing),
+            lambda spacing=spacing: snapshot_data(PENDULUM, authors_x0, H_P, 5, spacing), n, full,
         )  # fmt: skip
         m = LSIModel(PENDULUM, H_P, length=LENGTH_P).fit(d)
         g = LagrangianGP(PENDULUM, H_P, length=LENGTH_P).fit(d)
@@ -266,10 +275,10 @@ def pendulum(args, progress) -> list[str]:
     scrambles = []
     for s in range(args.scrambles):
         stage(f"pendulum, scramble {s}")
-        x0s = halton([-np.pi, -1.2], [np.pi, 1.2], 400, seed=s, scramble=True)
+        x0s = halton([-np.pi, -1.2], [np.pi, 1.2], n, seed=s, scramble=True)
         d = cached(
             cache, f"pendulum_scramble_{s}",
-            lambda x0s=x0s: snapshot_data(PENDULUM, x0s, H_P, 5, H_P),
+            lambda x0s=x0s: snapshot_data(PENDULUM, x0s, H_P, 5, H_P), n, full,
         )  # fmt: skip
         m = LSIModel(PENDULUM, H_P, length=LENGTH_P).fit(d)
         g = LagrangianGP(PENDULUM, H_P, length=LENGTH_P).fit(d)
@@ -382,7 +391,7 @@ def pendulum(args, progress) -> list[str]:
     ax2.set_title(f"energy error (every {every}th snapshot)", fontsize=10)
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT / "pendulum_trajectories.png", dpi=110)
+    fig.savefig(args.out / "pendulum_trajectories.png", dpi=110)
 
     fig = new_figure(11, 3.6)
     axes = fig.subplots(1, 2)
@@ -392,7 +401,7 @@ def pendulum(args, progress) -> list[str]:
         ax.set_ylabel(f"H^[[{o}]] - H^[[{o}]](x0)")
         ax.set_title(f"LSI: H^[[{o}]] along its motion (max - min {band[o]:.2g})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(OUT / "pendulum_modified_energy.png", dpi=110)
+    fig.savefig(args.out / "pendulum_modified_energy.png", dpi=110)
 
     qg, vg = np.meshgrid(np.linspace(-np.pi, np.pi, 121), np.linspace(-1.5, 1.5, 81))
     Href = pendulum_energy(qg, vg)
@@ -413,7 +422,7 @@ def pendulum(args, progress) -> list[str]:
         ax.set_xlabel("q")
         ax.set_ylabel("qdot")
     fig.tight_layout()
-    fig.savefig(OUT / "pendulum_contours.png", dpi=110)
+    fig.savefig(args.out / "pendulum_contours.png", dpi=110)
     progress.update()
 
     command = (
@@ -490,7 +499,7 @@ notebook outputs of their repository.
         "least-squares fit on the nu domain (dashed box) (Fig. 5)](pendulum_contours.png)"
     )
     write_table(
-        OUT,
+        args.out,
         "pendulum",
         "LSI reproduction: the pendulum (sec. 3.1)",
         command,
@@ -539,9 +548,10 @@ def henon_heiles_run(name: str, model, max_steps: int) -> dict:
 SADDLES = np.array([[0.0, 1.0 / ALPHA], [np.sqrt(3) / (2 * ALPHA), -0.5 / ALPHA],
                     [-np.sqrt(3) / (2 * ALPHA), -0.5 / ALPHA]])  # fmt: skip
 GRID_H = np.meshgrid(np.linspace(-1.2, 1.2, 121), np.linspace(-0.8, 1.4, 111))
+QUICK_GRID_H = np.meshgrid(np.linspace(-1.2, 1.2, 31), np.linspace(-0.8, 1.4, 29))  # --quick
 
 
-def escape_margin(model) -> tuple[float, float]:
+def escape_margin(model, grid=GRID_H) -> tuple[float, float]:
     """The learned potential ``V^[[2]](q) = H^[[2]](q, 0)``'s escape margin: its lowest saddle
     (a root of its AD gradient from each exact saddle; those whose root is not stationary
     are left out) minus its value at ``Q0_H``, in units of the exact ``V`` (divided by the
@@ -549,7 +559,7 @@ def escape_margin(model) -> tuple[float, float]:
     of saddles found; and the largest deviation of that fit inside A."""
     from scipy.optimize import root
 
-    xg, yg = GRID_H
+    xg, yg = grid
     P = np.stack([xg, yg], axis=-1)
     Vref = 0.5 * (xg**2 + yg**2) + ALPHA * (xg**2 * yg - yg**3 / 3)
     inside = ~outside_a(P.reshape(-1, 2)).reshape(xg.shape)
@@ -576,18 +586,21 @@ def henon_heiles(args, progress) -> list[str]:
     stage = progress.set_description
     stage("Hénon–Heiles data")
     main_set, authors_set = "henon_heiles_data()", "authors' starts and step 0.1001"
-    sets = {main_set: cached(args.cache, "henon_heiles", henon_heiles_data)}
+    n, full = args.hh_trajectories, HH_TRAJECTORIES
+    sets = {main_set: cached(args.cache, "henon_heiles", lambda: henon_heiles_data(n), n, full)}
     if args.authors_hh:
         # skopt's Halton() on 4 dimensions skips 7 points (+1): points 8 .. 207; leapfrog
         # with n_h = 1000 and one substep too many: snapshots 0.1001 apart
-        x0s = plain_halton([-0.8] * 4, [0.8] * 4, 200, first=8)
+        x0s = plain_halton([-0.8] * 4, [0.8] * 4, n, first=8)
         sets[authors_set] = cached(
             args.cache, "henon_heiles_authors",
-            lambda: snapshot_data(HENON_HEILES, x0s, H_H, 4, H_H * (1 + 1e-3)),
+            lambda: snapshot_data(HENON_HEILES, x0s, H_H, 4, H_H * (1 + 1e-3)), n, full,
         )  # fmt: skip
     progress.update()
     E0 = float(henon_heiles_energy(Q0_H[None], np.zeros((1, 2)))[0])
     rows, runs, fitted = [], {}, {}
+    grid = QUICK_GRID_H if args.quick else GRID_H
+    flow_map = {"restarts": 1, "iterations": 10} if args.quick else {"restarts": 3}
     for label, data in sets.items():
         stage(f"Hénon–Heiles fits, {label}")
         models = {
@@ -596,7 +609,7 @@ def henon_heiles(args, progress) -> list[str]:
                 HENON_HEILES, H_H, length=10.0, scale=1.0, reversible=True
             ).fit(data),
             "LGP": LagrangianGP(HENON_HEILES, H_H, length=10.0, scale=1.0).fit(data),
-            "flow-map GP": FlowMapGP(HENON_HEILES, H_H, restarts=3, seed=0).fit(data),
+            "flow-map GP": FlowMapGP(HENON_HEILES, H_H, seed=0, **flow_map).fit(data),
         }
         fitted[label] = models
         progress.update()
@@ -605,7 +618,7 @@ def henon_heiles(args, progress) -> list[str]:
             run = runs[label, name] = henon_heiles_run(name, model, args.max_steps)
             idx, E = run["idx"], run["E"]
             margin, found, deviation = (
-                escape_margin(model) if name != "flow-map GP" else ("-", "-", "-")
+                escape_margin(model, grid) if name != "flow-map GP" else ("-", "-", "-")
             )
             rows.append(
                 {
@@ -649,7 +662,7 @@ def henon_heiles(args, progress) -> list[str]:
         ax.set_title(f"{label}: energy error to the exit from A", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(OUT / "henon_heiles_energy.png", dpi=110)
+    fig.savefig(args.out / "henon_heiles_energy.png", dpi=110)
 
     tri = np.array([[0, 1 / ALPHA], [np.sqrt(3) / (2 * ALPHA), -0.5 / ALPHA],
                     [-np.sqrt(3) / (2 * ALPHA), -0.5 / ALPHA], [0, 1 / ALPHA]])  # fmt: skip
@@ -668,9 +681,9 @@ def henon_heiles(args, progress) -> list[str]:
             ax.set_xlabel("x")
             ax.set_ylabel("y")
     fig.tight_layout()
-    fig.savefig(OUT / "henon_heiles_trajectories.png", dpi=110)
+    fig.savefig(args.out / "henon_heiles_trajectories.png", dpi=110)
 
-    xg, yg = np.meshgrid(np.linspace(-1.2, 1.2, 121), np.linspace(-0.8, 1.4, 111))
+    xg, yg = grid
     Vref = 0.5 * (xg**2 + yg**2) + ALPHA * (xg**2 * yg - yg**3 / 3)
     Pg = np.stack([xg, yg], axis=-1)
     inside = ~outside_a(Pg.reshape(-1, 2)).reshape(xg.shape)
@@ -689,7 +702,7 @@ def henon_heiles(args, progress) -> list[str]:
         ax.set_xlabel("x")
         ax.set_ylabel("y")
     fig.tight_layout()
-    fig.savefig(OUT / "henon_heiles_potential.png", dpi=110)
+    fig.savefig(args.out / "henon_heiles_potential.png", dpi=110)
     progress.update()
 
     command = args.command
@@ -768,7 +781,7 @@ A), the size of the error that decides the sign of that margin.
         "![learned potential (Fig. 9)](henon_heiles_potential.png)"
     )
     write_table(
-        OUT, "henon_heiles", "LSI reproduction: Hénon–Heiles (sec. 3.2)", command, intro, rows,
+        args.out, "henon_heiles", "LSI reproduction: Hénon–Heiles (sec. 3.2)", command, intro, rows,
         after=after,
     )  # fmt: skip
     return [
@@ -778,7 +791,7 @@ A), the size of the error that decides the sign of that margin.
     ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from tqdm import tqdm
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -794,13 +807,26 @@ def main() -> None:
         "--cache", type=Path, default=Path("/tmp/vimpc_lsi_reproduction"),
         help="where the datasets are kept between runs ('' for none)",
     )  # fmt: skip
-    args = parser.parse_args()
+    parser.add_argument(
+        "--pendulum-trajectories", type=int, default=PENDULUM_TRAJECTORIES,
+        help="trajectories of every pendulum set",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hh-trajectories", type=int, default=HH_TRAJECTORIES,
+        help="trajectories of every Hénon–Heiles set",
+    )  # fmt: skip
+    add_options(parser, OUT)
+    quick = {
+        "max_steps": 50, "steps": 30, "scrambles": 1, "pendulum_trajectories": 20,
+        "hh_trajectories": 20, "cache": Path(""), "authors_hh": False,
+    }  # fmt: skip
+    args = parse(parser, argv, OUT, quick=quick)
     args.cache = args.cache if str(args.cache) not in ("", ".") else None
     args.command = (
         f"{SCRIPT} --max-steps {args.max_steps} --steps {args.steps} --scrambles {args.scrambles}"
         + ("" if args.authors_hh else " --no-authors-hh")
     )
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     total = (9 + args.scrambles if args.part != "henon-heiles" else 0) + (
         2 + 5 * (1 + args.authors_hh) if args.part != "pendulum" else 0
     )
@@ -812,7 +838,7 @@ def main() -> None:
         if args.part in ("all", "henon-heiles"):
             summary += henon_heiles(args, progress)
     print("\n".join(summary))
-    print(f"total {(time.perf_counter() - start) / 60:.1f} min; tables and figures in {OUT}")
+    print(f"total {(time.perf_counter() - start) / 60:.1f} min; tables and figures in {args.out}")
 
 
 if __name__ == "__main__":
