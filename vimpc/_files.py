@@ -47,6 +47,7 @@ def write_atomic(
         os.chmod(tmp, 0o644)
         if overwrite:
             os.replace(tmp, target)
+            _sync_folder(target.parent)
             return target
         try:
             os.link(tmp, target)  # atomic, and never replaces an existing file
@@ -60,7 +61,24 @@ def write_atomic(
                     f"{target} already exists; choose another path or allow overwriting"
                 ) from None
             os.replace(tmp, target)
+        _sync_folder(target.parent)
         return target
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush the folder's entry of a new file to disk too (its content already is), so a
+    file reported written survives a crash of the machine (best effort: not every system
+    can open a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
