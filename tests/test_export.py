@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from vimpc.dynamics import FUNCTION_FIELDS, DiscreteModel
+from vimpc.errors import InputError
 from vimpc.mechanics import CartPole, FourBar
 from vimpc.model_file import FILE_FORMAT, load, save
 from vimpc.models import NominalModel
@@ -237,8 +238,9 @@ def test_wrong_suffix(cartpole, tmp_path, name):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        load(tmp_path / "nothing.vimpc")
+    path = tmp_path / "nothing.vimpc"
+    with pytest.raises(InputError, match=f"model file {str(path)!r} does not exist"):
+        load(path)
 
 
 def _tamper(doc):

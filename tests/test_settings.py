@@ -51,7 +51,13 @@ def test_setting_choices_and_types():
 
 def test_setting_arrays():
     s = Setting(list, None, "doc", items=float, length=3, rule=NONNEGATIVE)
-    assert s.check("Q", [1, 2.5, float("inf")]) == [1.0, 2.5, float("inf")]
+    assert s.check("Q", [1, 2.5, 3]) == [1.0, 2.5, 3.0]
+    with pytest.raises(ConfigError, match=r"Q\[2\] must be a finite number, got inf"):
+        s.check("Q", [1.0, 2.0, float("inf")])
+    upper = Setting(list, None, "doc", items=float, infinite="inf")
+    assert upper.check("hi", [1.0, float("inf")]) == [1.0, float("inf")]
+    with pytest.raises(ConfigError, match=r"hi\[0\] = -inf excludes every value"):
+        upper.check("hi", [float("-inf"), 1.0])
     with pytest.raises(ConfigError, match=r"Q\[0\] must be a number, got 'a' \(str\)"):
         s.check("Q", ["a", 1.0, 2.0])
     with pytest.raises(ConfigError, match=r"Q\[2\] must be a number, got True \(bool\)"):

@@ -65,6 +65,11 @@ class Rule:
 POSITIVE = Rule(lambda v: v > 0, adjective="positive")
 NONNEGATIVE = Rule(lambda v: v >= 0, adjective="non-negative")
 PROBABILITY = Rule(lambda v: 0.0 < v < 1.0, phrase="in (0, 1)")
+#: The largest seed: numpy's legacy ``RandomState`` and many seeding APIs take seeds in
+#: ``[0, 2**32 - 1]`` (gymnasium refuses negative ones), and results store seeds as
+#: integers; a run's last seed (``seed + count - 1``) must stay within it too.
+MAX_SEED = 2**32 - 1
+SEED = Rule(lambda v: 0 <= v <= MAX_SEED, phrase=f"in [0, {MAX_SEED}] (a seed)")
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,10 @@ class Setting:
         doc: one line for the schema table.
         choices: allowed values of a string.
         rule: a condition on a number (or on each item of an array).
-        items: the type of an array's items (``float`` arrays accept ``inf``).
+        items: the type of an array's items (``float`` items are finite numbers).
         length: the exact length of an array.
+        infinite: the one infinity a ``float`` array accepts as "no bound": ``"inf"`` for
+            upper bounds, ``"-inf"`` for lower bounds (the other one excludes every value).
     """
 
     kind: type
@@ -89,6 +96,7 @@ class Setting:
     rule: Rule | None = None
     items: type | None = None
     length: int | None = None
+    infinite: str = ""
 
     def check(self, key: str, value: Any, error: type[VimpcError] = ConfigError) -> Any:
         """``value`` converted (int to float where a number is expected), or ``error``
@@ -104,16 +112,23 @@ class Setting:
             if self.length is not None and len(value) != self.length:
                 raise error(f"{key} must have {self.length} entries, got {len(value)}: {value!r}")
             if self.items is not None:
-                value = [
-                    _typed(f"{key}[{i}]", item, self.items, error, finite=False)
-                    for i, item in enumerate(value)
-                ]
+                value = [self._item(f"{key}[{i}]", item, error) for i, item in enumerate(value)]
                 if self.rule is not None:
                     for i, item in enumerate(value):
                         self._apply_rule(f"{key}[{i}]", item, error)
         elif self.rule is not None:
             self._apply_rule(key, value, error)
         return value
+
+    def _item(self, key: str, item: Any, error: type[VimpcError]) -> Any:
+        item = _typed(key, item, self.items, error, finite=not self.infinite)
+        if self.items is float and math.isinf(item) and item != float(self.infinite):
+            role = "an upper" if self.infinite == "inf" else "a lower"
+            raise error(
+                f"{key} = {item} excludes every value, so it can never be met: {role} bound "
+                f"must be a finite number or {self.infinite} (no bound)"
+            )
+        return item
 
     def _apply_rule(self, key: str, value: Any, error: type[VimpcError]) -> None:
         if not self.rule.test(value):

@@ -2,7 +2,8 @@
 
 Every model, analytic or learned, ends as a frozen record of CasADi functions.
 The controller, the metrics and the export see nothing else. This module imports
-nothing of vimpc; the ``.vimpc`` file format lives in :mod:`vimpc.model_file`.
+nothing of vimpc but its exceptions; the ``.vimpc`` file format lives in
+:mod:`vimpc.model_file`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 import casadi as ca
 import numpy as np
 
+from vimpc.errors import InputError
+
 #: The CasADi function fields of a DiscreteModel, in file order.
 FUNCTION_FIELDS = (
     "step",
@@ -26,6 +29,118 @@ FUNCTION_FIELDS = (
     "constraint",
     "velocity_constraint",
 )
+
+
+#: The arguments of each function field, as the contract names them.
+ARGUMENTS = {
+    "step": ("x", "u", "p"),
+    "residual": ("x", "u", "x_next", "p"),
+    "bound": ("x", "u", "p"),
+    "energy": ("x", "p"),
+    "from_obs": ("obs",),
+    "to_obs": ("x",),
+    "constraint": ("x",),
+    "velocity_constraint": ("x",),
+}
+_SYMBOLIC = (ca.MX, ca.SX)
+
+
+class CheckedFunction(ca.Function):
+    """A model's CasADi function whose numeric calls check their arguments first.
+
+    It is a :class:`casadi.Function` (the same function, not a copy of its graph): symbolic
+    calls (``MX``/``SX`` arguments, as the controller makes once when it builds its problem),
+    ``map``, ``expand``, ``serialize`` and code generation are CasADi's own. A call with
+    numbers checks, before CasADi sees them, the number of arguments and that each is
+    numeric with the size the contract gives it (a vector of that size, or a matrix with
+    that many rows for several evaluations at once), and raises
+    :class:`~vimpc.errors.InputError` naming the function, the argument, the size expected
+    and the value received. The check costs about 2 us against CasADi's 25 us per call;
+    a hot loop can call ``casadi.Function(f)``, the same function without the check.
+    """
+
+    def __init__(self, fn: ca.Function, label: str, arguments: tuple[str, ...]) -> None:
+        super().__init__(fn)
+        self.label = label
+        self.arguments = tuple(arguments)
+
+    def __reduce__(self):
+        return (CheckedFunction, (ca.Function(self), self.label, self.arguments))
+
+    def __copy__(self) -> CheckedFunction:
+        return CheckedFunction(ca.Function(self), self.label, self.arguments)
+
+    def __deepcopy__(self, memo: Any = None) -> CheckedFunction:
+        return self.__copy__()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if args and kwargs:
+            raise InputError(
+                f"{self.label} takes its arguments by position ({self._signature()}) or by "
+                "name, not both"
+            )
+        if kwargs:
+            names = list(self.name_in())
+            for key in kwargs:
+                if key not in names:
+                    raise InputError(
+                        f"{self.label} got an unknown argument {key!r}; its arguments are "
+                        f"{', '.join(names)}"
+                    )
+            pairs = [(names.index(k), v) for k, v in kwargs.items()]
+        else:
+            if len(args) != self.n_in():
+                raise InputError(
+                    f"{self.label} takes {self.n_in()} arguments ({self._signature()}), got "
+                    f"{len(args)}"
+                )
+            pairs = list(enumerate(args))
+        if any(isinstance(v, _SYMBOLIC) for _, v in pairs):
+            return super().__call__(*args, **kwargs)
+        for i, value in pairs:
+            if not self._numeric(i, value):  # not numbers: CasADi decides, or says no
+                try:
+                    return super().__call__(*args, **kwargs)
+                except (NotImplementedError, RuntimeError, TypeError):
+                    raise InputError(
+                        f"{self.label}: argument {self._name(i)} must be numeric "
+                        f"({_count(self._size(i))}), got {value!r:.80} ({type(value).__name__})"
+                    ) from None
+        return super().__call__(*args, **kwargs)
+
+    def _numeric(self, i: int, value: Any) -> bool:
+        """True for numbers of the right size; False for what numpy cannot read as numbers;
+        an :class:`InputError` for numbers of the wrong size."""
+        if isinstance(value, (str, bytes)) or value is None:
+            return False
+        try:
+            a = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            return False
+        n = self._size(i)
+        # a vector of n numbers, or n rows of several evaluations (CasADi's own rule)
+        if a.ndim <= 1 and a.size == n or a.ndim == 2 and (a.shape[0] == n or a.shape == (1, n)):
+            return True
+        raise InputError(
+            f"{self.label}: argument {self._name(i)} must be {_count(n)} (a vector, or a "
+            f"matrix of {n} rows for several evaluations), got shape {a.shape}"
+            + (f": {a.tolist()!r:.80}" if a.size <= 12 else "")
+        )
+
+    def _size(self, i: int) -> int:
+        return self.size1_in(i) * self.size2_in(i)
+
+    def _name(self, i: int) -> str:
+        name = self.arguments[i] if i < len(self.arguments) else self.name_in(i)
+        return f"{name} (input {i})"
+
+    def _signature(self) -> str:
+        names = self.arguments if len(self.arguments) == self.n_in() else self.name_in()
+        return ", ".join(names)
+
+
+def _count(n: int) -> str:
+    return f"{n} number" + ("" if n == 1 else "s")
 
 
 def _sizes(fn: ca.Function) -> tuple[list[int], list[int]]:
@@ -41,6 +156,8 @@ def _expect(name: str, fn: ca.Function | None, ins: list[int], outs: list[int] |
         return
     if not isinstance(fn, ca.Function):
         raise TypeError(f"DiscreteModel.{name} must be a casadi.Function, got {type(fn).__name__}")
+    if fn.is_null():
+        raise ValueError(f"DiscreteModel.{name} is an empty casadi.Function")
     got_in, got_out = _sizes(fn)
     if outs is None:
         outs = got_out[:1]
@@ -146,6 +263,11 @@ class DiscreteModel:
             )
         object.__setattr__(self, "p_default", p_default)
         object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
+        for name in FUNCTION_FIELDS:
+            fn = getattr(self, name)
+            if fn is not None and not isinstance(fn, CheckedFunction):
+                fn = CheckedFunction(fn, f"DiscreteModel.{name}", ARGUMENTS[name])
+                object.__setattr__(self, name, fn)
 
     @property
     def implicit(self) -> bool:
@@ -153,12 +275,48 @@ class DiscreteModel:
         return self.residual is not None
 
     def simulate(self, x0: Any, inputs: Any, p: Any = None) -> np.ndarray:
-        """Roll ``step`` forward from ``x0`` under ``inputs`` (shape ``(N, nu)``); returns
-        the ``(N + 1, nx)`` states. A numerical convenience for tests and plots."""
-        p = self.p_default if p is None else np.asarray(p, dtype=np.float64)
-        inputs = np.asarray(inputs, dtype=np.float64).reshape(-1, self.nu)
-        xs = np.empty((len(inputs) + 1, self.nx))
-        xs[0] = np.asarray(x0, dtype=np.float64).reshape(self.nx)
-        for k, u in enumerate(inputs):
-            xs[k + 1] = np.asarray(self.step(xs[k], u, p)).reshape(self.nx)
+        """Roll ``step`` forward from ``x0`` under ``inputs`` (shape ``(N, nu)``; ``(N,)``
+        when ``nu == 1``); returns the ``(N + 1, nx)`` states. A numerical convenience for
+        tests and plots. ``x0``, ``inputs`` and ``p`` must be finite numbers of those
+        shapes (:class:`~vimpc.errors.InputError` names the one that is not)."""
+        x0 = _array("DiscreteModel.simulate: x0", x0, (self.nx,), f"nx = {self.nx}")
+        p = (
+            self.p_default
+            if p is None
+            else _array("DiscreteModel.simulate: p", p, (self.np,), f"np = {self.np}")
+        )
+        u = _array("DiscreteModel.simulate: inputs", inputs, None, "")
+        if u.ndim == 1 and self.nu == 1:
+            u = u.reshape(-1, 1)
+        if u.ndim != 2 or u.shape[1] != self.nu:
+            raise InputError(
+                f"DiscreteModel.simulate: inputs must have shape (N, {self.nu}) (one row of "
+                f"nu = {self.nu} inputs per step), got shape {u.shape}"
+            )
+        step = ca.Function(self.step)  # checked once above, not at every step
+        xs = np.empty((len(u) + 1, self.nx))
+        xs[0] = x0
+        for k, uk in enumerate(u):
+            xs[k + 1] = np.asarray(step(xs[k], uk, p)).reshape(self.nx)
         return xs
+
+
+def _array(name: str, value: Any, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
+    """``value`` as a finite float64 array (of ``shape``, where given), or an InputError."""
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or isinstance(value, (str, bytes)):
+        raise InputError(f"{name} must be numeric, got {value!r:.80} ({type(value).__name__})")
+    if shape is not None:
+        if a.size == int(np.prod(shape)) and a.ndim <= 2:
+            a = a.reshape(shape)
+        else:
+            raise InputError(f"{name} must have shape {shape} ({what}), got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise InputError(
+            f"{name} must be finite, got {float(a[tuple(bad)])!r} at index {tuple(bad.tolist())}"
+        )
+    return a

@@ -55,6 +55,7 @@ import numpy as np
 
 from vimpc._files import write_atomic
 from vimpc.dynamics import FUNCTION_FIELDS, DiscreteModel
+from vimpc.errors import InputError
 
 #: The marker every DiscreteModel file carries in its ``"format"`` key.
 FILE_FORMAT = "vimpc.DiscreteModel/2"
@@ -71,51 +72,85 @@ def save(model: DiscreteModel, path: str | os.PathLike[str], *, overwrite: bool 
     existing file is replaced only with ``overwrite=True``.
 
     Raises:
-        ValueError: ``path`` does not end in ``.vimpc``, or is a directory.
+        InputError: ``path`` is not a path, does not end in ``.vimpc``, is a directory, or
+            its folder does not exist or cannot be written (the message names ``path``).
         FileExistsError: ``path`` exists and ``overwrite`` is false.
         TypeError: ``info`` holds something JSON cannot carry (the key is named).
     """
     if not isinstance(model, DiscreteModel):
         raise TypeError(f"model must be a DiscreteModel, got {type(model).__name__}")
-    target = _model_path(path)
+    target = _model_path(path, "save the model to")
     if not overwrite and target.exists():
         raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")
+    folder = target.parent
+    if not folder.exists():
+        missing = folder
+        while not missing.parent.exists() and missing.parent != missing:
+            missing = missing.parent
+        below = f" ({str(missing)!r} is missing)" if missing != folder else ""
+        raise InputError(
+            f"cannot save the model to {str(target)!r}: the folder {str(folder)!r} does not "
+            f"exist{below}; create it first"
+        )
+    if not folder.is_dir():
+        raise InputError(
+            f"cannot save the model to {str(target)!r}: {str(folder)!r} is a file, not a folder"
+        )
     doc = document(model)
     text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
-    return write_atomic(target, text, overwrite=overwrite)
+    try:
+        return write_atomic(target, text, overwrite=overwrite)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise InputError(
+            f"cannot save the model to {str(target)!r}: writing in the folder {str(folder)!r} "
+            f"failed: {exc.strerror or type(exc).__name__}"
+        ) from None
 
 
 def load(path: str | os.PathLike[str]) -> DiscreteModel:
     """Read a model written by :func:`save`.
 
     Raises:
-        ValueError: ``path`` does not end in ``.vimpc`` or is a directory; the file is not
-            a vimpc model file, has an unsupported format version, or is corrupt (its
-            checksum does not match).
-        FileNotFoundError: there is no such file.
+        InputError: ``path`` is not a path, does not end in ``.vimpc``, is a directory, does
+            not exist or cannot be read; the file is empty, not a vimpc model file, has an
+            unsupported format version, or is corrupt (its checksum does not match).
     """
-    source = _model_path(path)
+    source = _model_path(path, "load a model from")
+    if not source.exists():
+        raise InputError(f"model file {str(source)!r} does not exist")
     try:
-        doc = json.loads(source.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{source} is not a vimpc model file: not JSON text ({exc})") from None
+        text = source.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{source} is not a vimpc model file: not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(
+            f"model file {str(source)!r} cannot be read: {exc.strerror or exc}"
+        ) from None
+    if not text.strip():
+        raise InputError(f"{source} is not a vimpc model file: the file is empty")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source} is not a vimpc model file: not JSON text ({exc})") from None
     if not isinstance(doc, dict) or "format" not in doc:
-        raise ValueError(
+        raise InputError(
             f"{source} is not a vimpc model file: no 'format' marker (expected {FILE_FORMAT!r})"
         )
     fmt = doc["format"]
     if fmt != FILE_FORMAT:
         if isinstance(fmt, str) and fmt.startswith(_FORMAT_FAMILY):
-            raise ValueError(
+            raise InputError(
                 f"{source}: unsupported DiscreteModel file format {fmt!r}; "
                 f"this vimpc reads {FILE_FORMAT!r}"
             )
-        raise ValueError(
+        raise InputError(
             f"{source} is not a vimpc model file: format is {fmt!r}, expected {FILE_FORMAT!r}"
         )
     stored = doc.pop("sha256", None)
     if not isinstance(stored, str) or stored != _document_digest(doc):
-        raise ValueError(
+        raise InputError(
             f"{source} is corrupt: the document does not match its sha256 checksum (the file "
             "was edited or truncated after it was written)"
         )
@@ -127,7 +162,7 @@ def document(model: DiscreteModel) -> dict[str, Any]:
     info = _json_info(model.info)
     p_default = [float(v) for v in model.p_default]
     if not all(math.isfinite(v) for v in p_default):
-        raise ValueError(f"DiscreteModel.p_default must be finite to be saved, got {p_default}")
+        raise InputError(f"DiscreteModel.p_default must be finite to be saved, got {p_default}")
     functions: dict[str, Any] = {}
     for name in FUNCTION_FIELDS:
         fn = getattr(model, name)
@@ -160,24 +195,24 @@ def _document_digest(doc: dict[str, Any]) -> str:
 def _from_document(doc: dict[str, Any], source: Path) -> DiscreteModel:
     def get(key: str, kind: type | tuple[type, ...], what: str) -> Any:
         if key not in doc:
-            raise ValueError(f"{source} is corrupt: key {key!r} is missing")
+            raise InputError(f"{source} is corrupt: key {key!r} is missing")
         value = doc[key]
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"{source} is corrupt: {key!r} must be {what}, got {value!r:.80}")
+            raise InputError(f"{source} is corrupt: {key!r} must be {what}, got {value!r:.80}")
         return value
 
     def names(key: str) -> tuple[str, ...]:
         value = get(key, list, "a list of str")
         if not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{source} is corrupt: {key!r} must be a list of str")
+            raise InputError(f"{source} is corrupt: {key!r} must be a list of str")
         return tuple(value)
 
     p_default = get("p_default", list, "a list of numbers")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p_default):
-        raise ValueError(f"{source} is corrupt: 'p_default' must be a list of numbers")
+        raise InputError(f"{source} is corrupt: 'p_default' must be a list of numbers")
     delta = doc.get("delta")
     if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))):
-        raise ValueError(f"{source} is corrupt: 'delta' must be a number or null, got {delta!r}")
+        raise InputError(f"{source} is corrupt: 'delta' must be a number or null, got {delta!r}")
     functions = get("functions", dict, "an object")
     fns = {
         name: _deserialize(source, name, functions.get(name), doc.get("casadi_version"))
@@ -185,7 +220,7 @@ def _from_document(doc: dict[str, Any], source: Path) -> DiscreteModel:
     }
     for name in _REQUIRED_FUNCTIONS:
         if fns[name] is None:
-            raise ValueError(f"{source} is corrupt: function {name!r} is missing")
+            raise InputError(f"{source} is corrupt: function {name!r} is missing")
     try:
         return DiscreteModel(
             dt=float(get("dt", (int, float), "a number")),
@@ -204,18 +239,26 @@ def _from_document(doc: dict[str, Any], source: Path) -> DiscreteModel:
     except (TypeError, ValueError) as exc:
         if str(exc).startswith(str(source)):
             raise
-        raise ValueError(f"{source} is corrupt: {exc}") from exc
+        raise InputError(f"{source} is corrupt: {exc}") from exc
 
 
-def _model_path(path: str | os.PathLike[str]) -> Path:
+def _model_path(path: str | os.PathLike[str], doing: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(
+            f"cannot {doing} {path!r}: the path must be a str or os.PathLike, got "
+            f"{type(path).__name__}"
+        )
     target = Path(os.fspath(path))
+    if target.is_dir():
+        raise InputError(
+            f"{target} is a directory, not a DiscreteModel file (a file name ending in "
+            f"{FILE_SUFFIX!r})"
+        )
     if target.suffix != FILE_SUFFIX:
-        raise ValueError(
+        raise InputError(
             f"{target}: a DiscreteModel file must have the suffix {FILE_SUFFIX!r}, "
             f"got {target.suffix or 'none'!r}"
         )
-    if target.is_dir():
-        raise ValueError(f"{target} is a directory, not a DiscreteModel file")
     return target
 
 
@@ -298,7 +341,7 @@ def _deserialize(source: Path, name: str, entry: Any, version: Any) -> ca.Functi
     if entry is None:
         return None
     if not (isinstance(entry, dict) and isinstance(entry.get("serialized"), str)):
-        raise ValueError(
+        raise InputError(
             f"{source} is corrupt: function {name!r} must be null or an object with a "
             "'serialized' string"
         )
@@ -306,10 +349,10 @@ def _deserialize(source: Path, name: str, entry: Any, version: Any) -> ca.Functi
         fn = ca.Function.deserialize(entry["serialized"])
     except RuntimeError as exc:
         detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
+        raise InputError(
             f"{source}: CasADi {ca.__version__} cannot deserialise function {name!r} "
             f"(written by CasADi {version}): {detail}"
         ) from None
     if fn.is_null():
-        raise ValueError(f"{source} is corrupt: function {name!r} is empty")
+        raise InputError(f"{source} is corrupt: function {name!r} is empty")
     return fn

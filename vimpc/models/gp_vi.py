@@ -38,7 +38,7 @@ from statistics import NormalDist
 import casadi as ca
 import numpy as np
 
-from vimpc._settings import NONNEGATIVE, POSITIVE, Setting
+from vimpc._settings import NONNEGATIVE, POSITIVE, SEED, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
@@ -103,7 +103,9 @@ class GPVIModel(SpreadFamily):
             int, 3, "hyperparameter optimisations from other starts", rule=POSITIVE
         ),
         "iterations": Setting(int, 150, "optimiser steps per start", rule=POSITIVE),
-        "seed": Setting(int, 0, "seed of the sample draw, the starts and the support points"),
+        "seed": Setting(
+            int, 0, "seed of the sample draw, the starts and the support points", rule=SEED
+        ),
     }
 
     def __init__(self, system, dt, **settings) -> None:

@@ -45,7 +45,7 @@ from typing import Any
 import casadi as ca
 import numpy as np
 
-from vimpc._settings import NONNEGATIVE, POSITIVE, Rule, Setting
+from vimpc._settings import NONNEGATIVE, POSITIVE, SEED, Rule, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import FitWarning, InputError
@@ -260,7 +260,7 @@ class LSIModel(ModelFamily):
             "dropped: regularises noisy data (0: round-off only, the paper's choice)",
             rule=NONNEGATIVE,
         ),
-        "seed": Setting(int, 0, "seed of the first centre when centres are thinned"),
+        "seed": Setting(int, 0, "seed of the first centre when centres are thinned", rule=SEED),
     }  # fmt: skip
 
     def __init__(self, system, dt, **settings) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from vimpc import _settings
-from vimpc._settings import POSITIVE, Setting
+from vimpc._settings import POSITIVE, SEED, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.errors import InputError, NotFittedError
 from vimpc.mechanics.system import MechanicalSystem
@@ -259,7 +259,7 @@ class FlowMapGP:
     settings = {
         "restarts": Setting(int, 3, "starts of the marginal-likelihood optimisation", rule=POSITIVE),
         "iterations": Setting(int, 200, "L-BFGS iterations per start", rule=POSITIVE),
-        "seed": Setting(int, 0, "seed of the optimisation's starts"),
+        "seed": Setting(int, 0, "seed of the optimisation's starts", rule=SEED),
     }  # fmt: skip
 
     def __init__(self, system: MechanicalSystem, dt: float, **settings: Any) -> None:

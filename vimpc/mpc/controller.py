@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -15,10 +16,10 @@ from vimpc import _checks, _jit
 from vimpc._interrupt import kept_interrupts
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.mpc.problem import Constraints, Cost
+from vimpc.mpc.problem import Constraints, Cost, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import SOLVERS, checked_options, nlpsol_options, option_error
-from vimpc.mpc.transcription import transcribe
+from vimpc.mpc.transcription import TRANSCRIPTIONS, n_slacks, transcribe
 from vimpc.mpc.tube import tube_function
 
 # constraint violation up to which an unconverged iterate is still used
@@ -82,6 +83,11 @@ class MPC:
             (default: the model's state names when the observation is the state,
             else ``obs0, obs1, ...``).
 
+    Every argument is checked before anything is built; a wrong one (an unknown keyword
+    too, with a "did you mean") raises :class:`~vimpc.errors.InputError` naming it. A
+    problem of more than :data:`~vimpc.mpc.problem.MAX_DECISION_VARIABLES` decision
+    variables is refused with the time its build would take.
+
     Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
     (used by time-varying references) and returns an :class:`MPCResult`. A failed,
     infeasible or late solve never raises: on failure the input is the next input
@@ -131,7 +137,15 @@ class MPC:
         tightening: str = "none",
         tube_lipschitz: float | None = None,
         obs_names: Sequence[str] | None = None,
+        **unknown: Any,
     ) -> None:
+        for key in unknown:
+            hint = difflib.get_close_matches(key, _KEYWORDS, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise InputError(
+                f"MPC got an unknown keyword argument {key!r}{extra} (expected one of "
+                f"{', '.join(_KEYWORDS)})"
+            )
         if not isinstance(model, DiscreteModel):
             raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
         if not isinstance(cost, Cost):
@@ -175,10 +189,27 @@ class MPC:
         if safe_input is None:
             safe_input = np.clip(np.zeros(model.nu), lo, hi)
         self.safe_input = _checks.finite_vector("safe_input", safe_input, model.nu)
+        outside = np.flatnonzero((self.safe_input < lo) | (self.safe_input > hi))
+        if outside.size:
+            i = int(outside[0])
+            raise InputError(
+                f"safe_input[{i}] = {self.safe_input[i]} is outside the input bounds "
+                f"[{lo[i]}, {hi[i]}] (constraints.u_min, u_max); the fallback input must "
+                "satisfy them"
+            )
 
         if transcription is None:
             transcription = "implicit" if model.residual is not None else "step"
+        _checks.one_of("transcription", transcription, TRANSCRIPTIONS)
+        if transcription == "implicit" and model.residual is None:
+            raise InputError(
+                "transcription='implicit' needs a model with a residual (a variational model "
+                "with one substep per dt); use transcription='step' for this model"
+            )
         self.transcription = transcription
+        check_problem_size(
+            self.horizon, model.nx, model.nu, transcription == "implicit", n_slacks(self._cons)
+        )
         # without safety rows there is nothing to tighten: the NLP stays the plain one
         tightened = self.tightening == "tube" and n_safety > 0
         staged, self.model_compiled = (
@@ -220,6 +251,7 @@ class MPC:
                 raise
             raise error from exc
         L = self._tr.layout
+        self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         # static bounds converted once: numpy -> DM conversion is a visible part of a 1 ms solve
         self._bounds = {
@@ -265,7 +297,7 @@ class MPC:
             "t", t, "a finite number of seconds (the time of obs, read by the cost's reference)"
         )
         p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
-        x0 = np.asarray(m.from_obs(obs), dtype=np.float64).reshape(-1)
+        x0 = np.asarray(self._from_obs(obs), dtype=np.float64).reshape(-1)
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
         w0 = ca.DM(self._initial_guess(x0))
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
@@ -408,6 +440,25 @@ class MPC:
         except RuntimeError as exc:
             # some plugins fail to report stats after an aborted solve
             return {"success": False, "return_status": f"no statistics: {exc}"}
+
+
+#: the keyword arguments of MPC, for the "did you mean" of a misspelt one
+_KEYWORDS = (
+    "constraints",
+    "solver",
+    "transcription",
+    "qpsol",
+    "hessian",
+    "max_iter",
+    "tol",
+    "time_budget",
+    "safe_input",
+    "solver_options",
+    "jit",
+    "tightening",
+    "tube_lipschitz",
+    "obs_names",
+)
 
 
 def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:

@@ -15,12 +15,63 @@ import numpy as np
 
 from vimpc import _checks
 from vimpc.dynamics import DiscreteModel
-from vimpc.errors import InputError
+from vimpc.errors import InputError, VimpcError
+
+#: The largest NLP the controller builds, in decision variables. Building costs about
+#: BUILD_SECONDS_PER_VARIABLE per variable (the symbolic graph and the solver's sparsity
+#: analysis: 0.19 ms measured with the pendulum's implicit midpoint step at horizons 100 to
+#: 3200, 2 CPU cores), and every solve grows with it too, so 20 000 variables take ~4 s to
+#: build; far larger problems (a horizon of 100 000 steps) ran for minutes without a word.
+MAX_DECISION_VARIABLES = 20_000
+BUILD_SECONDS_PER_VARIABLE = 2e-4
+
+
+def decision_variables(nx: int, nu: int, horizon: int, implicit: bool, n_slack: int = 0) -> int:
+    """The NLP's decision variables: per stage the state, the input, the next state's copy
+    (implicit transcription) and the slacks, and the last stage's state and slacks."""
+    return horizon * (nx + nu + (nx if implicit else 0) + n_slack) + nx + n_slack
+
+
+def check_problem_size(
+    horizon: int,
+    nx: int,
+    nu: int,
+    implicit: bool,
+    n_slack: int = 0,
+    key: str = "horizon",
+    error: type[VimpcError] = InputError,
+) -> int:
+    """The number of decision variables, or ``error`` naming ``key`` when it exceeds
+    :data:`MAX_DECISION_VARIABLES`, with the build time it would take."""
+    n = decision_variables(nx, nu, horizon, implicit, n_slack)
+    if n > MAX_DECISION_VARIABLES:
+        per = n // max(horizon, 1)
+        longest = max((MAX_DECISION_VARIABLES - nx - n_slack) // max(per, 1), 1)
+        raise error(
+            f"{key} = {horizon} gives an NLP of {n} decision variables ({per} per stage: "
+            f"nx = {nx}, nu = {nu}{', the implicit next state' if implicit else ''}"
+            f"{f', {n_slack} slacks' if n_slack else ''}), above the limit of "
+            f"{MAX_DECISION_VARIABLES} (vimpc.mpc.problem.MAX_DECISION_VARIABLES): building "
+            f"it would take about {n * BUILD_SECONDS_PER_VARIABLE:.0f} s and every solve "
+            f"longer; give a horizon of at most {longest} steps"
+        )
+    return n
 
 
 def _weights(name: str, value: Any, size: int) -> np.ndarray:
     """A weight vector (diagonal) or a symmetric PSD matrix of the given size."""
-    w = np.asarray(value, dtype=np.float64)
+    try:
+        w = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"{name} must be numbers: a scalar, a vector of {size} or a {size}x{size} matrix, "
+            f"got {value!r:.80}"
+        ) from None
+    if isinstance(value, (str, bytes)) or value is None:
+        raise InputError(
+            f"{name} must be numbers: a scalar, a vector of {size} or a {size}x{size} matrix, "
+            f"got {value!r:.80}"
+        )
     if w.ndim == 0:
         w = np.full(size, float(w))
     if w.shape == (size,):
@@ -83,6 +134,13 @@ class Cost:
         R = _weights("cost.R", self.R, nu)
         QN = Q if self.Q_terminal is None else _weights("cost.Q_terminal", self.Q_terminal, nobs)
         R_rate = None if self.R_rate is None else _weights("cost.R_rate", self.R_rate, nu)
+        if isinstance(self.periodic, (str, bytes)) or not isinstance(
+            self.periodic, (tuple, list, np.ndarray, range)
+        ):
+            raise InputError(
+                f"cost.periodic must be a sequence of observation indices in [0, {nobs}), got "
+                f"{self.periodic!r}"
+            )
         for i in self.periodic:
             if not (isinstance(i, (int, np.integer)) and 0 <= i < nobs):
                 raise InputError(
@@ -94,11 +152,7 @@ class Cost:
                 )
         if callable(self.reference):
             reference = self.reference
-            probe = np.asarray(reference(0.0), dtype=np.float64)
-            if probe.shape != (nobs,):
-                raise InputError(
-                    f"cost.reference(t) must return shape ({nobs},), got {probe.shape}"
-                )
+            _checks.finite_vector("cost.reference(0.0)", reference(0.0), nobs)
         else:
             value = (
                 np.zeros(nobs)
@@ -233,21 +287,40 @@ class Constraints:
     path: Sequence[PathConstraint] = field(default_factory=tuple)
 
     def resolved(self, nobs: int, nu: int) -> Constraints:
+        def array(name, value, fill):
+            if value is None:
+                return np.full(size_of[name], fill)
+            try:
+                if isinstance(value, (str, bytes)):
+                    raise ValueError
+                return np.asarray(value, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise InputError(
+                    f"constraints.{name} must be {size_of[name]} numbers (inf allowed), got "
+                    f"{value!r:.80}"
+                ) from None
+
+        size_of = {"u_min": nu, "u_max": nu, "obs_min": nobs, "obs_max": nobs}
+
         def bounds(name_lo, lo, name_hi, hi, size):
-            lo = (
-                np.full(size, -np.inf)
-                if lo is None
-                else np.asarray(lo, dtype=np.float64).reshape(-1)
-            )
-            hi = (
-                np.full(size, np.inf)
-                if hi is None
-                else np.asarray(hi, dtype=np.float64).reshape(-1)
-            )
+            lo = array(name_lo, lo, -np.inf)
+            hi = array(name_hi, hi, np.inf)
             for name, b in ((name_lo, lo), (name_hi, hi)):
                 if b.shape != (size,) or np.any(np.isnan(b)):
                     raise InputError(
                         f"constraints.{name} must be {size} numbers (inf allowed), got {b.tolist()}"
+                    )
+            # inf as a lower bound (or -inf as an upper one) excludes every value
+            for name, b, wrong, none in (
+                (name_lo, lo, np.inf, "-inf"),
+                (name_hi, hi, -np.inf, "inf"),
+            ):
+                bad = np.flatnonzero(b == wrong)
+                if bad.size:
+                    i = int(bad[0])
+                    raise InputError(
+                        f"constraints.{name}[{i}] = {b[i]} excludes every value and can never be "
+                        f"met; give a finite bound, or {none} for no bound"
                     )
             bad = np.flatnonzero(lo > hi)
             if bad.size:
@@ -260,10 +333,23 @@ class Constraints:
 
         u_min, u_max = bounds("u_min", self.u_min, "u_max", self.u_max, nu)
         obs_min, obs_max = bounds("obs_min", self.obs_min, "obs_max", self.obs_max, nobs)
+        if not isinstance(self.soft_bounds, (bool, np.bool_)):
+            raise InputError(
+                f"constraints.soft_bounds must be True or False, got {self.soft_bounds!r}"
+            )
         for c in self.path:
             if not isinstance(c, PathConstraint):
                 raise InputError(
                     f"constraints.path entries must be PathConstraint, got {type(c).__name__}"
+                )
+            if not isinstance(c.function, ca.Function) or c.function.n_in() != 1:
+                raise InputError(
+                    f"path constraint {c.name!r}: function must be a casadi.Function of the "
+                    f"observation alone, got {c.function!r:.80}"
+                )
+            if not isinstance(c.soft, (bool, np.bool_)):
+                raise InputError(
+                    f"path constraint {c.name!r}: soft must be True or False, got {c.soft!r}"
                 )
             if c.function.numel_in(0) != nobs:
                 raise InputError(f"path constraint {c.name!r} must take the {nobs} observations")

@@ -70,6 +70,13 @@ def _soft_bounds(cons: Constraints) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
 
 
+def n_slacks(cons: Constraints) -> int:
+    """The slacks per stage: one per softly bounded observation entry, one per row of each
+    soft path constraint."""
+    soft_entries, _, _ = _soft_bounds(cons)
+    return len(soft_entries) + sum(c.function.numel_out(0) for c in cons.path if c.soft)
+
+
 def transcribe(
     model: DiscreteModel,
     horizon: int,

@@ -8,16 +8,24 @@ key, the value and what was expected."""
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from vimpc._settings import resolve, unknown_key
+from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
 from vimpc.scenario.schema import CIRCLE_KEYS, MODEL_KEYS, SCHEMA, TABLE_ORDER
+
+#: The most ground-truth substeps in one control step of an env: its one-step function is
+#: built over all of them, which took 1.7 s at 10^5 substeps (env.dt = 10 s at the default
+#: 1e-4 s substep) and grows linearly (ENV_SECONDS_PER_SUBSTEP each, measured with the
+#: pendulum); env.dt = 1e9 s ran out of memory with a C++ bad_alloc.
+MAX_ENV_SUBSTEPS = 100_000
+ENV_SECONDS_PER_SUBSTEP = 1.4e-5
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -197,6 +205,8 @@ def check(cfg: dict[str, Any]) -> None:
                     f"controller.constraints.{hi_key}[{i}] = {b}: infeasible bounds"
                 )
     _check_input_bounds(cfg, env)
+    _check_observation_bounds(cfg, env)
+    _check_seeds(cfg)
     for i, circle in enumerate(cons["circles"]):
         where = f"controller.constraints.circles[{i}]"
         if not isinstance(circle, dict):
@@ -225,6 +235,7 @@ def check(cfg: dict[str, Any]) -> None:
             "none; set model.bound = 'conformal' (calibrated on held-out data) or "
             "controller.tightening = 'none'"
         )
+    _check_problem_size(cfg, env, model)
     if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
         raise ConfigError(
             "controller.tube_lipschitz applies only with controller.tightening = 'tube'"
@@ -259,6 +270,118 @@ def check(cfg: dict[str, Any]) -> None:
                     "data.heldout_trajectories must be at least 2 with model.bound = "
                     "'conformal' (half calibrate, half validate)"
                 )
+    # last: it builds the env (only for hard observation bounds or keep-out circles)
+    _check_start_states(cfg, env)
+
+
+def _check_seeds(cfg: dict[str, Any]) -> None:
+    """The last seed of every run of consecutive seeds stays a valid seed (<= MAX_SEED)."""
+    for first, count in (
+        ("episodes.seed", "episodes.count"),
+        ("data.seed", "data.trajectories"),
+        ("data.heldout_seed", "data.heldout_trajectories"),
+    ):
+        (t1, k1), (t2, k2) = first.split("."), count.split(".")
+        seed, n = cfg[t1][k1], cfg[t2][k2]
+        if seed + n - 1 > MAX_SEED:
+            raise ConfigError(
+                f"{first} = {seed} with {count} = {n} uses seeds up to {seed + n - 1}, beyond "
+                f"the largest seed {MAX_SEED} (2**32 - 1); set {first} <= {MAX_SEED - n + 1}"
+            )
+
+
+def _check_observation_bounds(cfg: dict[str, Any], env: EnvSpec) -> None:
+    """Observation bounds the env's observation can reach: a bound beyond the range every
+    state of the env stays in (its observation space) excludes every state."""
+    cons = cfg["controller"]["constraints"]
+    names = env.obs_names
+    for key, sign in (("obs_min", 1.0), ("obs_max", -1.0)):
+        for i, value in enumerate(cons[key] or []):
+            limit = env.obs_limit[i]
+            if math.isfinite(value) and sign * value > limit:
+                raise ConfigError(
+                    f"controller.constraints.{key}[{i}] = {value} ({names[i]}) is outside the "
+                    f"range [{-limit:g}, {limit:g}] every observation of {cfg['env']['id']} "
+                    "stays in, so no state can meet it; give a bound within that range, or "
+                    f"{'-inf' if sign > 0 else 'inf'} for none"
+                )
+
+
+def _check_problem_size(cfg: dict[str, Any], env: EnvSpec, model: ModelSpec) -> None:
+    """The controller's NLP within :data:`vimpc.mpc.problem.MAX_DECISION_VARIABLES` (the
+    model's state size where it is known, else the observation's)."""
+    from vimpc.mpc.problem import check_problem_size
+
+    ctrl = cfg["controller"]
+    implicit = ctrl["transcription"] == "implicit" or (
+        ctrl["transcription"] == "auto" and "residual" in model.fields
+    )
+    check_problem_size(
+        ctrl["horizon"],
+        model.nx or env.nobs,
+        env.nu,
+        implicit,
+        key="controller.horizon",
+        error=ConfigError,
+    )
+
+
+def _check_start_states(cfg: dict[str, Any], env: EnvSpec) -> None:
+    """No episode starts where a hard observation bound or keep-out circle forbids: the
+    controller could not keep a constraint its start already breaks. Each episode's start is
+    the env's reset from that episode's seed (soft constraints allow it, and are skipped)."""
+    import numpy as np
+
+    cons = cfg["controller"]["constraints"]
+    nobs = env.nobs
+    lo = np.asarray(cons["obs_min"] or [-math.inf] * nobs, dtype=np.float64)
+    hi = np.asarray(cons["obs_max"] or [math.inf] * nobs, dtype=np.float64)
+    hard_box = not cons["soft_bounds"] and bool(np.isfinite(lo).any() or np.isfinite(hi).any())
+    circles = [(i, c) for i, c in enumerate(cons["circles"]) if not c["soft"]]
+    if not (hard_box or circles):
+        return
+    env_id = cfg["env"]["id"]
+    try:
+        plant = env.cls(dt=cfg["env"]["dt"], **cfg["env"]["kwargs"])
+    except TypeError as exc:
+        raise ConfigError(f"env.kwargs do not fit {env_id}: {exc}") from None
+    except VimpcError as exc:
+        raise ConfigError(f"env.kwargs: {exc}") from None
+    names = env.obs_names
+    first, count = cfg["episodes"]["seed"], cfg["episodes"]["count"]
+    for seed in range(first, first + count):
+        plant.reset(seed=seed)
+        x = np.asarray(plant.state, dtype=np.float64)
+        where = f"episode {seed - first} (seed {seed}) starts at {_state_text(names, x)}"
+        fix = (
+            "widen it, set controller.constraints.soft_bounds = true, or choose "
+            "episodes.seed so that episodes start inside"
+        )
+        if hard_box:
+            for i in range(nobs):
+                for key, bound, out in (
+                    ("obs_min", lo[i], x[i] < lo[i]),
+                    ("obs_max", hi[i], x[i] > hi[i]),
+                ):
+                    if out:
+                        raise ConfigError(
+                            f"controller.constraints.{key}[{i}] = {bound} ({names[i]}) is a hard "
+                            f"bound the start already breaks: {where}, so the controller cannot "
+                            f"keep it; {fix}"
+                        )
+        for j, c in circles:
+            a, b = c["indices"]
+            if math.hypot(x[a] - c["center"][0], x[b] - c["center"][1]) < c["radius"]:
+                raise ConfigError(
+                    f"controller.constraints.circles[{j}] (centre {c['center']}, radius "
+                    f"{c['radius']} on {names[a]}, {names[b]}) is a hard keep-out circle the "
+                    f"start lies inside: {where}, so the controller cannot keep it; move or "
+                    "shrink it, or make it soft (soft = true)"
+                )
+
+
+def _state_text(names: tuple[str, ...], x: Any) -> str:
+    return "(" + ", ".join(f"{n} = {float(v):.4g}" for n, v in zip(names, x, strict=True)) + ")"
 
 
 def _check_input_bounds(cfg: dict[str, Any], env: EnvSpec) -> None:
@@ -342,9 +465,12 @@ def _check_data_keys(cfg: dict[str, Any], env: EnvSpec) -> None:
     for key in data["excitation_options"]:
         if key not in allowed:
             raise unknown_key("data.excitation_options.", key, allowed)
-    train = range(data["seed"], data["seed"] + data["trajectories"])
-    held = range(data["heldout_seed"], data["heldout_seed"] + data["heldout_trajectories"])
-    if data["path"] is None and data["heldout_path"] is None and set(train) & set(held):
+    if data["path"] is None or data["heldout_path"] is None:
+        _check_excitation(cfg, env)
+    train = (data["seed"], data["seed"] + data["trajectories"])
+    held = (data["heldout_seed"], data["heldout_seed"] + data["heldout_trajectories"])
+    overlap = max(train[0], held[0]) < min(train[1], held[1])
+    if data["path"] is None and data["heldout_path"] is None and overlap:
         raise ConfigError(
             f"data.seed = {data['seed']} and data.heldout_seed = {data['heldout_seed']} give "
             "overlapping reset seeds, so held-out trajectories would repeat training ones; "
@@ -353,6 +479,37 @@ def _check_data_keys(cfg: dict[str, Any], env: EnvSpec) -> None:
     for key in ("path", "heldout_path"):
         if data[key] is not None:
             _check_dataset_file(f"data.{key}", data[key], cfg, env)
+
+
+def _check_excitation(cfg: dict[str, Any], env: EnvSpec) -> None:
+    """``data.excitation_options`` as the collection will use them (the defaults from the
+    action bounds filled in the same way), tried on one step."""
+    import numpy as np
+
+    from vimpc.data import make_excitation
+
+    data = cfg["data"]
+    options = dict(data["excitation_options"])
+    limit = [float(a) for a in env.action_limit]
+    if data["excitation"] == "random_steps":
+        options.setdefault("low", [-a for a in limit])
+        options.setdefault("high", limit)
+    elif data["excitation"] == "chirp":
+        options.setdefault("amplitude", limit)
+    try:
+        make_excitation(
+            data["excitation"],
+            data["steps"],
+            env.nu,
+            cfg["env"]["dt"],
+            np.random.default_rng(0),
+            **options,
+        )
+    except VimpcError as exc:
+        raise ConfigError(
+            f"data.excitation_options = {data['excitation_options']!r} (data.excitation = "
+            f"{data['excitation']!r}): {exc}"
+        ) from None
 
 
 def _check_dataset_file(key: str, path: str, cfg: dict[str, Any], env: EnvSpec) -> None:
@@ -412,6 +569,18 @@ class EnvSpec:
         kwargs = cfg["env"]["kwargs"]
         if "dt" in kwargs:
             raise ConfigError("set the control step as env.dt, not env.kwargs.dt")
+        default = inspect.signature(MechanicalEnv.__init__).parameters["substep"].default
+        substep = kwargs.get("substep", default)
+        if isinstance(substep, (int, float)) and not isinstance(substep, bool) and substep > 0:
+            n = cfg["env"]["dt"] / substep
+            if n > MAX_ENV_SUBSTEPS:
+                raise ConfigError(
+                    f"env.dt = {cfg['env']['dt']} s is {n:.3g} substeps of the env's ground "
+                    f"truth ({substep:g} s each), above the limit of {MAX_ENV_SUBSTEPS} "
+                    f"(vimpc.scenario.load.MAX_ENV_SUBSTEPS): the env would be built for "
+                    f"about {n * ENV_SECONDS_PER_SUBSTEP:.3g} s and step slower still; give "
+                    f"env.dt <= {MAX_ENV_SUBSTEPS * substep:g} s"
+                )
         params = kwargs.get("params") or {}
         if not isinstance(params, dict):
             raise ConfigError(f"env.kwargs.params must be a table, got {params!r}")
@@ -427,6 +596,7 @@ class EnvSpec:
         self.nobs = system.nq + system.nv
         self.nu = system.nu
         self.action_limit = tuple(cls.action_limit)
+        self.obs_limit = tuple(float(v) for v in cls.observation_limit)
 
 
 class ModelSpec:
@@ -438,10 +608,10 @@ class ModelSpec:
         if mcfg["path"] is not None:
             from vimpc.model_file import load
 
+            if not Path(mcfg["path"]).exists():
+                raise ConfigError(f"model.path = {mcfg['path']!r}: no such file")
             try:
                 model = load(mcfg["path"])
-            except FileNotFoundError:
-                raise ConfigError(f"model.path = {mcfg['path']!r}: no such file") from None
             except (ValueError, VimpcError) as exc:
                 raise ConfigError(f"model.path: {exc}") from None
             system = model.info.get("system")
@@ -468,11 +638,13 @@ class ModelSpec:
             )
             self.needs_fit = False
             self.what = f"the saved model {mcfg['path']!r}"
+            self.nx = model.nx
             return
         family = build_family(cfg, env.nominal)
         self.fields = family.provides()
         self.needs_fit = family.needs_fit()
         self.what = f"model.family = {mcfg['family']!r} with these settings"
+        self.nx: int | None = None  # known once built; the observation's size stands in
 
 
 def _settings_differences(mcfg: dict[str, Any], info: Any) -> list[str]:

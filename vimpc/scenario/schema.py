@@ -12,6 +12,7 @@ from vimpc._settings import (
     NONNEGATIVE,
     POSITIVE,
     REQUIRED,
+    SEED,
     TYPE_NAMES,
     Rule,
     Setting,
@@ -140,7 +141,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             int, 50, "training trajectories collected from the env's true system", rule=POSITIVE
         ),
         "steps": Setting(int, 40, "steps per trajectory (training and held-out)", rule=POSITIVE),
-        "seed": Setting(int, 0, "reset seed of training trajectory i is `seed + i`"),
+        "seed": Setting(int, 0, "reset seed of training trajectory i is `seed + i`", rule=SEED),
         "initial_state": Setting(
             str,
             "env",
@@ -174,7 +175,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             rule=POSITIVE,
         ),
         "heldout_seed": Setting(
-            int, 1_000_000, "reset seed of held-out trajectory i is `heldout_seed + i`"
+            int, 1_000_000, "reset seed of held-out trajectory i is `heldout_seed + i`", rule=SEED
         ),
     },
     "controller": {
@@ -265,15 +266,29 @@ SCHEMA: dict[str, dict[str, Any]] = {
             None,
             "input lower bounds within the env's action bounds (default: those bounds)",
             items=float,
+            infinite="-inf",
         ),
         "u_max": Setting(
             list,
             None,
             "input upper bounds within the env's action bounds (default: those bounds)",
             items=float,
+            infinite="inf",
         ),
-        "obs_min": Setting(list, None, "observation lower bounds (`-inf`: none)", items=float),
-        "obs_max": Setting(list, None, "observation upper bounds (`inf`: none)", items=float),
+        "obs_min": Setting(
+            list,
+            None,
+            "observation lower bounds within the env's observation range (`-inf`: none)",
+            items=float,
+            infinite="-inf",
+        ),
+        "obs_max": Setting(
+            list,
+            None,
+            "observation upper bounds within the env's observation range (`inf`: none)",
+            items=float,
+            infinite="inf",
+        ),
         "soft_bounds": Setting(bool, False, "observation bounds with exact-penalty slacks"),
         "bound_weight": Setting(float, 1e3, "their penalty weight", rule=POSITIVE),
         "circles": Setting(
@@ -286,7 +301,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "episodes": {
         "count": Setting(int, 1, "episodes; episode k uses seed `seed + k`", rule=POSITIVE),
         "steps": Setting(int, REQUIRED, "steps per episode", rule=POSITIVE),
-        "seed": Setting(int, 0, "seed of the first episode"),
+        "seed": Setting(int, 0, "seed of the first episode", rule=SEED),
     },
     "metrics": {
         "success_index": Entries(
