@@ -303,6 +303,8 @@ def test_a_capped_run_says_so_and_records_the_processes(tmp_path, monkeypatch, c
     metrics = json.loads((_only(tmp_path) / "metrics.json").read_text())
     assert metrics["workers"] == 1 and metrics["workers_requested"] == 64
     assert metrics["cores"] == 2
+    (session,) = metrics["sessions"]
+    assert session["processes"] == 1 and len(session["load_average"]) == 2
     # on one core, three episodes run in one process: the cores are what caps them
     monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)
     more = ["--set", "episodes.count=3", "--out", str(tmp_path / "one")]

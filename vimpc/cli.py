@@ -372,6 +372,8 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
             + (shared if workers == cores else "")
         )
     session.update(workers_requested=args.workers, processes=workers, cores=cores)
+    # what else ran on the machine meanwhile: the 1-minute load average, before and after
+    session["load_average"] = [_load_average()]
     session["episodes_run"] = 0
     # the plots need a controller here; a serial run uses the same one for its episodes
     plots = not args.no_plots
@@ -416,6 +418,7 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     ran = [s for s in sessions if s.get("episodes_run")] or [session]
     processes = max(s["processes"] for s in ran)
     session["ended"] = "complete"
+    session["load_average"].append(_load_average())
     session["wall_time_s"] = time.perf_counter() - started
     all_failed = summary["solves"] > 0 and summary["failed_solves"] == summary["solves"]
     metrics = {
@@ -457,6 +460,13 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
         )
         return EXIT_ALL_SOLVES_FAILED
     return 0
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not every system has one
+        return None
 
 
 def _sharing_note(sessions: list[dict], cores: int) -> str:
