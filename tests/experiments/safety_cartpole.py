@@ -16,7 +16,9 @@ within 10 %, friction, observation noise):
 
 Writes ``results/safety/{cartpole.md, cartpole.csv}`` and figures: every episode's cart
 position against the rail for each row, the tube of one episode, and the model's one-step
-errors against its bound.
+errors against its bound. ``--quick --out DIR``: a smoke test into ``DIR``: the two tube rows
+of ``QUICK_ROWS`` (each run writes its figures, a few seconds), one episode of 3 steps
+each, in this process, the models fitted on a few short trajectories (``QUICK_SETS``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from _quick import add_options, parse
 from _tables import interval, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
@@ -55,6 +58,24 @@ FIGURES = {
 }
 
 
+# --quick: 4 training and 8 held-out trajectories of 5 steps (20 calibration transitions,
+# the fewest split conformal takes at delta 0.05), 3 control steps; the GP-VI with 16
+# samples, 8 support points, one start of 5 optimiser steps
+QUICK_SETS = [
+    "data.trajectories=4",
+    "data.heldout_trajectories=8",
+    "data.steps=5",
+    "episodes.steps=3",
+]
+QUICK_GPVI = ["model.samples=16", "model.support_points=8", "model.restarts=1",
+              "model.iterations=5"]  # fmt: skip
+# one row per scenario, between them every kind of figure copied
+QUICK_ROWS = (
+    "nominal, conformal bound, tube, delta = 0.05",
+    "GP-VI, conformal bound, tube, delta = 0.05",
+)
+
+
 def margins_figure(margins: dict[str, list[float]]):
     """Every episode's smallest margin to the rail, one row of dots per controller."""
     from matplotlib.figure import Figure
@@ -74,16 +95,24 @@ def margins_figure(margins: dict[str, list[float]]):
     return fig
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"episodes": 1, "workers": 1})
+    folder, rows_run = args.out, ROWS
+    if args.quick:
+        rows_run = {
+            label: (scenario, [*QUICK_SETS, *(QUICK_GPVI if scenario == GPVI else []), *sets])
+            for label, (scenario, sets) in ROWS.items()
+            if label in QUICK_ROWS
+        }
+    folder.mkdir(parents=True, exist_ok=True)
     rows, margins = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, (scenario, sets) in ROWS.items():
+        for label, (scenario, sets) in rows_run.items():
             out = Path(tmp) / label.replace(" ", "_").replace(",", "").replace("=", "")
             m, run = vimpc_run(
                 ROOT / "scenarios" / f"{scenario}.toml", out, episodes=args.episodes,
@@ -114,7 +143,7 @@ def main() -> None:
             )
             prefix, figures = FIGURES.get(label, ("", ()))
             for fig in figures:
-                shutil.copy(run / fig, OUT / f"cartpole_{prefix}_{fig}")
+                shutil.copy(run / fig, folder / f"cartpole_{prefix}_{fig}")
             print(f"{label}: {rows[-1]}")
     headers = {
         "row": "controller",
@@ -136,7 +165,7 @@ def main() -> None:
         "failed_solves": "failed solves",
     }
     fig = margins_figure(margins)
-    fig.savefig(OUT / "cartpole_margins.png", dpi=120)
+    fig.savefig(folder / "cartpole_margins.png", dpi=120)
     intro = (
         "Each row is `vimpc run scenarios/cartpole_safe.toml` (nominal rows) or `vimpc run "
         "scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) with the overrides the row names, "
@@ -180,7 +209,7 @@ tubes; and the model's one-step errors against its bound:
         f"--seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
     )
     title = "Safe cart-pole: the rail with and without the tube, nominal and GP-VI models"
-    print(write_table(OUT, "cartpole", title, command, intro, rows, headers, after))
+    print(write_table(folder, "cartpole", title, command, intro, rows, headers, after))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Each row is ``vimpc run scenarios/<scenario>.toml --set episodes.count=<episodes
 seeds from the scenario file's ``episodes.seed``, or from ``S``: seeds the scenarios were
 not designed on). Writes results/scenarios/{summary.md, summary.csv} and each scenario's
 figures (``<scenario>_episodes.png``, ``_states_inputs.png``, ``_mechanism.png``,
-``_safety.png``).
+``_safety.png``). ``--quick --out DIR``: a smoke test into ``DIR``: two scenarios
+(``QUICK_NAMES``), one episode of 3 steps each, in this process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from _quick import add_options, parse
 from _tables import interval, write_table
 
 from vimpc import cli
@@ -31,19 +33,28 @@ NAMES = (
     "rollingdisk_parking",
 )
 FIGURES = ("episodes.png", "states_inputs.png", "mechanism.png", "safety.png")
+# --quick: a scenario without and one with a bound (data, fit, tube), 3 steps each; its
+# calibration set is the smallest split conformal takes at delta 0.05 (20 transitions)
+QUICK_NAMES = ("pendulum_swingup", "cartpole_safe")
+QUICK_SETS = ["episodes.steps=3"]
+QUICK_SAFE = ["data.trajectories=4", "data.heldout_trajectories=8", "data.steps=5"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=None, help="first reset seed of every row")
-    args = parser.parse_args()
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"episodes": 1, "workers": 1})
+    out, names = args.out, QUICK_NAMES if args.quick else NAMES
     seed = [] if args.seed is None else ["--set", f"episodes.seed={args.seed}"]
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in NAMES:
+        for name in names:
+            quick = [*QUICK_SETS, *(QUICK_SAFE if name == "cartpole_safe" else [])]
+            quick = [a for item in quick for a in ("--set", item)] if args.quick else []
             argv = [
                 "run",
                 str(ROOT / "scenarios" / f"{name}.toml"),
@@ -55,8 +66,10 @@ def main() -> None:
                 "--set",
                 f"episodes.count={args.episodes}",
                 *seed,
+                *quick,
             ]
-            assert cli.main(argv) == 0, name
+            if cli.main(argv) != 0:
+                raise SystemExit(f"vimpc run {' '.join(argv[1:])} failed")
             (run,) = [p for p in (Path(tmp) / name).iterdir() if p.is_dir()]
             m = json.loads((run / "metrics.json").read_text())
             rows.append(
@@ -86,10 +99,10 @@ def main() -> None:
             )
             for fig in FIGURES:
                 if (run / fig).exists():
-                    shutil.copy(run / fig, OUT / f"{name}_{fig}")
+                    shutil.copy(run / fig, out / f"{name}_{fig}")
             print(rows[-1])
-    for stale in OUT.glob("*.png"):
-        if not any(stale.name == f"{n}_{f}" for n in NAMES for f in FIGURES):
+    for stale in out.glob("*.png"):
+        if not any(stale.name == f"{n}_{f}" for n in names for f in FIGURES):
             stale.unlink()
     command = (
         f"python tests/experiments/scenarios_summary.py --episodes {args.episodes} "
@@ -111,11 +124,11 @@ def main() -> None:
         "(results/benchmarks/ has them measured alone)."
     )
     figures = "\n".join(
-        " ".join(f"![{name}]({name}_{f})" for f in FIGURES if (OUT / f"{name}_{f}").exists())
-        for name in NAMES
+        " ".join(f"![{name}]({name}_{f})" for f in FIGURES if (out / f"{name}_{f}").exists())
+        for name in names
     )
     title = "The scenarios over many seeds"
-    print(write_table(OUT, "summary", title, command, intro, rows, after=figures))
+    print(write_table(out, "summary", title, command, intro, rows, after=figures))
 
 
 if __name__ == "__main__":
