@@ -130,6 +130,8 @@ def test_resume_refuses_a_complete_run_another_scenario_and_other_settings(
         (["--resume", str(stage), "--refit"], "--refit cannot be combined with --resume"),
         (["--resume", str(stage), "--out", str(tmp_path)], "--out does not apply"),
         (["--resume", str(tmp_path / "nowhere")], "there is no run folder"),
+        (["--resume", ""], "got an empty path"),
+        (["--resume", "/"], "is the root folder"),
     ]
     for extra, message in cases:
         assert cli.main(["run", *extra]) == 2, extra

@@ -214,7 +214,11 @@ def unfinished_runs(root: Path, name: str) -> list[tuple[Path, dict[str, Any] | 
 
 def resolve(folder: str | os.PathLike[str]) -> tuple[Path, Path]:
     """``(final, stage)`` of the run folder a user named (either name of it)."""
-    path = Path(folder)
+    if not str(folder).strip():
+        raise ConfigError("--resume needs the run folder vimpc run printed, got an empty path")
+    path = Path(folder).resolve()  # "." or "run/.." name a folder too
+    if path.parent == path:
+        raise ConfigError(f"--resume: {str(folder)!r} is the root folder, not a run folder")
     if path.name.endswith(PARTIAL):
         return path.with_name(path.name[: -len(PARTIAL)]), path
     return path, path.with_name(path.name + PARTIAL)
