@@ -296,3 +296,18 @@ def test_failed_model_steps_and_nonfinite_plans_are_counted_in_the_metrics():
     assert np.isfinite(m["prediction_rmse"])  # over the two steps predicted
     s = summarize([m, m], [traj, traj])
     assert s["failed_model_steps"] == 2 and s["nonfinite_plans"] == 2
+
+
+def test_a_gp_vi_fit_refuses_transitions_where_its_prior_fails_by_name():
+    # the prior's midpoint step from the cart-pole's spurious state is NaN: the targets of
+    # the GPs would be NaN there, so the fit names the transition before any GP is fitted
+    from vimpc.models.gp_vi import GPVIModel
+
+    rng = np.random.default_rng(1)
+    obs = rng.uniform(-0.2, 0.2, (6, 4, 4))
+    obs[3, 1] = SPURIOUS_X
+    inputs = rng.uniform(-1.0, 1.0, (6, 3, 1))
+    inputs[3, 1] = SPURIOUS_U
+    data = Dataset(np.tile(0.05 * np.arange(4), (6, 1)), obs, obs, inputs, 0.05)
+    with pytest.raises(InputError, match=r"on 1 of 18 training transitions: trajectory 3 step 1"):
+        GPVIModel(CartPole(), 0.05).fit(data)

@@ -168,6 +168,7 @@ class GPVIModel(SpreadFamily):
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(U)) and np.all(np.isfinite(Xn))):
             raise InputError("the training data contain NaN or inf")
         rng = np.random.default_rng(self.seed)
+        pick = np.arange(len(X))
         if 0 < self.samples < len(X):
             pick = np.sort(rng.choice(len(X), self.samples, replace=False))
             X, U, Xn = X[pick], U[pick], Xn[pick]
@@ -178,7 +179,9 @@ class GPVIModel(SpreadFamily):
         if keep.size == 0:
             raise InputError("every GP input is constant in the training data")
         Z = Z[:, keep]
-        targets = Xn[:, nq:] - self._prior_velocity(X, U)
+        prior_velocity = self._prior_velocity(X, U)
+        self._refuse_failed(prior_velocity, pick, data, "the prior's")
+        targets = Xn[:, nq:] - prior_velocity
         posteriors = []
         for j in range(nq):
             hp = fit_hyperparameters(
@@ -208,8 +211,26 @@ class GPVIModel(SpreadFamily):
                 "the observations' coordinates against the system's)"
             ) from None
         predicted = np.asarray(predicted).T
+        self._refuse_failed(predicted, pick, data, "the fitted model's")
         self.position_rms_ = np.sqrt(np.mean((Xn[:, :nq] - predicted[:, :nq]) ** 2, axis=0))
         self.lipschitz_ = self._projection_lipschitz(X, U)
+
+    def _refuse_failed(self, values: np.ndarray, pick: np.ndarray, data: Dataset, whose: str):
+        """Refuse training transitions where a step returned NaN (its Newton solve failed or
+        found a spurious root), naming them by trajectory and step."""
+        rows = np.flatnonzero(~np.all(np.isfinite(values), axis=1))
+        if rows.size == 0:
+            return
+        named = ", ".join(
+            f"trajectory {int(i) // data.n_steps} step {int(i) % data.n_steps}"
+            for i in pick[rows[:5]]
+        )
+        raise InputError(
+            f"{whose} step failed (NaN: its Newton solve did not converge or found a spurious "
+            f"root) on {rows.size} of {len(values)} training transitions: {named}"
+            f"{', ...' if rows.size > 5 else ''}; the data lie where the model cannot step "
+            "(drop those trajectories, or check the observations' coordinates)"
+        )
 
     def _gp_input(self, x, u):
         nq = self.system.nq
