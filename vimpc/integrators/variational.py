@@ -26,6 +26,13 @@ The same residual serves the Newton step and the controller's implicit
 transcription. Far from the origin its round-off level grows with ``|q| / h``
 (:meth:`VariationalIntegrator.residual_level`); tolerances on it scale with that level.
 
+A step returns its Newton root only where the root is acceptable (NaN elsewhere, never
+the rootfinder's guess or last iterate): finite, its residual within the Newton
+tolerances, and, for the second-order rules in the position-momentum form, its energy
+change explained by the work done on it and the energy it exchanges
+(:meth:`VariationalIntegrator.energy_balance`, ``ENERGY_JUMP``). The equations of a large
+step have spurious roots, found with residuals of 1e-12; the energy test refuses them.
+
 Learned parts enter through two arguments: ``lagrangian(q, v, theta)`` replaces the
 system's Lagrangian in ``L_d`` and in ``dL/dv`` (see
 :class:`~vimpc.integrators.base.Integrator`), and ``discrete_force(q0, q1, u, theta)``
