@@ -27,6 +27,7 @@ ROOT = Path(__file__).parents[1]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 GPVI = str(ROOT / "scenarios" / "pendulum_gpvi_swingup.toml")
+SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
 SHORT = ["episodes.count=1", "episodes.steps=3"]
 
 
@@ -91,6 +92,35 @@ def _refused(path: str, overrides: list[str], message: str, out: Path, capsys) -
 )
 def test_constraints_that_exclude_every_value_are_refused(override, message, tmp_path, capsys):
     _refused(PENDULUM, [override], message, tmp_path, capsys)
+
+
+@pytest.mark.parametrize(
+    "path, overrides, message",
+    [
+        (
+            PENDULUM,
+            ["controller.cost.reference=[1e300, 0.0]"],
+            "controller.cost.reference[0] = 1e+300 (theta) is outside the range [-10000, 10000] "
+            "every observation of vimpc/Pendulum-v0 stays in, so no state can reach it",
+        ),
+        (
+            PENDULUM,
+            ["controller.cost.periodic=[0, 'theta']"],
+            "controller.cost.periodic[1] = 'theta' (entry 0) is listed twice",
+        ),
+        (
+            SAFE,
+            [
+                "data.low=[20000.0, 0.0, 0.0, 0.0]",
+                "data.high=[30000.0, 0.0, 0.0, 0.0]",
+            ],
+            "data.low[0] = 20000.0 (s) is outside the range [-10000, 10000] the env's states "
+            "stay in, so trajectories cannot start there",
+        ),
+    ],
+)
+def test_targets_no_state_reaches_are_refused(path, overrides, message, tmp_path, capsys):
+    _refused(path, overrides, message, tmp_path, capsys)
 
 
 def test_inf_is_still_no_bound_where_the_schema_allows_it():
@@ -178,6 +208,16 @@ def test_the_controller_refuses_the_same_problem_before_building(pendulum):
         MPC(pendulum, 7000, Cost(Q=[1.0, 0.1], R=[0.01]), transcription="step")
 
 
+def test_model_substeps_that_would_hang_the_controller_are_refused(tmp_path, capsys):
+    _refused(
+        PENDULUM,
+        ["model.substeps=1000000000", "controller.transcription='step'"],
+        "model.substeps must be a positive integer <= 10000 (vimpc._settings.MAX_SUBSTEPS",
+        tmp_path,
+        capsys,
+    )
+
+
 def test_a_control_step_too_long_for_the_env_is_refused(tmp_path, capsys):
     _refused(
         PENDULUM,
@@ -215,6 +255,12 @@ def test_a_control_step_too_long_for_the_env_is_refused(tmp_path, capsys):
 def test_seeds_and_integer_ranges_are_checked(path, override, message, tmp_path, capsys):
     overrides = [override, "episodes.count=2"] if "4294967295" in override else [override]
     _refused(path, overrides, message, tmp_path, capsys)
+
+
+def test_more_episodes_than_seeds_say_to_lower_the_count():
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(PENDULUM, [*SHORT, "episodes.count=9223372036854775807"])
+    assert str(err.value).endswith("set episodes.count <= 4294967296")
 
 
 def test_the_largest_seed_is_accepted():

@@ -129,7 +129,7 @@ class SpreadModel(SpreadFamily):
         ({"delta": "0.1"}, r"delta must be a number, got '0\.1' \(str\)"),
         ({"delta": True}, r"delta must be a number, got True \(bool\)"),
         ({"delta": float("nan")}, r"delta must be a finite number, got nan"),
-        ({"substeps": 0}, r"substeps must be a positive integer, got 0"),
+        ({"substeps": 0}, r"substeps must be a positive integer <= 10000 .*, got 0"),
         ({"substeps": 2.0}, r"substeps must be an integer, got 2\.0 \(float\)"),
         ({"bound": "conformall"}, r"bound must be one of .*; did you mean 'conformal'\?"),
         (

@@ -58,7 +58,7 @@ class Rule:
         noun = {int: "integer", float: "number"}.get(kind, "value")
         if self.adjective:
             article = "an" if self.adjective[0] in "aeiou" else "a"
-            return f"{article} {self.adjective} {noun}"
+            return f"{article} {self.adjective} {noun}" + (f" {self.phrase}" if self.phrase else "")
         return f"{TYPE_NAMES.get(kind, 'a value')} {self.phrase}"
 
 
@@ -70,6 +70,16 @@ PROBABILITY = Rule(lambda v: 0.0 < v < 1.0, phrase="in (0, 1)")
 #: integers; a run's last seed (``seed + count - 1``) must stay within it too.
 MAX_SEED = 2**32 - 1
 SEED = Rule(lambda v: 0 <= v <= MAX_SEED, phrase=f"in [0, {MAX_SEED}] (a seed)")
+#: The most integrator substeps in one model step: a step runs them in a loop, about 12 us
+#: each for the pendulum's midpoint rule (12 ms per step at 1000), and the controller
+#: evaluates the step and its derivatives at every stage of every iteration; 10^9 substeps
+#: hung the run without a word.
+MAX_SUBSTEPS = 10_000
+SUBSTEPS = Rule(
+    lambda v: 1 <= v <= MAX_SUBSTEPS,
+    adjective="positive",
+    phrase=f"<= {MAX_SUBSTEPS} (vimpc._settings.MAX_SUBSTEPS)",
+)
 
 
 @dataclass(frozen=True)

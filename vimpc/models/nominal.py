@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vimpc._settings import POSITIVE, Setting
+from vimpc._settings import SUBSTEPS, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.integrators import (
@@ -48,7 +48,7 @@ class NominalModel(ModelFamily):
             choices=FORMS,
         ),
         "substeps": Setting(
-            int, 1, "integrator steps per dt; the implicit transcription needs 1", rule=POSITIVE
+            int, 1, "integrator steps per dt; the implicit transcription needs 1", rule=SUBSTEPS
         ),
     }
 

@@ -284,17 +284,37 @@ def _check_seeds(cfg: dict[str, Any]) -> None:
         (t1, k1), (t2, k2) = first.split("."), count.split(".")
         seed, n = cfg[t1][k1], cfg[t2][k2]
         if seed + n - 1 > MAX_SEED:
+            fix = (
+                f"set {first} <= {MAX_SEED - n + 1}"
+                if n <= MAX_SEED + 1
+                else f"set {count} <= {MAX_SEED + 1 - seed}"
+            )
             raise ConfigError(
                 f"{first} = {seed} with {count} = {n} uses seeds up to {seed + n - 1}, beyond "
-                f"the largest seed {MAX_SEED} (2**32 - 1); set {first} <= {MAX_SEED - n + 1}"
+                f"the largest seed {MAX_SEED} (2**32 - 1); {fix}"
             )
 
 
 def _check_observation_bounds(cfg: dict[str, Any], env: EnvSpec) -> None:
     """Observation bounds the env's observation can reach: a bound beyond the range every
-    state of the env stays in (its observation space) excludes every state."""
+    state of the env stays in (its observation space) excludes every state; likewise a
+    reference no state can reach, and a periodic entry listed twice."""
     cons = cfg["controller"]["constraints"]
     names = env.obs_names
+    for i, value in enumerate(cfg["controller"]["cost"]["reference"] or []):
+        if abs(value) > env.obs_limit[i]:
+            raise ConfigError(
+                f"controller.cost.reference[{i}] = {value} ({names[i]}) is outside the range "
+                f"[{-env.obs_limit[i]:g}, {env.obs_limit[i]:g}] every observation of "
+                f"{cfg['env']['id']} stays in, so no state can reach it"
+            )
+    periodic = cfg["controller"]["cost"]["periodic"]
+    for j, i in enumerate(periodic):
+        if i in periodic[:j]:
+            raise ConfigError(
+                f"controller.cost.periodic[{j}] = {names[i]!r} (entry {i}) is listed twice in "
+                f"controller.cost.periodic = {periodic!r}; list each angle once"
+            )
     for key, sign in (("obs_min", 1.0), ("obs_max", -1.0)):
         for i, value in enumerate(cons[key] or []):
             limit = env.obs_limit[i]
@@ -460,6 +480,15 @@ def _check_data_keys(cfg: dict[str, Any], env: EnvSpec) -> None:
         for i, (a, b) in enumerate(zip(data["low"], data["high"], strict=True)):
             if a > b:
                 raise ConfigError(f"data.low[{i}] = {a} exceeds data.high[{i}] = {b}")
+    if data["initial_state"] != "env":
+        for key in ("low", "high"):
+            for i, value in enumerate(data[key]):
+                if abs(value) > env.obs_limit[i]:
+                    raise ConfigError(
+                        f"data.{key}[{i}] = {value} ({env.obs_names[i]}) is outside the range "
+                        f"[{-env.obs_limit[i]:g}, {env.obs_limit[i]:g}] the env's states stay "
+                        "in, so trajectories cannot start there"
+                    )
     kind = data["excitation"]
     allowed = EXCITATION_KINDS[kind]
     for key in data["excitation_options"]:

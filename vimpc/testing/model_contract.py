@@ -27,7 +27,8 @@ import casadi as ca
 import numpy as np
 from scipy.stats import binom
 
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import FUNCTION_FIELDS, CheckedFunction, DiscreteModel
+from vimpc.errors import InputError
 
 
 def _num(fn: ca.Function, *args: Any) -> np.ndarray:
@@ -165,6 +166,26 @@ class DiscreteModelContract:
             obs = _num(m.to_obs, x)
             assert obs.shape == (m.nobs,), f"to_obs gave {obs.shape[0]} entries, nobs={m.nobs}"
             assert _num(m.from_obs, obs).shape == (m.nx,)
+
+    def test_numeric_calls_are_checked(self) -> None:
+        """Every function is a :class:`~vimpc.dynamics.CheckedFunction` (still a
+        ``casadi.Function``): a numeric call with a state of the wrong size raises
+        :class:`~vimpc.errors.InputError` naming the function and the argument, and symbolic
+        calls pass through."""
+        m = self._model()
+        for name in FUNCTION_FIELDS:
+            fn = getattr(m, name)
+            if fn is not None:
+                assert isinstance(fn, CheckedFunction) and isinstance(fn, ca.Function), name
+        x, u = self._samples()[0]
+        try:
+            m.step(np.append(x, 0.0), u, m.p_default)
+        except InputError as exc:
+            assert f"DiscreteModel.step: argument x (input 0) must be {m.nx} number" in str(exc)
+        else:
+            raise AssertionError("step accepted a state with nx + 1 entries")
+        X = ca.MX.sym("x", m.nx)
+        assert m.step(X, u, m.p_default).shape == (m.nx, 1)
 
     def test_step_satisfies_residual(self) -> None:
         """``residual(x, u, step(x, u, p), p)`` vanishes (to ``residual_tol``): the NLP of the
