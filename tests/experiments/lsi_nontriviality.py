@@ -15,7 +15,7 @@ of H^[[2]] and H^[[0]], the median mass on the data, the momentum at rest at q =
 distilled momentum map's error, and the largest position error over ``--steps`` steps of
 the paper's initial value problem from (0.3, 0) and from (1, 0).
 Writes ``results/lsi/nontriviality.{csv,md}``. ``--quick --out DIR``: a smoke test into
-``DIR``: sets of 20 trajectories, one scrambled set, 20 steps.
+``DIR``: sets of 10 trajectories, one scrambled set, 20 steps.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scrambles", type=int, default=5)
     parser.add_argument("--trajectories", type=int, default=400, help="of every set")
     add_options(parser, OUT)
-    args = parse(parser, argv, OUT, quick={"steps": 20, "scrambles": 1, "trajectories": 20})
+    args = parse(parser, argv, OUT, quick={"steps": 20, "scrambles": 1, "trajectories": 10})
     n = args.trajectories
     box = ([-np.pi, -1.2], [np.pi, 1.2])
     sets = {"pendulum_data()": lambda: pendulum_data(n)}

@@ -31,9 +31,10 @@ table has LSI and LGP on that set too.
 
 Writes ``results/lsi/{pendulum,henon_heiles}.{md,csv}`` and ``results/lsi/*.png``; about 15
 minutes on one core (datasets are kept in ``--cache``, under /tmp, for reruns).
-``--quick --out DIR``: a smoke test into ``DIR``: 20 trajectories per set, one scrambled
+``--quick --out DIR``: a smoke test into ``DIR``: 10 trajectories per set, one scrambled
 set, 30 pendulum steps, 50 Hénon–Heiles steps on ``henon_heiles_data()`` alone, the
-potential's grid 31 x 29, the flow-map GP from one start of 10 steps; no dataset cache.
+contours' grids 31 x 21 and 31 x 29, the flow-map GP from one start of 10 steps; no
+dataset cache.
 """
 
 from __future__ import annotations
@@ -403,7 +404,8 @@ def pendulum(args, progress) -> list[str]:
     fig.tight_layout()
     fig.savefig(args.out / "pendulum_modified_energy.png", dpi=110)
 
-    qg, vg = np.meshgrid(np.linspace(-np.pi, np.pi, 121), np.linspace(-1.5, 1.5, 81))
+    size = (31, 21) if args.quick else (121, 81)  # the contours' grid
+    qg, vg = np.meshgrid(np.linspace(-np.pi, np.pi, size[0]), np.linspace(-1.5, 1.5, size[1]))
     Href = pendulum_energy(qg, vg)
     levels = np.linspace(-0.95, 0.9, 12)
     inside = (np.abs(qg) <= 1.2) & (np.abs(vg) <= 0.6)
@@ -817,8 +819,8 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     add_options(parser, OUT)
     quick = {
-        "max_steps": 50, "steps": 30, "scrambles": 1, "pendulum_trajectories": 20,
-        "hh_trajectories": 20, "cache": Path(""), "authors_hh": False,
+        "max_steps": 50, "steps": 30, "scrambles": 1, "pendulum_trajectories": 10,
+        "hh_trajectories": 10, "cache": Path(""), "authors_hh": False,
     }  # fmt: skip
     args = parse(parser, argv, OUT, quick=quick)
     args.cache = args.cache if str(args.cache) not in ("", ".") else None

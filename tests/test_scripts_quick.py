@@ -1,0 +1,155 @@
+"""Every benchmark and experiment script runs end to end in its quick mode.
+
+The scripts in ``tests/benchmarks`` and ``tests/experiments`` are run by hand and write the
+committed tables under ``results/``; nothing else runs them, so a change to the package
+that breaks one would go unnoticed until the next person reruns it. Each takes ``--quick``
+(its whole code path on tiny sizes, in seconds) and ``--out`` (``tests/experiments/
+_quick.py``). The scripts are found by listing the two folders, so a new script without a
+quick mode fails here. They run in this process (``main(argv)``), sharing its imports;
+those that need other processes (``vimpc run`` for the interrupt and workers benchmarks)
+start them themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = (ROOT / "tests" / "benchmarks", ROOT / "tests" / "experiments")
+SCRIPTS = sorted(
+    (p for folder in FOLDERS for p in folder.glob("*.py") if not p.name.startswith("_")),
+    key=lambda p: p.stem,
+)
+RESULTS = ROOT / "results"
+
+# arguments added to --quick --out DIR; do-mpc is an optional extra (.[bench]): its half of
+# the comparison runs in test_bench_dompc_quick_with_dompc when it is installed
+EXTRA = {"bench_dompc": ["--without-dompc"]}
+# quick modes too slow for the default suite (pytest -m slow runs them), with the reason
+SLOW: dict[str, str] = {}
+
+
+def _module(script: Path, monkeypatch: pytest.MonkeyPatch):
+    """The script imported as a module, its folder and the other's (private helpers) on
+    the path as when it runs as a script."""
+    for folder in FOLDERS:
+        monkeypatch.syspath_prepend(str(folder))
+    return importlib.import_module(script.stem)
+
+
+def _results() -> dict[str, tuple[int, int]]:
+    """Size and modification time of every committed result file (``results/runs`` is
+    where ``vimpc run`` writes by default, not committed)."""
+    return {
+        str(p.relative_to(RESULTS)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in RESULTS.rglob("*")
+        if p.is_file() and p.relative_to(RESULTS).parts[0] != "runs"
+    }
+
+
+def _run_quick(script: Path, out: Path, monkeypatch, extra: list[str]) -> list[str]:
+    module = _module(script, monkeypatch)
+    before = _results()
+    code = module.main(["--quick", "--out", str(out), *extra])
+    assert code in (None, 0), f"{script.name} --quick returned {code}"
+    assert _results() == before, f"{script.name} --quick changed files under results/"
+    return sorted(p.name for p in out.iterdir())
+
+
+def _rows(table: Path) -> dict[str, int]:
+    """How many rows of the markdown ``table`` name a vimpc and a do-mpc controller."""
+    lines = table.read_text().splitlines()
+    return {
+        "vimpc": sum(line.startswith("| vimpc ") for line in lines),
+        "do-mpc": sum(line.startswith("| do-mpc,") for line in lines),
+    }
+
+
+def test_scripts_found():
+    names = {p.stem for p in SCRIPTS}
+    assert {"bench_dompc", "bench_tube", "gp_vi_samples", "structure_preservation"} <= names
+    assert set(EXTRA) | set(SLOW) <= names
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_every_script_takes_quick_and_out(script, monkeypatch, capsys):
+    module = _module(script, monkeypatch)
+    assert callable(getattr(module, "main", None)), f"{script.name} has no main(argv)"
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--help"])
+    assert stop.value.code == 0
+    usage = capsys.readouterr().out
+    assert "--quick" in usage and "--out" in usage, f"{script.name} lacks --quick or --out"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in SLOW else [])
+        for p in SCRIPTS
+    ],
+)
+@pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")  # tiny fits are warned about
+def test_quick_mode_runs(script, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    written = _run_quick(script, out, monkeypatch, EXTRA.get(script.stem, []))
+    assert any(name.endswith(".md") for name in written), written
+    if script.stem == "bench_dompc":  # the vimpc half of the comparison, without do-mpc
+        assert _rows(out / "dompc.md") == {"vimpc": 3, "do-mpc": 0}
+
+
+@pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
+def test_bench_dompc_quick_with_dompc(tmp_path, monkeypatch):
+    pytest.importorskip(
+        "do_mpc", reason='do-mpc is the optional extra .[bench] (pip install "do-mpc>=5.0")'
+    )
+    _run_quick(FOLDERS[0] / "bench_dompc.py", tmp_path, monkeypatch, [])
+    # do-mpc: two rows in the table and two in the ratios
+    assert _rows(tmp_path / "dompc.md") == {"vimpc": 3, "do-mpc": 2 * 2}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
+def test_bench_lsi_quick_compiled(tmp_path, monkeypatch):
+    """The opt-in rows of the step compiled to C (a C compile of several seconds)."""
+    _run_quick(FOLDERS[0] / "bench_lsi.py", tmp_path, monkeypatch, ["--compiled"])
+    assert "step compiled" in (tmp_path / "lsi.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--quick"], "--quick needs --out DIR"),
+        (["--quick", "--out", str(RESULTS / "scenarios")], "must be outside results"),
+    ],
+)
+def test_quick_writes_only_outside_results(argv, message, monkeypatch, capsys):
+    module = _module(FOLDERS[1] / "structure_preservation.py", monkeypatch)
+    before = _results()
+    with pytest.raises(SystemExit) as stop:
+        module.main(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+    assert _results() == before
+
+
+def test_quick_keeps_explicit_arguments(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(FOLDERS[1]))
+    from _quick import add_options, parse
+
+    def parser():
+        p = argparse.ArgumentParser()
+        p.add_argument("--steps", type=int, default=1000)
+        add_options(p, RESULTS / "x")
+        return p
+
+    quick = {"steps": 5}
+    assert parse(parser(), ["--quick", "--out", str(tmp_path)], RESULTS, quick).steps == 5
+    argv = ["--quick", "--out", str(tmp_path), "--steps", "7"]
+    assert parse(parser(), argv, RESULTS, quick).steps == 7
+    full = parse(parser(), [], RESULTS / "x", quick)
+    assert (full.steps, full.out, full.quick) == (1000, RESULTS / "x", False)
