@@ -127,7 +127,8 @@ def train(
 
     Raises:
         InputError: a bad setting, before any step.
-        SolverError: the training or validation loss became NaN or inf.
+        SolverError: the training or validation loss became NaN or inf (the parameters
+            are left as they were when it happened).
     """
     import torch
     from tqdm.auto import tqdm
@@ -219,66 +220,68 @@ def train(
     stopped, message = "epochs", f"ran all {epochs} epochs"
     start = time.perf_counter()
     bar = tqdm(range(1, epochs + 1), desc=f"train ({optimizer})", disable=not progress)
-    for epoch in bar:
-        if optimizer == "lbfgs":
+    try:
+        for epoch in bar:
+            if optimizer == "lbfgs":
 
-            def closure():
-                opt.zero_grad()
-                loss = scalar(loss_fn())
-                loss.backward()
-                return loss
+                def closure():
+                    opt.zero_grad()
+                    loss = scalar(loss_fn())
+                    loss.backward()
+                    return loss
 
-            opt.step(closure)
-            with torch.no_grad():
-                losses.append(checked(scalar(loss_fn()), "training", epoch))
-        else:
-            if batch_size is None:
-                batches = [None]
+                opt.step(closure)
+                with torch.no_grad():
+                    losses.append(checked(scalar(loss_fn()), "training", epoch))
             else:
-                batches = torch.randperm(n_samples, generator=generator).split(batch_size)
-            total = 0.0
-            for idx in batches:
-                opt.zero_grad()
-                loss = scalar(loss_fn() if idx is None else loss_fn(idx))
-                total += checked(loss, "training", epoch)
-                loss.backward()
-                opt.step()
-            losses.append(total / len(batches))
-        if scheduler is not None:
-            scheduler.step()
-        postfix = {"loss": f"{losses[-1]:.3e}"}
-        if validation is not None:
-            with torch.no_grad():
-                vals.append(checked(validation(), "validation", epoch))
-            postfix["val"] = f"{vals[-1]:.3e}"
-            if vals[-1] < best - min_delta:
-                best, best_epoch = vals[-1], epoch
-                best_state = [p.detach().clone() for p in params]
-        bar.set_postfix(postfix)
-        if tol is not None and epoch > 1:
-            change = abs(losses[-1] - losses[-2])
-            if change <= tol * max(1.0, abs(losses[-1])):
-                stopped = "converged"
+                if batch_size is None:
+                    batches = [None]
+                else:
+                    batches = torch.randperm(n_samples, generator=generator).split(batch_size)
+                total = 0.0
+                for idx in batches:
+                    opt.zero_grad()
+                    loss = scalar(loss_fn() if idx is None else loss_fn(idx))
+                    total += checked(loss, "training", epoch)
+                    loss.backward()
+                    opt.step()
+                losses.append(total / len(batches))
+            if scheduler is not None:
+                scheduler.step()
+            postfix = {"loss": f"{losses[-1]:.3e}"}
+            if validation is not None:
+                with torch.no_grad():
+                    vals.append(checked(validation(), "validation", epoch))
+                postfix["val"] = f"{vals[-1]:.3e}"
+                if vals[-1] < best - min_delta:
+                    best, best_epoch = vals[-1], epoch
+                    best_state = [p.detach().clone() for p in params]
+            bar.set_postfix(postfix)
+            if tol is not None and epoch > 1:
+                change = abs(losses[-1] - losses[-2])
+                if change <= tol * max(1.0, abs(losses[-1])):
+                    stopped = "converged"
+                    message = (
+                        f"converged at epoch {epoch}: the loss changed by {change:.3g} (tol {tol})"
+                    )
+                    break
+            if patience is not None and epoch - best_epoch >= patience:
+                stopped = "patience"
                 message = (
-                    f"converged at epoch {epoch}: the loss changed by {change:.3g} (tol {tol})"
+                    f"stopped at epoch {epoch}: no validation improvement above min_delta="
+                    f"{min_delta} for {patience} epochs (best {best:.6g} at epoch {best_epoch})"
                 )
                 break
-        if patience is not None and epoch - best_epoch >= patience:
-            stopped = "patience"
-            message = (
-                f"stopped at epoch {epoch}: no validation improvement above min_delta="
-                f"{min_delta} for {patience} epochs (best {best:.6g} at epoch {best_epoch})"
-            )
-            break
-        elapsed = time.perf_counter() - start
-        if time_budget_s is not None and elapsed >= time_budget_s and epoch < epochs:
-            stopped = "budget"
-            message = (
-                f"stopped at epoch {epoch} of {epochs}: the time budget of {time_budget_s} s "
-                f"was used up ({elapsed:.3g} s)"
-            )
-            break
-    bar.close()
+            elapsed = time.perf_counter() - start
+            if time_budget_s is not None and elapsed >= time_budget_s and epoch < epochs:
+                stopped = "budget"
+                message = (
+                    f"stopped at epoch {epoch} of {epochs}: the time budget of {time_budget_s} s "
+                    f"was used up ({elapsed:.3g} s)"
+                )
+                break
+    finally:
+        bar.close()
     if best_state is not None and best_epoch != len(losses):
         with torch.no_grad():
             for p, saved in zip(params, best_state, strict=True):
