@@ -22,7 +22,7 @@ SX    30 ms   0.21 ms   370 ms                  1.7 ms
 MX    3.5 ms  0.07 ms   1.5 ms                  0.44 ms
 ====  ======  ========  ======================  =====================
 
-SX expands every product with a constant weight into scalar operations (~50k nodes
+SX expands every product with a constant weight into scalar operations (~105k
 here) that CasADi's virtual machine interprets one by one; MX keeps dense products.
 MX was as fast or faster at every size tried (2x32 up to 3x256), so SX is offered only
 for callers that need an SX function; an MX network called on SX symbols, or expanded
