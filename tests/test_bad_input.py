@@ -389,6 +389,28 @@ def test_the_functions_stay_casadi_functions(pendulum, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"dt": True}, "DiscreteModel.dt must be a positive finite float, got True"),
+        ({"nx": True}, "DiscreteModel.nx must be a non-negative int, got True"),
+        ({"p_default": [np.nan]}, "DiscreteModel.p_default must have shape (0,)"),
+        ({"state_names": ("a",)}, "DiscreteModel.state_names must have 2 entries"),
+    ],
+)
+def test_a_record_with_wrong_fields_is_refused_by_name(pendulum, change, message):
+    import dataclasses
+
+    with pytest.raises(InputError) as err:
+        dataclasses.replace(pendulum, **change)
+    assert message in str(err.value)
+
+
+def test_overrides_must_be_a_list_of_strings():
+    with pytest.raises(ConfigError, match="overrides must be a list of 'key.sub=value' strings"):
+        scenario.load_scenario(PENDULUM, "episodes.count=2")
+
+
 # -- the controller's constructor ------------------------------------------------------------
 
 

@@ -157,12 +157,12 @@ def _expect(name: str, fn: ca.Function | None, ins: list[int], outs: list[int] |
     if not isinstance(fn, ca.Function):
         raise TypeError(f"DiscreteModel.{name} must be a casadi.Function, got {type(fn).__name__}")
     if fn.is_null():
-        raise ValueError(f"DiscreteModel.{name} is an empty casadi.Function")
+        raise InputError(f"DiscreteModel.{name} is an empty casadi.Function")
     got_in, got_out = _sizes(fn)
     if outs is None:
         outs = got_out[:1]
     if got_in != ins or got_out != outs:
-        raise ValueError(
+        raise InputError(
             f"DiscreteModel.{name} must map inputs of sizes {ins} to outputs of sizes {outs}, "
             f"got inputs {got_in} and outputs {got_out}"
         )
@@ -219,12 +219,14 @@ class DiscreteModel:
     info: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.dt, (int, float)) and self.dt > 0 and np.isfinite(self.dt)):
-            raise ValueError(f"DiscreteModel.dt must be a positive finite float, got {self.dt!r}")
+        if isinstance(self.dt, bool) or not (
+            isinstance(self.dt, (int, float)) and self.dt > 0 and np.isfinite(self.dt)
+        ):
+            raise InputError(f"DiscreteModel.dt must be a positive finite float, got {self.dt!r}")
         for name in ("nx", "nu", "np", "nobs"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"DiscreteModel.{name} must be a non-negative int, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise InputError(f"DiscreteModel.{name} must be a non-negative int, got {value!r}")
         nx, nu, npar = self.nx, self.nu, self.np
         _expect("step", self.step, [nx, nu, npar], [nx])
         _expect("residual", self.residual, [nx, nu, nx, npar], [nx])
@@ -235,18 +237,18 @@ class DiscreteModel:
         _expect("constraint", self.constraint, [nx], None)
         _expect("velocity_constraint", self.velocity_constraint, [nx], None)
         if (self.bound is None) != (self.delta is None):
-            raise ValueError(
+            raise InputError(
                 "DiscreteModel.bound and DiscreteModel.delta go together: give both or neither, "
                 f"got bound={'a function' if self.bound is not None else None} and "
                 f"delta={self.delta!r}"
             )
         if self.delta is not None:
             if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)):
-                raise ValueError(
+                raise InputError(
                     f"DiscreteModel.delta must be a number in (0, 1), got {self.delta!r}"
                 )
             if not 0.0 < float(self.delta) < 1.0:
-                raise ValueError(f"DiscreteModel.delta must be in (0, 1), got {self.delta!r}")
+                raise InputError(f"DiscreteModel.delta must be in (0, 1), got {self.delta!r}")
             object.__setattr__(self, "delta", float(self.delta))
         for name, size in (
             ("state_names", nx),
@@ -255,12 +257,14 @@ class DiscreteModel:
         ):
             names = getattr(self, name)
             if len(names) != size:
-                raise ValueError(f"DiscreteModel.{name} must have {size} entries, got {names!r}")
+                raise InputError(f"DiscreteModel.{name} must have {size} entries, got {names!r}")
         p_default = np.asarray(self.p_default, dtype=np.float64).reshape(-1)
         if p_default.shape != (npar,):
-            raise ValueError(
+            raise InputError(
                 f"DiscreteModel.p_default must have shape ({npar},), got {p_default.shape}"
             )
+        if not np.all(np.isfinite(p_default)):
+            raise InputError(f"DiscreteModel.p_default must be finite, got {p_default.tolist()}")
         object.__setattr__(self, "p_default", p_default)
         object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
         for name in FUNCTION_FIELDS:

@@ -64,6 +64,10 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
 
     Returns the resolved configuration: every key with its value, defaults filled in.
     """
+    if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(
+            f"overrides must be a list of 'key.sub=value' strings, got {overrides!r:.80}"
+        )
     path = Path(path)
     raw = read_toml(path)
     for item in overrides:
