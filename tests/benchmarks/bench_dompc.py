@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         cells = [f"{a} / {b} ({c} / {e})" for a, b, c, e in zip(*q.values(), strict=True)]
         ratio_lines.append(f"| {d['controller']} | " + " | ".join(cells) + " |")
     ratios = "\n".join(ratio_lines)
+    version = do_mpc.__version__ if do_mpc else "(not run: --without-dompc)"
     notes = f"""
 Cart-pole swing-up of `scenarios/cartpole_swingup.toml` ({steps} steps, seeds {args.seeds}, solve
 times pooled, episodes interleaved, a fresh controller per episode; "setup" = building it).
@@ -256,7 +257,7 @@ with the rootfinder as an embedded call); vimpc's "implicit" rows put the same i
 **Problem, both sides:** stage cost e^T Q e + u^T R u (Q = diag(10, 20, 0.1, 0.1), R = 0.01),
 terminal e^T Q_N e (Q_N = diag(50, 100, 5, 5)), pole-angle error 2 sin(e/2); |u| <= 30 N;
 |s| <= 0.9 m on x_1..x_N (do-mpc: a hard bound; vimpc: the scenario's exact penalty, weight 1e4); N = 20, dt = 0.05 s.
-**Solvers:** do-mpc {do_mpc.__version__ if do_mpc else "(not run: --without-dompc)"} always uses IPOPT (MUMPS). "IPOPT defaults": do-mpc's
+**Solvers:** do-mpc {version} always uses IPOPT (MUMPS). "IPOPT defaults": do-mpc's
 settings (IPOPT's tol 1e-8 and max_iter 3000; warm start from the unshifted previous solution
 and multipliers). "vimpc's IPOPT options": those of vimpc's `ipopt` preset, read from
 `vimpc.mpc.solvers.nlpsol_options` in this run: `{vimpc_ipopt["ipopt"]}`. vimpc warm-starts from

@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> None:
         ("max_ms", "max [ms]", ".0f"),
         ("target", "all within 1 s", "s"),
     ]
+    delays = f"{args.delay[0]:g} to {args.delay[1]:g}"
     notes = f"""
 One SIGINT per run of `vimpc run scenarios/cartpole_swingup.toml --set episodes.count=200`,
-sent {args.delay[0]:g} to {args.delay[1]:g} s (uniform, seed {args.seed}) after the run printed its first line. The time
+sent {delays} s (uniform, seed {args.seed}) after the run printed its first line. The time
 runs from the signal to the process's exit, including removing the staging folder and
 the interpreter's shutdown.
 """

@@ -486,7 +486,8 @@ def main(argv: list[str] | None = None) -> None:
     free = [x for x in ratios if x["prior"] == "zero" and x["samples"] == plan.target]
     if free:
         reading += (
-            f" Without a prior, median MSE at {plan.target} and {plan.sizes[-1]} samples against the "
+            f" Without a prior, median MSE at {plan.target} and {plan.sizes[-1]} samples against "
+            "the "
             "nominal midpoint VI: "
             + "; ".join(
                 f"{x['system']} {x['coordinates']} {_median(rows, x, plan.target):.2g} and "

@@ -783,7 +783,8 @@ A), the size of the error that decides the sign of that margin.
         "![learned potential (Fig. 9)](henon_heiles_potential.png)"
     )
     write_table(
-        args.out, "henon_heiles", "LSI reproduction: Hénon–Heiles (sec. 3.2)", command, intro, rows,
+        args.out, "henon_heiles", "LSI reproduction: Hénon–Heiles (sec. 3.2)", command, intro,
+        rows,
         after=after,
     )  # fmt: skip
     return [
