@@ -13,7 +13,8 @@ process's exit. A run counts as stopped when it exits with code 130 and leaves n
 ``.partial`` folder and no ``metrics.json``. Issue target: within a second, always.
 
 ``--quick --out DIR``: a smoke test into ``DIR``: one interrupt of the first solver's run,
-1.5 s after its first line (``--delay 1.5 1.5``), no workers row.
+1.5 s after its first line (``--delay 1.5 1.5``: a signal during the run's set-up, before
+its first episode, is not acted on), waiting at most 15 s for the exit, no workers row.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ CONFIGS = {
 TARGET_S = 1.0
 
 
-def _once(out: Path, sets: list[str], workers: int, delay: float, env: dict) -> dict:
+def _once(
+    out: Path, sets: list[str], workers: int, delay: float, env: dict, timeout: float = 60.0
+) -> dict:
     cmd = [sys.executable, "-m", "vimpc.cli", "run", str(CARTPOLE), "--out", str(out)]
     cmd += ["--quiet", "--no-plots", "--workers", str(workers), "--set", "episodes.count=200"]
     for item in sets:
@@ -64,7 +67,7 @@ def _once(out: Path, sets: list[str], workers: int, delay: float, env: dict) -> 
     sent = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     try:
-        code = proc.wait(timeout=60)
+        code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -89,8 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         metavar=("LOW", "HIGH"),
         help="seconds from the run's first line to the signal, drawn uniformly",
     )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the exit (then: inf)"
+    )
     add_options(parser, OUT)
-    args = parse(parser, argv, OUT, quick={"repeats": 1, "delay": [1.5, 1.5]})
+    args = parse(parser, argv, OUT, quick={"repeats": 1, "delay": [1.5, 1.5], "timeout": 15.0})
     rng = np.random.default_rng(args.seed)
     cases = [(name, sets, 1) for name, sets in CONFIGS.items()]
     cases.append(("sqpmethod, --workers 2", CONFIGS["sqpmethod"], 2))
@@ -103,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             got = []
             for r in range(args.repeats):
                 delay = float(rng.uniform(*args.delay))
-                got.append(_once(Path(tmp) / f"{len(rows)}_{r}", sets, workers, delay, env))
+                folder = Path(tmp) / f"{len(rows)}_{r}"
+                got.append(_once(folder, sets, workers, delay, env, args.timeout))
                 print(
                     f"{label}: {r + 1}/{args.repeats} delay {delay:.2f} s -> "
                     f"{got[-1]['latency'] * 1e3:.0f} ms, stopped {got[-1]['stopped']}",
