@@ -31,6 +31,10 @@ SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
 SHORT = ["episodes.count=1", "episodes.steps=3"]
 
 
+_OBS = ca.SX.sym("obs", 2)
+_WALL = ca.Function("wall", [_OBS], [_OBS[0] - 1.0])
+
+
 @pytest.fixture(scope="module")
 def pendulum() -> DiscreteModel:
     return NominalModel(Pendulum(), 0.05).discrete_model()
@@ -224,6 +228,16 @@ def test_a_control_step_too_long_for_the_env_is_refused(tmp_path, capsys):
         ["env.dt=1e9"],
         "env.dt = 1000000000.0 s is 1e+13 substeps of the env's ground truth (0.0001 s each), "
         "above the limit of 100000",
+        tmp_path,
+        capsys,
+    )
+
+
+def test_sqp_settings_with_another_solver_are_refused(tmp_path, capsys):
+    _refused(
+        PENDULUM,
+        ["controller.solver='ipopt'", "controller.hessian='exact'"],
+        "controller.hessian = 'exact' applies only to controller.solver = 'sqpmethod' or 'rti'",
         tmp_path,
         capsys,
     )
@@ -456,6 +470,32 @@ def test_overrides_must_be_a_list_of_strings():
         (
             lambda m, c: MPC(m, 10, c, Constraints(u_min=[-1.0], u_max=[1.0]), safe_input=[5.0]),
             "safe_input[0] = 5.0 is outside the input bounds [-1.0, 1.0]",
+        ),
+        (
+            lambda m, c: MPC(m, 10, c, Constraints(path=PathConstraint("wall", _WALL))),
+            "constraints.path must be a list of PathConstraint",
+        ),
+        (
+            lambda m, c: MPC(m, 10, c, Constraints(path=[PathConstraint(3, _WALL)])),
+            "path constraint names must be non-empty strings, got 3",
+        ),
+        (
+            lambda m, c: MPC(m, 10, Cost(Q=[1.0, 1.0], R=[0.1], reference=lambda t: 1 / 0)),
+            "cost.reference(0.0) raised ZeroDivisionError: division by zero",
+        ),
+        (
+            lambda m, c: MPC(m, 10, Cost(Q=[1.0, 1.0], R=[0.1], periodic=(True,))),
+            "cost.periodic entries must be observation indices in [0, 2), got True",
+        ),
+        (lambda m, c: MPC(m, 10, c, time_budget="1"), "time_budget must be a positive number"),
+        (
+            lambda m, c: MPC(m, 10, c, solver="ipopt", qpsol="osqp"),
+            "qpsol='osqp' applies only to solver='sqpmethod' or 'rti', and would be ignored "
+            "with solver='ipopt'",
+        ),
+        (
+            lambda m, c: MPC(m, 10, c, solver="fatrop", hessian="hessian"),
+            "hessian must be one of ['gauss-newton', 'exact'], got 'hessian'",
         ),
         (lambda m, c: MPC(m, 0, c), "horizon must be a positive integer, got 0"),
         (lambda m, c: MPC(m, 2.5, c), "horizon must be a positive integer, got 2.5"),

@@ -14,6 +14,8 @@ from vimpc.errors import InputError
 
 def positive(name: str, value: Any) -> float:
     """Return ``value`` as a float after checking it is finite and > 0."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise InputError(f"{name} must be a positive number, got {value!r}")
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -25,6 +27,8 @@ def positive(name: str, value: Any) -> float:
 
 def nonnegative(name: str, value: Any) -> float:
     """Return ``value`` as a float after checking it is finite and >= 0."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise InputError(f"{name} must be a non-negative number, got {value!r}")
     try:
         x = float(value)
     except (TypeError, ValueError):

@@ -18,7 +18,14 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, Cost, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
-from vimpc.mpc.solvers import SOLVERS, checked_options, nlpsol_options, option_error
+from vimpc.mpc.solvers import (
+    HESSIANS,
+    QP_SOLVERS,
+    SOLVERS,
+    checked_options,
+    nlpsol_options,
+    option_error,
+)
 from vimpc.mpc.transcription import TRANSCRIPTIONS, n_slacks, transcribe
 from vimpc.mpc.tube import tube_function
 
@@ -163,6 +170,20 @@ class MPC:
             None if time_budget is None else _checks.positive("time_budget", time_budget)
         )
         self.solver_name = _checks.one_of("solver", solver, SOLVERS)
+        _checks.one_of("qpsol", qpsol, QP_SOLVERS)
+        _checks.one_of("hessian", hessian, HESSIANS)
+        if solver not in ("sqpmethod", "rti"):
+            # they belong to the SQP presets: given with another solver they would do nothing
+            for name, value, default in (
+                ("qpsol", qpsol, "qrqp"),
+                ("hessian", hessian, "gauss-newton"),
+            ):
+                if value != default:
+                    raise InputError(
+                        f"{name}={value!r} applies only to solver='sqpmethod' or 'rti', and "
+                        f"would be ignored with solver={solver!r}; leave {name} at its "
+                        f"default {default!r} or choose an SQP solver"
+                    )
         given_options = checked_options(solver, solver_options)
         self.tightening = _checks.one_of("tightening", tightening, TIGHTENINGS)
         self.jit = _checks.one_of("jit", jit, JITS)

@@ -142,7 +142,7 @@ class Cost:
                 f"{self.periodic!r}"
             )
         for i in self.periodic:
-            if not (isinstance(i, (int, np.integer)) and 0 <= i < nobs):
+            if isinstance(i, bool) or not (isinstance(i, (int, np.integer)) and 0 <= i < nobs):
                 raise InputError(
                     f"cost.periodic entries must be observation indices in [0, {nobs}), got {i!r}"
                 )
@@ -152,7 +152,14 @@ class Cost:
                 )
         if callable(self.reference):
             reference = self.reference
-            _checks.finite_vector("cost.reference(0.0)", reference(0.0), nobs)
+            try:
+                probe = reference(0.0)
+            except Exception as exc:  # the user's function: say which call failed, and how
+                raise InputError(
+                    f"cost.reference(t) must return the observation to track at time t, but "
+                    f"cost.reference(0.0) raised {type(exc).__name__}: {exc}"
+                ) from exc
+            _checks.finite_vector("cost.reference(0.0)", probe, nobs)
         else:
             value = (
                 np.zeros(nobs)
@@ -337,11 +344,17 @@ class Constraints:
             raise InputError(
                 f"constraints.soft_bounds must be True or False, got {self.soft_bounds!r}"
             )
+        if isinstance(self.path, PathConstraint) or not isinstance(self.path, (list, tuple)):
+            raise InputError(
+                f"constraints.path must be a list of PathConstraint, got {self.path!r:.80}"
+            )
         for c in self.path:
             if not isinstance(c, PathConstraint):
                 raise InputError(
                     f"constraints.path entries must be PathConstraint, got {type(c).__name__}"
                 )
+            if not isinstance(c.name, str) or not c.name:
+                raise InputError(f"path constraint names must be non-empty strings, got {c.name!r}")
             if not isinstance(c.function, ca.Function) or c.function.n_in() != 1:
                 raise InputError(
                     f"path constraint {c.name!r}: function must be a casadi.Function of the "

@@ -240,6 +240,14 @@ def check(cfg: dict[str, Any]) -> None:
             "controller.tightening = 'none'"
         )
     _check_problem_size(cfg, env, model)
+    if ctrl["solver"] not in ("sqpmethod", "rti"):
+        for key, default in (("qpsol", "qrqp"), ("hessian", "gauss-newton")):
+            if ctrl[key] != default:
+                raise ConfigError(
+                    f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
+                    f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
+                    f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
+                )
     if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
         raise ConfigError(
             "controller.tube_lipschitz applies only with controller.tightening = 'tube'"
