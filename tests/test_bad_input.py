@@ -109,6 +109,12 @@ def test_constraints_that_exclude_every_value_are_refused(override, message, tmp
         ),
         (
             PENDULUM,
+            ["metrics.success_target=1e5"],
+            "metrics.success_target = 100000.0 (theta) is outside the range [-10000, 10000] "
+            "every observation of vimpc/Pendulum-v0 stays in, so no episode can succeed",
+        ),
+        (
+            PENDULUM,
             ["controller.cost.periodic=[0, 'theta']"],
             "controller.cost.periodic[1] = 'theta' (entry 0) is listed twice",
         ),
@@ -289,6 +295,14 @@ def test_a_billion_training_trajectories_are_checked_in_no_time():
 
 
 # -- model files -----------------------------------------------------------------------------
+
+
+def test_overwrite_must_be_a_bool(pendulum, tmp_path):
+    path = vimpc.save_model(pendulum, tmp_path / "p.vimpc")
+    before = path.read_bytes()
+    with pytest.raises(InputError, match="overwrite must be True or False, got 'no'"):
+        vimpc.save_model(pendulum, path, overwrite="no")
+    assert path.read_bytes() == before
 
 
 def test_save_into_a_missing_folder_names_the_path_and_the_folder(pendulum, tmp_path):

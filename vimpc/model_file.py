@@ -79,6 +79,8 @@ def save(model: DiscreteModel, path: str | os.PathLike[str], *, overwrite: bool 
     """
     if not isinstance(model, DiscreteModel):
         raise TypeError(f"model must be a DiscreteModel, got {type(model).__name__}")
+    if not isinstance(overwrite, bool):
+        raise InputError(f"overwrite must be True or False, got {overwrite!r}")
     target = _model_path(path, "save the model to")
     if not overwrite and target.exists():
         raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")

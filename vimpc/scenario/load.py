@@ -224,7 +224,7 @@ def check(cfg: dict[str, Any]) -> None:
                 f"{where}.indices must be two different observation entries (the circle's "
                 f"plane), got {circle['indices']!r}"
             )
-    _check_metrics(cfg, entry)
+    _check_metrics(cfg, entry, env)
     model = ModelSpec(cfg, env)
     fields = model.fields
     if ctrl["transcription"] == "implicit" and "residual" not in fields:
@@ -437,7 +437,7 @@ def _check_input_bounds(cfg: dict[str, Any], env: EnvSpec) -> None:
                 )
 
 
-def _check_metrics(cfg: dict[str, Any], entry) -> None:
+def _check_metrics(cfg: dict[str, Any], entry, env: EnvSpec) -> None:
     """The success test's entries as indices, and its per-entry values sized to them."""
     metrics = cfg["metrics"]
     has_target = metrics["success_target"] is not None or metrics["success_against_reference"]
@@ -470,6 +470,19 @@ def _check_metrics(cfg: dict[str, Any], entry) -> None:
                 f"metrics.{key} must be one value for every entry or have {n} entries (one per "
                 f"entry of metrics.success_index = {given!r}), got {len(value)}: {value!r}"
             )
+    target = metrics["success_target"]
+    if target is not None:
+        indices = metrics["success_index"]
+        indices = indices if isinstance(indices, list) else [indices]
+        targets = target if isinstance(target, list) else [target] * len(indices)
+        for j, (i, value) in enumerate(zip(indices, targets, strict=True)):
+            if abs(value) > env.obs_limit[i]:
+                where = f"[{j}]" if isinstance(target, list) else ""
+                raise ConfigError(
+                    f"metrics.success_target{where} = {value} ({env.obs_names[i]}) is outside "
+                    f"the range [{-env.obs_limit[i]:g}, {env.obs_limit[i]:g}] every observation "
+                    f"of {cfg['env']['id']} stays in, so no episode can succeed"
+                )
 
 
 def _check_data_keys(cfg: dict[str, Any], env: EnvSpec) -> None:
