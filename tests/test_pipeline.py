@@ -295,3 +295,13 @@ def test_the_fit_report_counts_failed_predictions_and_stays_json(monkeypatch):
     assert out["one_step_rmse"] == pytest.approx([np.sqrt(0.05), np.sqrt(0.1)])
     json.dumps(out, allow_nan=False)
     assert "failed predictions (not in the RMSE): 1 one-step" in report.fit_table(out, ["a", "b"])
+
+
+def test_a_fit_cached_by_another_generation_of_the_code_is_not_reused(monkeypatch):
+    """The cache key follows FIT_GENERATION, so fits exported by older code (whose steps, for
+    example, returned unchecked Newton roots) are fitted again, not reused."""
+    cfg = scenario.load_scenario(SAFE, SMALL)
+    key = pipeline.cache_key(cfg)
+    assert pipeline.cache_key(cfg) == key  # deterministic
+    monkeypatch.setattr(pipeline, "FIT_GENERATION", pipeline.FIT_GENERATION - 1)
+    assert pipeline.cache_key(cfg) != key

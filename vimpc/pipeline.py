@@ -188,16 +188,29 @@ def check_cache_writable() -> Path:
     return folder
 
 
+#: The generation of the code that builds fitted models. It enters every cache key, so a fit
+#: cached by code that exported a different model is fitted again rather than reused; it
+#: moves whenever a change alters what a fit exports (2: implicit steps refuse failed and
+#: spurious Newton roots with NaN).
+FIT_GENERATION = 2
+
+
 def cache_key(cfg: dict[str, Any]) -> str:
     """Hash of everything a fit depends on: the env, the data settings (and the contents of
-    data files), the model settings and the vimpc version."""
+    data files), the model settings, the vimpc version and :data:`FIT_GENERATION`."""
     data = dict(cfg["data"])
     for key in ("path", "heldout_path"):
         if data[key] is not None:
             data[key + "_sha256"] = _file_digest(data[key])
             data[key] = None  # the same file elsewhere is the same data
     text = json.dumps(
-        {"vimpc": __version__, "env": cfg["env"], "data": data, "model": cfg["model"]},
+        {
+            "vimpc": __version__,
+            "generation": FIT_GENERATION,
+            "env": cfg["env"],
+            "data": data,
+            "model": cfg["model"],
+        },
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
