@@ -2,7 +2,8 @@
 test module).
 
 Each script in this folder is run by hand from the repository root and writes its results
-under ``results/<experiment>/`` with the command that made them.
+under ``results/<experiment>/`` with the command that made them. Each also takes ``--quick``
+and ``--out`` (``_quick.py``); ``tests/test_scripts_quick.py`` runs every script's quick mode.
 """
 
 from __future__ import annotations
