@@ -1,4 +1,4 @@
-"""Split conformal calibration (:mod:`vimpc.models.conformal`) on synthetic data.
+"""Split conformal calibration (:mod:`vimpc.models.calibration`) on synthetic data.
 
 The reference model steps ``x_next = a x + u`` (``a = 0.5``, the input added to every entry)
 and the "system" is the same map plus i.i.d. noise, so the one-step errors are exactly the
@@ -27,7 +27,7 @@ from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.models import calibrate
-from vimpc.models.conformal import ConformalBound, minimum_calibration_size, residual_scale
+from vimpc.models.calibration import Bound, minimum_calibration_size, residual_scale
 from vimpc.models.evaluation import bound_values, coverage, one_step_errors
 
 DT = 0.1
@@ -217,7 +217,7 @@ def test_bound_is_quantile_times_scale():
     model = tiny_model(with_bound=True)  # its own bound and delta are replaced
     scale = np.array([0.5, 4.0])
     cb = calibrate(model, one_step_data(rng, 99, [0.5, 4.0]), 0.2, scale=scale)
-    assert isinstance(cb, ConformalBound)
+    assert isinstance(cb, Bound) and cb.obtained == "conformal"
     bounded = cb.apply(model)
     assert bounded.delta == 0.2 and bounded.step is model.step
     X, U = rng.normal(size=(7, 2)), rng.normal(size=(7, 1))
@@ -251,7 +251,7 @@ def test_bound_is_quantile_times_spread():
 
     calibration, training = one_step_data(rng, 2000, sigma), one_step_data(rng, 2000, sigma)
     cb = calibrate(model, calibration, 0.1, spread=spread)
-    assert cb.scale is None and cb.spread is spread
+    assert cb.scale == "state-dependent spread"
     bounded = cb.apply(model)
     X, U = rng.normal(size=(5, 2)), rng.normal(size=(5, 1))
     expected = cb.quantile * (0.1 + np.abs(X))

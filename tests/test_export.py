@@ -348,10 +348,10 @@ def test_a_directory_is_not_a_model_file(cartpole, tmp_path):
 
 def test_bound_delta_energy_and_velocity_constraint_round_trip(tmp_path):
     from vimpc.mechanics import RollingDisk
-    from vimpc.models.conformal import ConformalBound
+    from vimpc.models.calibration import conformal_bound
 
     disk = NominalModel(RollingDisk(), DT).discrete_model()
-    bounded = ConformalBound(0.1, 2.0, 50, scale=np.arange(1.0, 9.0)).apply(disk)
+    bounded = conformal_bound(disk, 0.1, 2.0, 50, scale=np.arange(1.0, 9.0)).apply(disk)
     loaded = load(save(bounded, tmp_path / "disk.vimpc"))
     assert loaded.delta == 0.1 and loaded.info["bound"]["quantile"] == 2.0
     x = np.array([0.3, 0.4, 0.1, -0.2, 1.0, 0.5, 0.3 * np.cos(0.4), 0.3 * np.sin(0.4)])

@@ -20,7 +20,7 @@ from vimpc.errors import InputError
 from vimpc.integrators import FORMS, RULES, VariationalIntegrator, _newton
 from vimpc.mechanics import CartPole, FourBar, Pendulum
 from vimpc.models import NominalModel
-from vimpc.models.conformal import calibrate
+from vimpc.models.calibration import calibrate
 
 NAN = float("nan")
 
@@ -301,7 +301,7 @@ def test_failed_model_steps_and_nonfinite_plans_are_counted_in_the_metrics():
 def test_a_gp_vi_fit_refuses_transitions_where_its_prior_fails_by_name():
     # the prior's midpoint step from the cart-pole's spurious state is NaN: the targets of
     # the GPs would be NaN there, so the fit names the transition before any GP is fitted
-    from vimpc.models.gp_vi import GPVIModel
+    from vimpc.models.families.gp_vi import GPVIModel
 
     rng = np.random.default_rng(1)
     obs = rng.uniform(-0.2, 0.2, (6, 4, 4))

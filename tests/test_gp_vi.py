@@ -17,8 +17,8 @@ from vimpc.data import make_excitation, rollout_env
 from vimpc.errors import InputError
 from vimpc.mechanics import CartPole, FourBar, ParallelogramFourBar, RollingDisk
 from vimpc.models import NominalModel, family
-from vimpc.models.gp import Hyperparameters, Posterior, fit_hyperparameters, kernel
-from vimpc.models.gp_vi import GPVIModel
+from vimpc.models._gp import Hyperparameters, Posterior, fit_hyperparameters, kernel
+from vimpc.models.families.gp_vi import GPVIModel
 from vimpc.testing import DiscreteModelContract
 
 DT = 0.01
@@ -85,7 +85,7 @@ def test_the_posterior_in_numpy_and_casadi_agrees_with_gpytorch():
 def test_screening_the_starts_on_a_subset_reaches_the_full_optimum(monkeypatch):
     # 320 samples > SCREEN_SAMPLES: three starts run on 256 of them and only the best is
     # optimised on all; running every start on all 320 must not find a better optimum
-    from vimpc.models import gp
+    from vimpc.models import _gp as gp
 
     Z, y = _samples(320, seed=3)
     screened = fit_hyperparameters(Z, y, restarts=3, iterations=150, seed=0)
@@ -377,7 +377,7 @@ def test_the_uniform_error_bound_holds_for_functions_drawn_from_the_gp():
     # Lederer et al.'s bound is about functions that are samples of the GP: draw 200 of
     # them on a fine grid, condition on 12 noisy observations each, and count the draws
     # whose error leaves sqrt(beta) std + gamma anywhere on the grid (promised <= delta).
-    from vimpc.models.gp import uniform_error_bound
+    from vimpc.models._gp import uniform_error_bound
 
     hp = Hyperparameters(np.array([0.4]), 1.0, 1e-4, 0.0)
     grid = np.linspace(0.0, 3.0, 601)[:, None]

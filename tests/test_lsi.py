@@ -21,10 +21,11 @@ from vimpc.data.dataset import Dataset
 from vimpc.errors import FitWarning, InputError
 from vimpc.integrators import discrete_lagrangian
 from vimpc.mechanics import DoublePendulum, FourBar, Pendulum
-from vimpc.models import NominalModel, bea
+from vimpc.models import NominalModel
+from vimpc.models import _bea as bea
+from vimpc.models._kernel_lagrangian import KernelBasis, KernelLagrangian
 from vimpc.models.evaluation import one_step_errors
-from vimpc.models.kernel_lagrangian import KernelBasis, KernelLagrangian
-from vimpc.models.lsi import LSIModel, del_rows
+from vimpc.models.families.lsi import LSIModel, del_rows
 from vimpc.testing import DiscreteModelContract
 
 sys.path.insert(0, str(Path(__file__).parent / "experiments"))
@@ -469,7 +470,7 @@ def test_systems_lsi_cannot_learn_are_refused():
 def test_the_energy_gradient_is_the_derivative_of_the_energy(order):
     # LagrangianDynamics.hamiltonian_gradient (AD) against central differences of
     # hamiltonian, on a small kernel Lagrangian of two coordinates whose weights do not cancel
-    from vimpc.models.kernel_lagrangian import LagrangianDynamics
+    from vimpc.models._kernel_lagrangian import LagrangianDynamics
 
     rng = np.random.default_rng(1)
     centres = rng.uniform(-1, 1, (6, 4))

@@ -9,17 +9,17 @@ import warnings
 import casadi as ca
 import numpy as np
 import pytest
-from test_lsi import PENDULUM, _quiet_fit, dataset, pendulum_energy_gradient
-
-from vimpc.errors import FitWarning, InputError, NotFittedError
-from vimpc.mechanics import HenonHeiles, Pendulum
-from vimpc.models.kernel_lagrangian import KernelBasis, KernelLagrangian
-from vimpc.models.lsi_baselines import (
+from experiments._lsi_baselines import (
     FlowMapGP,
     LagrangianGP,
     central_differences,
     euler_lagrange_rows,
 )
+from test_lsi import PENDULUM, _quiet_fit, dataset, pendulum_energy_gradient
+
+from vimpc.errors import FitWarning, InputError, NotFittedError
+from vimpc.mechanics import HenonHeiles, Pendulum
+from vimpc.models._kernel_lagrangian import KernelBasis, KernelLagrangian
 
 
 def _exact_pendulum_points(n=120):

@@ -362,7 +362,7 @@ def test_registry():
 
 
 def test_registry_refuses_a_misregistered_family(monkeypatch):
-    monkeypatch.setitem(FAMILIES, "gp", "vimpc.models.nominal:NominalModel")
+    monkeypatch.setitem(FAMILIES, "gp", "vimpc.models.families.nominal:NominalModel")
     with pytest.raises(TypeError, match="is not the ModelFamily named 'gp'"):
         family("gp")
 

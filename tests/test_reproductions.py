@@ -18,7 +18,7 @@ from vimpc.data.dataset import Dataset
 from vimpc.integrators import ExplicitIntegrator, VariationalIntegrator
 from vimpc.mechanics import DoublePendulum, ParallelogramFourBar, Pendulum
 from vimpc.models import NominalModel, evaluation
-from vimpc.models.gp_vi import GPVIModel
+from vimpc.models.families.gp_vi import GPVIModel
 
 ROOT = Path(__file__).parents[1]
 SAFE = ROOT / "scenarios" / "cartpole_safe.toml"
@@ -262,7 +262,7 @@ def test_lsi_recovers_the_pendulum_level_sets_and_bea_is_what_does_it():
     from scipy.stats import qmc
 
     from vimpc.errors import FitWarning
-    from vimpc.models.lsi import LSIModel
+    from vimpc.models.families.lsi import LSIModel
 
     sys.path.insert(0, str(ROOT / "tests" / "experiments"))
     from _lsi_systems import PENDULUM, dataset, level_set_mismatch, pendulum_energy_gradient

@@ -16,7 +16,7 @@ from vimpc.errors import VimpcError as VimpcError
 from vimpc.model_file import load as load_model
 from vimpc.model_file import save as save_model
 from vimpc.models.base import ModelFamily as ModelFamily
-from vimpc.models.nominal import NominalModel as NominalModel
+from vimpc.models.families.nominal import NominalModel as NominalModel
 
 __version__ = "0.1.0"
 

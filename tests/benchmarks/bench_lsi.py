@@ -47,7 +47,7 @@ from tqdm import tqdm
 
 from vimpc.errors import FitWarning
 from vimpc.models import NominalModel
-from vimpc.models.lsi import LSIModel
+from vimpc.models.families.lsi import LSIModel
 
 sys.path.insert(0, str(ROOT / "tests" / "experiments"))
 from _lsi_systems import (  # noqa: E402

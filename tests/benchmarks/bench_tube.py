@@ -31,7 +31,7 @@ import numpy as np
 from _common import OUT, ROOT, TimedController, add_options, met, ms_stats, parse, write_results
 
 from vimpc.closedloop import episode_metrics, run_episode
-from vimpc.models.conformal import ConformalBound
+from vimpc.models.calibration import conformal_bound
 from vimpc.pipeline import build_controller, build_env, build_model, success_test
 from vimpc.scenario import load_scenario
 
@@ -49,7 +49,8 @@ QUICK_SETS = [
 
 def _scaled(model, factor: float):
     info = dict(model.info["bound"])
-    bound = ConformalBound(
+    bound = conformal_bound(
+        model,
         info["delta"],
         info["quantile"] * factor,
         info["n_calibration"],

@@ -48,7 +48,7 @@ from vimpc.integrators import ExplicitIntegrator, VariationalIntegrator
 from vimpc.integrators._newton import ABSTOL, STEP_TOL
 from vimpc.integrators._newton import solve as newton_solve
 from vimpc.mechanics import DoublePendulum
-from vimpc.models.gp_vi import _REGULARISATION, GPVIModel
+from vimpc.models.families.gp_vi import _REGULARISATION, GPVIModel
 
 OUT = Path(__file__).parents[2] / "results" / "gp_vi"
 COMMAND = "python tests/experiments/gp_vi_constraints.py"

@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 from vimpc.data.dataset import Dataset
 from vimpc.integrators import ExplicitIntegrator, VariationalIntegrator
 from vimpc.mechanics import Pendulum
-from vimpc.models.gp_vi import GPVIModel
+from vimpc.models.families.gp_vi import GPVIModel
 
 OUT = Path(__file__).parents[2] / "results" / "gp_vi"
 COMMAND = "python tests/experiments/gp_vi_energy.py"

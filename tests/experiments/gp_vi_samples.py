@@ -151,7 +151,7 @@ def fit_gp(
     """The fitted model and ``(fit seconds, status)``: ``ok``, ``retried`` (every start
     failed, then the fit with 3 starts worked) or ``failed``. ``coordinates`` is
     GPVIModel's (``nominal`` is in maximal coordinates for the maximal curves)."""
-    from vimpc.models.gp_vi import GPVIModel
+    from vimpc.models.families.gp_vi import GPVIModel
 
     start = time.perf_counter()
     status = "ok"
@@ -163,7 +163,7 @@ def fit_gp(
         try:
             model = family.fit(train).discrete_model()
             return model, time.perf_counter() - start, status
-        except InputError:  # every start's Cholesky failed (vimpc.models.gp), or the
+        except InputError:  # every start's Cholesky failed (vimpc.models._gp), or the
             # projection onto the constraints did not converge from a training state
             if attempt >= FALLBACK_RESTARTS:
                 break

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from vimpc.data.sampling import halton
 from vimpc.errors import FitWarning
-from vimpc.models.lsi import LSIModel
+from vimpc.models.families.lsi import LSIModel
 
 OUT = Path(__file__).parents[2] / "results" / "lsi"
 

@@ -45,6 +45,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _lsi_baselines import FlowMapGP, LagrangianGP
 from _lsi_systems import (
     HENON_HEILES,
     PENDULUM,
@@ -65,8 +66,7 @@ from scipy.stats import qmc
 from vimpc.data.dataset import Dataset
 from vimpc.data.sampling import halton
 from vimpc.errors import FitWarning
-from vimpc.models.lsi import LSIModel
-from vimpc.models.lsi_baselines import FlowMapGP, LagrangianGP
+from vimpc.models.families.lsi import LSIModel
 
 OUT = Path(__file__).parents[2] / "results" / "lsi"
 SCRIPT = "python tests/experiments/lsi_reproduction.py"

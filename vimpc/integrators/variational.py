@@ -40,7 +40,7 @@ returns a pair ``(f-, f+)`` added to the rule's discrete forces, e.g. a learned 
 model. ``legendre(q, v, theta)``, where given, replaces the Lagrangian in the momentum
 map ``p = dL/dv`` of the position-momentum form only: shadow integration drives the
 discrete equations with a learned inverse modified Lagrangian and maps velocities to
-momenta with the Lagrangian recovered from it (:mod:`vimpc.models.lsi`). Every function
+momenta with the Lagrangian recovered from it (:mod:`vimpc.models.families.lsi`). Every function
 takes ``theta`` as its last input.
 """
 

@@ -1,17 +1,39 @@
-"""Model families: each fits data and exports a :class:`vimpc.dynamics.DiscreteModel`."""
+"""Model families: each fits data and exports a :class:`vimpc.dynamics.DiscreteModel`.
 
+The layout: :mod:`~vimpc.models.base` (the abstract :class:`ModelFamily`),
+:mod:`~vimpc.models.registry` (families by name), :mod:`~vimpc.models.families` (the
+registered families, one module each), :mod:`~vimpc.models.calibration` (the one
+:class:`Bound` type and split conformal calibration), :mod:`~vimpc.models.evaluation` (a
+model against data); the shared maths in private modules (``_gp``, ``_kernel_lagrangian``,
+``_bea``, ``_features``, ``_integrated``, ``_torch_casadi``, ``_training``).
+
+``GPVIModel`` and ``LSIModel`` are imported on first use (see :mod:`vimpc.models.families`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vimpc.models._integrated import integrator_model as integrator_model
 from vimpc.models.base import BOUND_SETTINGS as BOUND_SETTINGS
 from vimpc.models.base import ModelFamily as ModelFamily
 from vimpc.models.base import SpreadFamily as SpreadFamily
-from vimpc.models.conformal import calibrate as calibrate
-from vimpc.models.integrated import integrator_model as integrator_model
-from vimpc.models.nominal import NominalModel as NominalModel
+from vimpc.models.calibration import Bound as Bound
+from vimpc.models.calibration import calibrate as calibrate
+from vimpc.models.families.nominal import NominalModel as NominalModel
 from vimpc.models.registry import FAMILIES as FAMILIES
 from vimpc.models.registry import family as family
+
+if TYPE_CHECKING:
+    from vimpc.models.families import GPVIModel as GPVIModel
+    from vimpc.models.families import LSIModel as LSIModel
 
 __all__ = [
     "BOUND_SETTINGS",
     "FAMILIES",
+    "Bound",
+    "GPVIModel",
+    "LSIModel",
     "ModelFamily",
     "NominalModel",
     "SpreadFamily",
@@ -19,3 +41,11 @@ __all__ = [
     "family",
     "integrator_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("GPVIModel", "LSIModel"):
+        from vimpc.models import families
+
+        return getattr(families, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

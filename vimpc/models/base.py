@@ -9,14 +9,16 @@ attributes ending in ``_``; ``discrete_model`` exports the result as a
 
 Every family also carries the calibration settings of :data:`BOUND_SETTINGS`: with
 ``bound = "conformal"``, ``fit`` calibrates a bound on held-out data by split conformal
-prediction (:mod:`vimpc.models.conformal`), and the exported model carries it with its
+prediction (:mod:`vimpc.models.calibration`), and the exported model carries it with its
 ``delta``. A family that derives a bound of its own (a GP's uniform error bound) names it
-in ``bound_methods`` and returns it from :meth:`ModelFamily._own_bound`.
+in ``bound_methods`` and returns it from :meth:`ModelFamily._own_bound`. Either way the
+fit's bound is one :class:`~vimpc.models.calibration.Bound` (``calibration_``), which
+:meth:`ModelFamily.discrete_model` puts into the exported model.
 
-A new family subclasses :class:`ModelFamily`, declares ``name`` and ``settings``,
-implements :meth:`~ModelFamily._fit`, :meth:`~ModelFamily._build` and
-:meth:`~ModelFamily._provides`, and is registered by one line in
-:mod:`vimpc.models.registry`.
+A new family is one module in :mod:`vimpc.models.families`: it subclasses
+:class:`ModelFamily`, declares ``name`` and ``settings``, implements
+:meth:`~ModelFamily._fit`, :meth:`~ModelFamily._build` and :meth:`~ModelFamily._provides`,
+and is registered by one line in :mod:`vimpc.models.registry`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar, Self
 
 import casadi as ca
@@ -35,7 +37,7 @@ from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError, NotFittedError
 from vimpc.mechanics.system import MechanicalSystem
-from vimpc.models import conformal
+from vimpc.models.calibration import Bound, calibrate, residual_scale
 from vimpc.models.evaluation import check_data
 
 #: Settings every family has: the calibrated bound.
@@ -118,7 +120,7 @@ class ModelFamily(abc.ABC):
         """Whether :meth:`fit` needs training data (families that learn: True)."""
         return True
 
-    def _own_bound(self) -> FixedBound:
+    def _own_bound(self) -> Bound:
         """The bound named by ``self.bound`` among :attr:`bound_methods`, from the fit."""
         # reached only by a family that names bound_methods without implementing them
         raise NotImplementedError(
@@ -227,7 +229,7 @@ class ModelFamily(abc.ABC):
                 f"errors: {call} needs training data"
             )
 
-    def _calibrate(self, data: Dataset | None, calibration: Dataset | None):
+    def _calibrate(self, data: Dataset | None, calibration: Dataset | None) -> Bound | None:
         """The bound the settings ask for, on the fitted model (None for "none")."""
         if self.bound in self.bound_methods:
             return self._own_bound()
@@ -237,17 +239,15 @@ class ModelFamily(abc.ABC):
         if self.conformal_scale == "spread":
             scale, spread = None, self._spread()
         else:
-            scale, spread = conformal.residual_scale(model, data), None
-        return conformal.calibrate(model, calibration, self.delta, scale=scale, spread=spread)
+            scale, spread = residual_scale(model, data), None
+        return calibrate(model, calibration, self.delta, scale=scale, spread=spread)
 
     def discrete_model(self) -> DiscreteModel:
         """The fitted model as a :class:`DiscreteModel` (with its bound, if calibrated)."""
         self._require_fitted("discrete_model()")
         model = self._build()
-        calibration = getattr(self, "calibration_", None)
-        if calibration is not None:
-            model = calibration.apply(model)
-        return model
+        bound = getattr(self, "calibration_", None)
+        return model if bound is None else bound.apply(model)
 
     # -- helpers --------------------------------------------------------------------------------
     def _require_fitted(self, call: str) -> None:
@@ -280,26 +280,6 @@ class ModelFamily(abc.ABC):
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
         return f"{type(self).__name__}({self.system!r}, dt={self.dt}, {settings})"
-
-
-@dataclass(frozen=True)
-class FixedBound:
-    """A bound a family derives from its fit (not calibrated on held-out data):
-    ``function (x, u, p) -> e`` with probability ``delta`` of an error outside it, and
-    what the file's ``info["bound"]`` records about it."""
-
-    delta: float
-    function: ca.Function
-    description: Mapping[str, Any]
-
-    def apply(self, model: DiscreteModel) -> DiscreteModel:
-        """``model`` with this bound and its ``delta``."""
-        return replace(
-            model,
-            bound=self.function,
-            delta=self.delta,
-            info={**model.info, "bound": dict(self.description)},
-        )
 
 
 class SpreadFamily(ModelFamily):

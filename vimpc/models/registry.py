@@ -15,9 +15,9 @@ from vimpc.models.base import ModelFamily
 
 #: name -> "module:Class"
 FAMILIES: dict[str, str] = {
-    "nominal": "vimpc.models.nominal:NominalModel",
-    "gp_vi": "vimpc.models.gp_vi:GPVIModel",
-    "lsi": "vimpc.models.lsi:LSIModel",
+    "nominal": "vimpc.models.families.nominal:NominalModel",
+    "gp_vi": "vimpc.models.families.gp_vi:GPVIModel",
+    "lsi": "vimpc.models.families.lsi:LSIModel",
 }
 
 

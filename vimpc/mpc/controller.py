@@ -191,7 +191,7 @@ class MPC:
             raise InputError(
                 "tightening='tube' needs the model's one-step error bound, but the model has "
                 "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
-                "vimpc.models.conformal) or use tightening='none'"
+                "vimpc.models.calibration) or use tightening='none'"
             )
         if tube_lipschitz is not None:
             tube_lipschitz = _checks.positive("tube_lipschitz", tube_lipschitz)

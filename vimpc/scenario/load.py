@@ -149,7 +149,7 @@ def _resolve_model(table: dict[str, Any]) -> dict[str, Any]:
 def check(cfg: dict[str, Any]) -> None:
     """Every check across keys, against the env's sizes and against the model, before any
     env is built or any data collected (raises :class:`ConfigError`)."""
-    from vimpc.models.conformal import minimum_calibration_size
+    from vimpc.models.calibration import minimum_calibration_size
 
     _check_name(cfg["scenario"]["name"])
     env = EnvSpec(cfg)

@@ -3,7 +3,7 @@ from position snapshots (Ober-Blöbaum & Offen).
 
 The variational integrator of a rule (midpoint or trapezoidal, step ``dt``) applied to the
 *inverse modified* Lagrangian ``L_invmod`` moves exactly along the true motion's snapshots.
-LSI learns ``L_invmod`` as a kernel expansion (:mod:`vimpc.models.kernel_lagrangian`)
+LSI learns ``L_invmod`` as a kernel expansion (:mod:`vimpc.models._kernel_lagrangian`)
 centred at the data pairs' midpoints ``((q_j + q_{j+1}) / 2, (q_{j+1} - q_j) / dt)``: the
 discrete Euler–Lagrange equations on every data triple, divided by ``dt``,
 
@@ -24,11 +24,11 @@ from zero, a small fitted mass, a momentum map the kernels cannot refit). The ma
 total derivative cannot satisfy; ``reversible = true`` learns a Lagrangian even in the
 velocities, with no gauge term in its span at all (``results/lsi/nontriviality.md``).
 
-The true Lagrangian is recovered by backward error analysis (:mod:`vimpc.models.bea`):
+The true Lagrangian is recovered by backward error analysis (:mod:`vimpc.models._bea`):
 ``L^[[2]]``, whose energy ``H^[[2]]`` the learned motions keep. An initial value problem
 from ``(q0, qdot0)`` starts from ``p0 = dL^[[2]]/dv (q0, qdot0)``, finds ``q1`` from the
 discrete momentum equation and then runs the discrete Euler–Lagrange equations
-(:meth:`~vimpc.models.kernel_lagrangian.LagrangianDynamics.positions`).
+(:meth:`~vimpc.models._kernel_lagrangian.LagrangianDynamics.positions`).
 
 The exported model has the state ``x = (q, v)``: the integrator's position-momentum form
 with the discrete equations of ``L_invmod`` and the momentum map ``p = dL^[[order]]/dv``
@@ -51,11 +51,11 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import FitWarning, InputError
 from vimpc.integrators import VariationalIntegrator, discrete_forces
 from vimpc.mechanics.system import MechanicalSystem
-from vimpc.models import bea
-from vimpc.models.base import ModelFamily
-from vimpc.models.gp import support_points
-from vimpc.models.integrated import integrator_model
-from vimpc.models.kernel_lagrangian import (
+from vimpc.models import _bea as bea
+from vimpc.models import _features
+from vimpc.models._gp import support_points
+from vimpc.models._integrated import integrator_model
+from vimpc.models._kernel_lagrangian import (
     NEWTON_LEVEL,
     Collocation,
     KernelBasis,
@@ -65,6 +65,7 @@ from vimpc.models.kernel_lagrangian import (
     embed,
     solve,
 )
+from vimpc.models.base import ModelFamily
 
 # A distilled momentum map off by more than this fraction of the momenta's RMS is warned of
 # (forced fits distil to ~5e-4; eq. 15's gauge-dominated momenta to 0.1-1).
@@ -241,7 +242,7 @@ class LSIModel(ModelFamily):
         "coordinates": Setting(
             str, "minimal",
             "kernel inputs: `(q, v)`, or with every angle as its sine and cosine (periodic)",
-            choices=("minimal", "sincos"),
+            choices=_features.COORDINATES,
         ),
         "order": Setting(
             int, 2,
@@ -273,9 +274,7 @@ class LSIModel(ModelFamily):
     def _basis(self, pairs: np.ndarray) -> KernelBasis:
         """The kernels centred at the pair midpoints ``pairs`` (thinned to ``centres``)."""
         n = self.system.nq
-        angles = ()
-        if self.coordinates == "sincos":
-            angles = tuple(i for i, u in enumerate(self.system.coordinate_units) if u == "rad")
+        angles = _features.angles(self.system, self.coordinates)
         embedded = embed(pairs, n, angles)
         d = embedded.shape[1]
         lengths = np.full(d, self.length)

@@ -18,12 +18,12 @@ features are numerically dependent and total derivatives ``d/dt xi(q)`` do not c
 motion. :class:`Collocation` reports the rank.
 
 :class:`KernelLagrangian` evaluates the result in numpy and as CasADi expressions;
-:mod:`vimpc.models.bea` recovers energies from it, and :class:`LagrangianDynamics` runs
+:mod:`vimpc.models._bea` recovers energies from it, and :class:`LagrangianDynamics` runs
 its variational integrator from ``(q0, qdot0)`` with momenta and energies of its modified
-Lagrangians. Shadow integration
-(:mod:`vimpc.models.lsi`) collocates the discrete Euler–Lagrange equations on position
-triples; the Lagrangian GP baseline collocates the continuous ones on finite-difference
-velocities and accelerations.
+Lagrangians. Shadow integration (:mod:`vimpc.models.families.lsi`) collocates the discrete
+Euler–Lagrange equations on position triples; the Lagrangian GP baseline of its paper
+(``tests/experiments/_lsi_baselines.py``) collocates the continuous ones on
+finite-difference velocities and accelerations.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ import numpy as np
 
 from vimpc.errors import FitWarning, InputError
 from vimpc.integrators import _newton, discrete_lagrangian
-from vimpc.models import bea
+from vimpc.models import _bea as bea
+from vimpc.models._features import sincos, sincos_gradient
 
 
 @dataclass(frozen=True)
@@ -101,18 +102,7 @@ class KernelBasis:
         k = self._features(X)
         inv2 = (self._inverse_lengths() ** 2)[None, :, None]
         G = -2.0 * inv2 * (self.embed(X)[:, :, None] - self.centres.T[None]) * k[:, None, :]
-        if not self.angles:
-            return G
-        out, col = [], 0  # the chain rule through (sin q_i, cos q_i)
-        for i in range(self.nq):
-            if i in self.angles:
-                q = X[:, i][:, None]
-                out.append(G[:, col] * np.cos(q) - G[:, col + 1] * np.sin(q))
-                col += 2
-            else:
-                out.append(G[:, col])
-                col += 1
-        return np.concatenate([np.stack(out, axis=1), G[:, col:]], axis=1)
+        return sincos_gradient(G, X[:, : self.nq], self.angles)
 
     def _flip(self, sign: float) -> np.ndarray:
         """``d (q, s v) / d (q, v)``'s diagonal."""
@@ -142,14 +132,12 @@ class KernelBasis:
 
     def casadi(self, q, v) -> ca.SX:
         """The ``M`` kernels at ``(q, v)`` as a CasADi column."""
-        parts = []
-        for i in range(self.nq):
-            parts += [ca.sin(q[i]), ca.cos(q[i])] if i in self.angles else [q[i]]
+        embedded = sincos(q, self.angles)
         inv = self._inverse_lengths()
         C = ca.DM(self.centres * inv)
         total = 0
         for s in self._signs():
-            z = ca.vertcat(*parts, s * v) * ca.DM(inv)
+            z = ca.vertcat(embedded, s * v) * ca.DM(inv)
             d = C - ca.repmat(z.T, self.size, 1)
             total += self.scale * ca.exp(-ca.sum2(d * d))
         return total
@@ -187,10 +175,7 @@ def embed(X: np.ndarray, nq: int, angles: tuple[int, ...] = ()) -> np.ndarray:
     X = np.atleast_2d(np.asarray(X, dtype=np.float64))
     if not angles:
         return X
-    parts = []
-    for i in range(nq):
-        parts += [np.sin(X[:, i]), np.cos(X[:, i])] if i in angles else [X[:, i]]
-    return np.column_stack([*parts, X[:, nq:]])
+    return np.column_stack([sincos(X[:, :nq], angles), X[:, nq:]])
 
 
 @dataclass(frozen=True)
@@ -319,7 +304,7 @@ NEWTON_LEVEL = 0.1
 # -- a learned Lagrangian in motion ----------------------------------------------------------
 class LagrangianDynamics:
     """The variational integrator (``rule``, step ``h``) of a kernel Lagrangian, with momenta
-    and energies of its modified Lagrangians (:mod:`vimpc.models.bea`).
+    and energies of its modified Lagrangians (:mod:`vimpc.models._bea`).
 
     Args:
         lagrangian: the Lagrangian of the discrete equations.
@@ -329,7 +314,7 @@ class LagrangianDynamics:
             momenta (2 for an inverse modified Lagrangian, 0 for a Lagrangian meant as the
             true one).
         points: rows ``(q, v)`` of the data, where the Lagrangian's regularity is taken as
-            the reference of :func:`vimpc.models.bea.degenerate`.
+            the reference of :func:`vimpc.models._bea.degenerate`.
     """
 
     def __init__(

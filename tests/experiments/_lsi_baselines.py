@@ -2,14 +2,14 @@
 learned from velocities and accelerations (LGP) and a GP of the flow map (GPFlow).
 
 :class:`LagrangianGP` (LGP) learns the *true* Lagrangian ``L(q, v) = sum_j alpha_j k_j(q, v)``
-(the kernels of :mod:`vimpc.models.kernel_lagrangian`, centred at the training points
+(the kernels of :mod:`vimpc.models._kernel_lagrangian`, centred at the training points
 ``(q, qdot)``) from the continuous Euler–Lagrange equations at those points,
 
     dL/dq - (d^2L/dv dq) qdot - (d^2L/dv^2) qddot = 0,
 
 one row per point and coordinate (the paper's printed eq. 19 has a sign and an index
 slip; this is the Euler–Lagrange equation itself), with the non-triviality and
-normalisation rows of :func:`~vimpc.models.kernel_lagrangian.solve`. From position
+normalisation rows of :func:`~vimpc.models._kernel_lagrangian.solve`. From position
 snapshots the velocities and accelerations are central differences, as the authors:
 ``qdot_k = (q_{k+1} - q_{k-1}) / 2h`` at the interior snapshots and ``qddot_k`` the central
 difference of those, ``(q_{k+2} - 2 q_k + q_{k-2}) / 4h^2``, so the first two and the last
@@ -40,15 +40,15 @@ from vimpc._settings import POSITIVE, SEED, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.errors import InputError, NotFittedError
 from vimpc.mechanics.system import MechanicalSystem
-from vimpc.models import bea
-from vimpc.models.evaluation import check_data
-from vimpc.models.kernel_lagrangian import (
+from vimpc.models import _bea as bea
+from vimpc.models._kernel_lagrangian import (
     KernelBasis,
     LagrangianDynamics,
     check_regularity,
     solve,
 )
-from vimpc.models.lsi import check_conservative, snapshots
+from vimpc.models.evaluation import check_data
+from vimpc.models.families.lsi import check_conservative, snapshots
 
 
 # -- shared checks ---------------------------------------------------------------------------
@@ -122,7 +122,7 @@ class LagrangianGP:
 
     Fitted attributes: ``points_`` (the ``(q, qdot)`` rows, also the kernel centres),
     ``accelerations_``, ``kernel_``, ``collocation_``, ``dynamics_`` (a
-    :class:`~vimpc.models.kernel_lagrangian.LagrangianDynamics` with ``momentum_order`` 0) and
+    :class:`~vimpc.models._kernel_lagrangian.LagrangianDynamics` with ``momentum_order`` 0) and
     ``fit_time_``.
     """
 
@@ -225,7 +225,7 @@ def _exact_posterior(Z: np.ndarray, y: np.ndarray, hp):
     signal variance, raised tenfold until the kernel matrix factorises."""
     import dataclasses
 
-    from vimpc.models import gp
+    from vimpc.models import _gp as gp
 
     noise = max(hp.noise_var, _NOISE_FLOOR * hp.signal_var)
     for _ in range(8):
@@ -244,7 +244,7 @@ class FlowMapGP:
     """GPFlow: one GP per state entry of the one-step increment ``x_{k+1} - x_k`` as a
     function of ``x_k = (q_k, qdot_k)``, the velocities central differences of the
     snapshots (module docstring); hyperparameters by maximum marginal likelihood
-    (:func:`vimpc.models.gp.fit_hyperparameters`), exact posterior means (the noise
+    (:func:`vimpc.models._gp.fit_hyperparameters`), exact posterior means (the noise
     variance floored at ``1e-10`` times the signal variance, as sklearn's default ``alpha``).
 
     Args:
@@ -253,7 +253,7 @@ class FlowMapGP:
         restarts, iterations, seed: see :attr:`settings`.
 
     Fitted attributes: ``inputs_``, ``targets_`` (the training pairs), ``posteriors_`` (one
-    :class:`~vimpc.models.gp.Posterior` per state entry) and ``fit_time_``.
+    :class:`~vimpc.models._gp.Posterior` per state entry) and ``fit_time_``.
     """
 
     settings = {
@@ -272,7 +272,7 @@ class FlowMapGP:
     def fit(self, data: Dataset) -> FlowMapGP:
         """Fit on the positions of unforced ``data`` (at least 4 snapshots per trajectory):
         the pairs ``(x_k, x_{k+1})`` of consecutive interior snapshots."""
-        from vimpc.models import gp
+        from vimpc.models import _gp as gp
 
         start = time.perf_counter()
         Q = _positions(self.system, self.dt, data, "flow-map GP", 4)

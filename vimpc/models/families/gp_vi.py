@@ -45,9 +45,11 @@ from vimpc.errors import InputError
 from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.integrators._newton import solve as newton_solve
 from vimpc.integrators._newton import state_scale
-from vimpc.models.base import FixedBound, SpreadFamily
-from vimpc.models.gp import Posterior, fit_hyperparameters, support_points, uniform_error_bound
-from vimpc.models.nominal import NominalModel
+from vimpc.models import _features
+from vimpc.models._gp import Posterior, fit_hyperparameters, support_points, uniform_error_bound
+from vimpc.models.base import SpreadFamily
+from vimpc.models.calibration import Bound
+from vimpc.models.families.nominal import NominalModel
 
 # added to G G^T in the projection, so redundant constraints keep it solvable
 _REGULARISATION = 1e-10
@@ -63,7 +65,7 @@ class GPVIModel(SpreadFamily):
         prior, coordinates, samples, support_points, restarts, iterations, seed, and the
             bound settings: see :attr:`settings`.
 
-    Fitted attributes: ``posteriors_`` (one :class:`~vimpc.models.gp.Posterior` per
+    Fitted attributes: ``posteriors_`` (one :class:`~vimpc.models._gp.Posterior` per
     velocity component), ``inputs_`` (the indices of ``(features, u)`` the GPs take),
     ``n_samples_``, ``domain_`` (the box of the training inputs, where the Theorem 1 bound
     holds), ``median_std_`` (each GP's median posterior standard deviation there),
@@ -88,7 +90,7 @@ class GPVIModel(SpreadFamily):
             str,
             "minimal",
             "GP inputs: `(q, v, u)`, or with every angle as its sine and cosine",
-            choices=("minimal", "sincos"),
+            choices=_features.COORDINATES,
         ),
         "samples": Setting(
             int, 512, "training pairs drawn from the data (0: all of them)", rule=NONNEGATIVE
@@ -128,23 +130,12 @@ class GPVIModel(SpreadFamily):
         self._prior = NominalModel(s, dt, integrator=integrator, form=form).discrete_model()
 
     # -- features -------------------------------------------------------------------------------
-    def _angles(self) -> list[int]:
-        if self.coordinates == "minimal":
-            return []
-        return [i for i, unit in enumerate(self.system.coordinate_units) if unit == "rad"]
-
-    def _features(self, q, v, u, lib):
-        """``(q or its sines and cosines, v, u)`` as a column (CasADi) or rows (numpy)."""
-        angles = set(self._angles())
-        if lib is np:
-            parts = []
-            for i in range(q.shape[1]):
-                parts += [np.sin(q[:, i]), np.cos(q[:, i])] if i in angles else [q[:, i]]
-            return np.column_stack([*parts, v, u])
-        parts = []
-        for i in range(q.shape[0]):
-            parts += [ca.sin(q[i]), ca.cos(q[i])] if i in angles else [q[i]]
-        return ca.vertcat(*parts, v, u)
+    def _embedded(self, q, v, u):
+        """``(q or its sines and cosines, v, u)``: a column of CasADi or rows of numpy."""
+        angles = _features.angles(self.system, self.coordinates)
+        if isinstance(q, np.ndarray):
+            return np.column_stack([_features.sincos(q, angles), v, u])
+        return ca.vertcat(_features.sincos(q, angles), v, u)
 
     def _prior_velocity(self, X: np.ndarray, U: np.ndarray) -> np.ndarray:
         nq = self.system.nq
@@ -174,7 +165,7 @@ class GPVIModel(SpreadFamily):
             X, U, Xn = X[pick], U[pick], Xn[pick]
         if len(X) < 2:
             raise InputError(f"gp_vi needs at least 2 training pairs, the data hold {len(X)}")
-        Z = self._features(X[:, :nq], X[:, nq:], U, np)
+        Z = self._embedded(X[:, :nq], X[:, nq:], U)
         keep = np.flatnonzero(np.ptp(Z, axis=0) > 0)
         if keep.size == 0:
             raise InputError("every GP input is constant in the training data")
@@ -234,7 +225,7 @@ class GPVIModel(SpreadFamily):
 
     def _gp_input(self, x, u):
         nq = self.system.nq
-        z = self._features(x[:nq], x[nq:], u, ca)
+        z = self._embedded(x[:nq], x[nq:], u)
         return ca.vertcat(*[z[int(i)] for i in self.inputs_])
 
     def _build_correction(self) -> ca.Function:
@@ -430,7 +421,7 @@ class GPVIModel(SpreadFamily):
             )
         return lipschitz
 
-    def _own_bound(self) -> FixedBound:
+    def _own_bound(self) -> Bound:
         """Theorem 1: each GP's uniform error bound on the box of its training inputs,
         ``delta / 2`` split evenly over the velocity components; through the projection
         (Lipschitz constant ``L``) every velocity's error is at most ``L |e|_2``, and the
@@ -460,9 +451,7 @@ class GPVIModel(SpreadFamily):
         e_q = self._position_factor() * self.dt * e + noise_quantile * ca.DM(self.position_rms_)
         e_v = e + noise_quantile * noise_v
         function = ca.Function("bound", [x, u, p], [ca.vertcat(e_q, e_v)], ["x", "u", "p"], ["e"])
-        description = {
-            "method": "GP uniform error bound (Lederer et al. 2019) through the projection",
-            "delta": self.delta,
+        figures = {
             "sqrt_beta": [float(np.sqrt(b.beta)) for b in bounds],
             "gamma": [b.gamma for b in bounds],
             "tau": [b.tau for b in bounds],
@@ -473,7 +462,8 @@ class GPVIModel(SpreadFamily):
             "domain_low": low.tolist(),
             "domain_high": high.tolist(),
         }
-        return FixedBound(self.delta, function, description)
+        method = "GP uniform error bound (Lederer et al. 2019) through the projection"
+        return Bound(function, self.delta, "theorem", method, figures)
 
     def _spread(self) -> ca.Function:
         """The posterior standard deviation of each next velocity (noise included); for a

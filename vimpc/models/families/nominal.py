@@ -13,8 +13,8 @@ from vimpc.integrators import (
     Integrator,
     VariationalIntegrator,
 )
+from vimpc.models._integrated import integrator_model
 from vimpc.models.base import ModelFamily
-from vimpc.models.integrated import integrator_model
 
 
 class NominalModel(ModelFamily):
