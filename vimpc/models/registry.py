@@ -18,6 +18,8 @@ FAMILIES: dict[str, str] = {
     "nominal": "vimpc.models.families.nominal:NominalModel",
     "gp_vi": "vimpc.models.families.gp_vi:GPVIModel",
     "lsi": "vimpc.models.families.lsi:LSIModel",
+    "dlnn": "vimpc.models.families.dlnn:DLNNModel",
+    "lnn": "vimpc.models.families.lnn:LNNModel",
 }
 
 

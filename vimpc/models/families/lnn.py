@@ -1,0 +1,199 @@
+"""Lagrangian neural networks (family ``"lnn"``): the continuous baseline of the discrete
+Lagrangian networks (Cranmer et al.; the LNN of Lishkova et al.'s comparison).
+
+A multilayer perceptron ``L(q, v)`` (the same settings as :mod:`~vimpc.models.families.dlnn`)
+is trained on finite differences of the positions: at every interior snapshot
+``v_k = (q_{k+1} - q_{k-1}) / 2h`` and ``a_k = (q_{k+1} - 2 q_k + q_{k-1}) / h^2`` (central
+differences, O(h^2)), by the mean squared Euler–Lagrange residual
+
+    r_k = d2L/dv2 a_k + d2L/(dv dq) v_k - dL/dq - B(q_k) u_k,
+
+with ``u_k`` the mean of the inputs held over the two steps around ``t_k``. The inputs fix
+the Lagrangian's scale; on unforced data the degeneracy term
+``degeneracy_weight * mean(1 - sigmoid(c det(d2L/dv2)))`` alone keeps ``L`` away from zero
+and the fit warns that the scale is not identified. Only positions are used.
+
+The exported model is the midpoint :class:`~vimpc.integrators.VariationalIntegrator` of the
+learned ``L`` (position-momentum form, state ``(q, v)``, momentum ``dL/dv``, energy
+``v . dL/dv - L``): unlike DLNN, it carries the midpoint rule's O(h^2) discretisation error
+on top of the learning error.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import casadi as ca
+import numpy as np
+
+from vimpc.data.dataset import Dataset
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import FitWarning, InputError
+from vimpc.integrators import VariationalIntegrator
+from vimpc.models import _network_lagrangian as nl
+from vimpc.models._integrated import integrator_model
+from vimpc.models.base import ModelFamily
+from vimpc.models.families.lsi import check_conservative, snapshots
+
+
+def finite_differences(Q: np.ndarray, U: np.ndarray, h: float):
+    """``(q, v, a, u)`` at every interior snapshot of ``Q`` ``(N, T + 1, n)``, flattened:
+    central differences and the mean of the two inputs around each snapshot."""
+    n, nu = Q.shape[2], U.shape[2]
+    q = Q[:, 1:-1].reshape(-1, n)
+    v = ((Q[:, 2:] - Q[:, :-2]) / (2 * h)).reshape(-1, n)
+    a = ((Q[:, 2:] - 2 * Q[:, 1:-1] + Q[:, :-2]) / h**2).reshape(-1, n)
+    u = (0.5 * (U[:, :-1] + U[:, 1:])).reshape(-1, nu)
+    return q, v, a, u
+
+
+class LNNModel(ModelFamily):
+    """A continuous Lagrangian network exported as a midpoint variational integrator
+    (module docstring).
+
+    Fitted attributes: ``network_`` (the :class:`~vimpc.models._network_lagrangian.Network`
+    ``L(q, v)``, numpy weights), ``forced_``, ``training_`` (a
+    :class:`~vimpc.models._training.TrainingRecord`), ``el_residual_`` (RMS of ``r_k`` on
+    the training snapshots), ``epochs_per_second_``.
+    """
+
+    name = "lnn"
+    settings = dict(nl.NETWORK_SETTINGS)
+
+    def __init__(self, system, dt, **settings) -> None:
+        super().__init__(system, dt, **settings)
+        check_conservative(self.system, "lnn")
+        if not self.hidden:
+            raise InputError("hidden must list at least one hidden layer width, got []")
+        if self.patience and not self.validation:
+            raise InputError(
+                f"patience = {self.patience} needs held-out snapshots: set validation > 0"
+            )
+
+    def _provides(self) -> set[str]:
+        return {"residual", "energy"}
+
+    @property
+    def sizes(self) -> list[int]:
+        return [2 * self.system.nq, *self.hidden, 1]
+
+    def _fit(self, data: Dataset | None) -> None:
+        s, h, n = self.system, self.dt, self.system.nq
+        Q, U = snapshots(data, n, "lnn")
+        q, v, a, u = finite_differences(Q, U, h)
+        nl.check_equations("lnn", len(q), n * len(q), nl.n_parameters(self.sizes))
+        qs, us = ca.SX.sym("q", n), ca.SX.sym("u", s.nu)
+        Bu = ca.Function("Bu", [qs, us], [ca.mtimes(s.input_map(qs), us)]).map(len(q))
+        force = np.asarray(Bu(q.T, u.T)).T
+        self.forced_ = bool(np.any(U != 0))
+        if not self.forced_:
+            warnings.warn(
+                "lnn: the data have no inputs, so the Lagrangian's scale is set only by the "
+                "degeneracy term, not the physical one: the exported model's response to "
+                "inputs is off by an unknown factor (collect data with known, excited "
+                "inputs for control)",
+                FitWarning,
+                stacklevel=3,
+            )
+        self._train(q, v, a, force)
+        self._check_fit(q, v, a, force)
+
+    def _train(self, q, v, a, force) -> None:
+        import torch
+
+        from vimpc.models._torch_casadi import mlp
+        from vimpc.models._training import train
+
+        n = self.system.nq
+        X = np.hstack([q, v])
+        mean, spread = X.mean(0), X.std(0)
+        spread = np.where(spread > 1e-12, spread, 1.0)
+        P_np, c_np = np.diag(1.0 / spread), -mean / spread
+        scale = float(np.mean(spread[n:] ** 2))  # kinetic energy of a unit mass
+        net = mlp(self.sizes, self.activation, seed=self.seed)
+        P, c = torch.from_numpy(P_np), torch.from_numpy(c_np)
+        Xt, A, Ft = torch.from_numpy(X), torch.from_numpy(a), torch.from_numpy(force)
+        Vt = Xt[:, n:]
+        blocks = (slice(n, 2 * n), slice(0, 2 * n))
+        rng = np.random.default_rng(self.seed)
+        order = rng.permutation(len(X))
+        n_val = int(round(self.validation * len(X)))
+        val_idx = torch.from_numpy(np.sort(order[:n_val]))
+        train_idx = torch.from_numpy(np.sort(order[n_val:]))
+
+        def loss(idx):
+            g, H = nl.input_derivatives(net, Xt[idx] @ P.T + c, P, scale, blocks)
+            Hvq, Hvv = H[:, :, :n], H[:, :, n:]
+            r = (
+                torch.einsum("bij,bj->bi", Hvv, A[idx])
+                + torch.einsum("bij,bj->bi", Hvq, Vt[idx])
+                - g[:, :n]
+                - Ft[idx]
+            )
+            return torch.mean(torch.sum(r**2, 1)) + nl.degeneracy(
+                nl.det(Hvv), self.degeneracy_weight, self.degeneracy_scale
+            )
+
+        batch = self.batch if 0 < self.batch < len(train_idx) else None
+        validation = None
+        if n_val:
+
+            def validation():
+                with torch.enable_grad():
+                    return float(loss(val_idx).detach())
+
+        start = time.perf_counter()
+        record = train(
+            lambda idx=None: loss(train_idx if idx is None else train_idx[idx]),
+            net, optimizer=self.optimizer, lr=self.lr, weight_decay=self.weight_decay,
+            epochs=self.epochs, batch_size=batch, n_samples=len(train_idx) if batch else None,
+            schedule="cosine", validation=validation, patience=self.patience or None,
+            time_budget_s=self.time_budget or None, seed=self.seed, progress=self.progress,
+        )  # fmt: skip
+        elapsed = time.perf_counter() - start
+        self.training_ = record
+        self.epochs_per_second_ = record.epochs / elapsed if elapsed > 0 else float("inf")
+        self.network_ = nl.fold(net, P_np, c_np, scale, self.activation)
+        self._l = None
+
+    def _l_function(self) -> ca.Function:
+        if getattr(self, "_l", None) is None:
+            self._l = self.network_.casadi_function("L")
+        return self._l
+
+    def lagrangian(self) -> ca.Function:
+        """``L: x = (q, v) -> y`` as a CasADi function (MX)."""
+        self._require_fitted("lagrangian()")
+        return self._l_function()
+
+    def _check_fit(self, q, v, a, force) -> None:
+        n = self.system.nq
+        qs, vs = ca.MX.sym("q", n), ca.MX.sym("v", n)
+        L = self._l_function()(ca.vertcat(qs, vs))
+        p = ca.gradient(L, vs)
+        M = ca.jacobian(p, vs)
+        acc = ca.MX.sym("acc", n)
+        r = ca.mtimes(M, acc) + ca.mtimes(ca.jacobian(p, qs), vs) - ca.gradient(L, qs)
+        fn = ca.Function("el", [qs, vs, acc], [r, ca.det(M)]).map(len(q))
+        res, det = fn(q.T, v.T, a.T)
+        res = np.asarray(res).T - force
+        self.el_residual_ = float(np.sqrt(np.mean(np.sum(res**2, 1))))
+        nl.check_regular("lnn", nl.signed_root(np.asarray(det).ravel(), n), "data snapshot")
+
+    def _build(self) -> DiscreteModel:
+        f = self._l_function()
+
+        def L(q, v, theta):
+            return f(ca.vertcat(q, v))
+
+        integrator = VariationalIntegrator(self.system, "midpoint", "position_momentum",
+                                           lagrangian=L)  # fmt: skip
+        info = {
+            **self.info(),
+            "forced": self.forced_,
+            "el_residual": self.el_residual_,
+            "epochs": self.training_.epochs,
+            "stopped": self.training_.stopped,
+        }
+        return integrator_model(integrator, self.dt, info=info)
