@@ -2,10 +2,13 @@
 
 ``DiscreteModelContract`` checks a :class:`~vimpc.dynamics.DiscreteModel`; ``EnvContract``
 checks a gymnasium environment. Subclass one in a test module (class name starting with
-``Test``) and implement its ``make_*`` and ``sample_*`` methods.
+``Test``) and implement its ``make_*`` and ``sample_*`` methods. ``ModelFamilyContract``
+checks a registered model family on its ``SmallCase`` (``ModelFamilyContract.for_registry``).
 """
 
 from vimpc.testing.env_contract import EnvContract as EnvContract
+from vimpc.testing.family_contract import ModelFamilyContract as ModelFamilyContract
+from vimpc.testing.family_contract import SmallCase as SmallCase
 from vimpc.testing.model_contract import DiscreteModelContract as DiscreteModelContract
 
-__all__ = ["DiscreteModelContract", "EnvContract"]
+__all__ = ["DiscreteModelContract", "EnvContract", "ModelFamilyContract", "SmallCase"]

@@ -1,0 +1,152 @@
+"""Every registered model family keeps the family contract (vimpc.testing.ModelFamilyContract).
+
+One test class per family of ``vimpc.models.registry.FAMILIES``: a newly registered family
+is checked at once and fails until it has a small case below (or a classmethod
+``small_case()``). Each case is a pendulum with tiny data and small settings; the fit is
+made once per family and shared by the checks.
+"""
+
+from __future__ import annotations
+
+import functools
+import unittest
+
+import gymnasium
+import numpy as np
+import pytest
+
+from vimpc.data import make_excitation, rollout_env
+from vimpc.data.sampling import halton
+from vimpc.errors import InputError
+from vimpc.models import NominalModel
+from vimpc.testing import ModelFamilyContract, SmallCase
+
+DT = 0.05
+PENDULUM = "vimpc/Pendulum-v0"
+# LSI learns a conservative Lagrangian: its pendulum has no friction
+FRICTIONLESS = {"friction": [0.0]}
+
+
+@functools.cache
+def _env(frictionless: bool) -> gymnasium.Env:
+    return gymnasium.make(PENDULUM, dt=DT, **(FRICTIONLESS if frictionless else {})).unwrapped
+
+
+@functools.cache
+def _data(frictionless: bool, trajectories: int, steps: int, seed: int, halton_starts: bool):
+    """Random-step torques up to 2 N m on the pendulum; starts from its reset or, with
+    ``halton_starts``, spread over angles and velocities up to 8 rad/s."""
+    env = _env(frictionless)
+    rng = np.random.default_rng(seed)
+    inputs = np.stack(
+        [
+            make_excitation("random_steps", steps, 1, DT, rng, low=[-2.0], high=[2.0])
+            for _ in range(trajectories)
+        ]
+    )
+    starts = (
+        halton([-np.pi, -8.0], [np.pi, 8.0], trajectories, seed=seed) if halton_starts else None
+    )
+    return rollout_env(env, trajectories, steps, inputs, seed, initial_states=starts)
+
+
+def _pendulum_case(frictionless: bool = False, **fields) -> SmallCase:
+    return SmallCase(
+        system=_env(frictionless).nominal_system,
+        env_id=PENDULUM,
+        dt=DT,
+        env_kwargs=FRICTIONLESS if frictionless else {},
+        obs_low=[-np.pi, -4.0],
+        obs_high=[np.pi, 4.0],
+        input_low=[-2.0],
+        input_high=[2.0],
+        **fields,
+    )
+
+
+def nominal_case() -> SmallCase:
+    # nothing to learn and no bound: the family needs no fit
+    return _pendulum_case(settings={"integrator": "midpoint"})
+
+
+def gp_vi_case() -> SmallCase:
+    # 60 GP samples, one optimiser start of 30 steps; the GPs' own bound (Theorem 1), so the
+    # file and the checks carry a bound, checked on 200 held-out transitions
+    settings = {"samples": 60, "restarts": 1, "iterations": 30, "bound": "theorem1"}
+    return _pendulum_case(
+        settings=settings,
+        data=_data(False, 6, 20, 0, False),
+        heldout=_data(False, 10, 20, 500, False),
+    )
+
+
+def lsi_case() -> SmallCase:
+    # 30 excited trajectories spread over the phase plane, 80 kernel centres; Newton stops
+    # at the kernel sums' round-off (as in tests/test_lsi.py's contract)
+    settings = {"length": 2.0, "velocity_length": 6.0, "centres": 80}
+    return _pendulum_case(
+        frictionless=True,
+        settings=settings,
+        data=_data(True, 30, 20, 0, True),
+        contract={"residual_tol": 1e-7, "jacobian_rtol": 1e-4, "fd_step": 1e-3},
+    )
+
+
+#: family name -> its small case
+SMALL_CASES = {"nominal": nominal_case, "gp_vi": gp_vi_case, "lsi": lsi_case}
+
+globals().update(ModelFamilyContract.for_registry(SMALL_CASES))
+
+
+# -- the contract catches what it is written for ------------------------------------------------
+
+
+def _failures(suite: ModelFamilyContract, names: list[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            getattr(suite, name)()
+        except unittest.SkipTest:
+            pass
+        except AssertionError as exc:
+            out[name] = str(exc)
+    return out
+
+
+def test_a_family_without_a_small_case_fails_saying_what_to_add():
+    suite = ModelFamilyContract.for_family("nominal", {})()
+    failures = _failures(suite, ["test_has_small_case", "test_fit_returns_self"])
+    assert set(failures) == {"test_has_small_case", "test_fit_returns_self"}
+    message = failures["test_has_small_case"]
+    assert "has no small case" in message and "add an entry 'nominal' to SMALL_CASES" in message
+
+
+class _Lying(NominalModel):
+    """A nominal model whose fit returns nothing and whose provides() omits the energy."""
+
+    def fit(self, data=None, calibration=None):
+        super().fit(data, calibration)
+
+    def _provides(self):
+        return super()._provides() - {"energy"}
+
+
+def test_a_broken_family_fails_the_checks_written_for_it():
+    cls = ModelFamilyContract.for_family("nominal", SMALL_CASES)
+    suite = type("Broken", (cls,), {"family_class": lambda self: _Lying})()
+    checks = [
+        "test_fit_returns_self",
+        "test_provides_matches_the_exported_model",
+        "test_use_before_fit",
+        "test_unknown_settings_are_refused",
+    ]
+    failures = _failures(suite, checks)
+    assert set(failures) == {"test_fit_returns_self", "test_provides_matches_the_exported_model"}
+    assert (
+        "missing from provides: ['energy']" in failures["test_provides_matches_the_exported_model"]
+    )
+
+
+def test_a_small_case_refuses_unknown_contract_options():
+    with pytest.raises(InputError, match=r"got \['residual_tolerance'\]"):
+        _pendulum_case(settings={}, contract={"residual_tolerance": 1e-6})
