@@ -492,6 +492,10 @@ class ModelFamilyContract(DiscreteModelContract):
         assert out["modules"] == [], (
             f"vimpc run with a saved {self.family_name!r} model imported {out['modules']}"
         )
+        runs = list((folder / "runs").glob("family_contract_run/*/metrics.json"))
+        assert len(runs) == 1, f"vimpc run wrote {len(runs)} metrics.json files, expected 1"
+        used = json.loads(runs[0].read_text("utf-8"))["model"].get("path")
+        assert used == str(self._saved()), f"the run used the model {used!r}, not the file"
 
     def test_unknown_settings_are_refused(self) -> None:
         """A misspelt setting is refused naming the key, with a "did you mean"; a key no
