@@ -101,11 +101,12 @@ def step_function(
     function = ca.Function(f"{system.name}_env_step", [x, u], outputs, *names)
     if not jit:
         return function, False
-    try:
-        compiled = ca.Function(
-            f"{system.name}_env_step_c", [x, u], function(x, u), *names, _jit.options()
-        )
-    except RuntimeError:  # no C compiler, or it failed: fall back to the interpreter
+    # compiled by a subprocess a Ctrl-C can stop (CasADi's own JIT ignores it while the
+    # compiler runs); no C compiler, or a failed compile: fall back to the interpreter
+    compiled = _jit.compiled_now(
+        ca.Function(f"{system.name}_env_step_c", [x, u], function(x, u), *names)
+    )
+    if compiled is None:
         return function, False
     _CACHE[key] = compiled
     if len(_CACHE) > _CACHE_SIZE:

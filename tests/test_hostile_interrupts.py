@@ -1,0 +1,112 @@
+"""Ctrl-C while the ground truth's step is compiled to C.
+
+CasADi's JIT runs the compiler through ``system()``, which ignores SIGINT in the caller
+while it waits: a Ctrl-C then was lost, or killed only the compiler and the run went on
+interpreted. :func:`vimpc._jit.compiled_now` runs the compiler as a Python subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import casadi as ca
+import numpy as np
+import pytest
+
+from vimpc import _jit
+
+needs_cc = pytest.mark.skipif(
+    shutil.which("gcc") is None and shutil.which("cc") is None, reason="no C compiler"
+)
+
+
+@needs_cc
+def test_compiled_now_keeps_name_ports_and_bits():
+    x = ca.SX.sym("x", 3)
+    u = ca.SX.sym("u")
+    fn = ca.Function(
+        "f", [x, u], [ca.sin(x) * u + ca.exp(-x), ca.sumsqr(x)], ["x", "u"], ["a", "b"]
+    )
+    compiled = _jit.compiled_now(fn)
+    assert compiled is not None
+    assert compiled.name() == "f"
+    assert compiled.name_in() == ["x", "u"] and compiled.name_out() == ["a", "b"]
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        xv, uv = rng.normal(size=3), rng.normal()
+        for got, want in zip(compiled(xv, uv), fn(xv, uv), strict=True):
+            assert np.array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_a_compiler_stopped_by_ctrl_c_raises_keyboard_interrupt(monkeypatch):
+    # a Ctrl-C to the process group kills the compiler too: that is an interrupt, not a
+    # failed compile to fall back from
+    monkeypatch.setattr(shutil, "which", lambda name: "/bin/true")
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda *a, **k: subprocess.CompletedProcess(a, -signal.SIGINT, b"", b""),
+    )
+    x = ca.SX.sym("x")
+    with pytest.raises(KeyboardInterrupt):
+        _jit.compiled_now(ca.Function("g", [x], [2 * x]))
+
+
+def test_a_failed_compile_falls_back(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: "/bin/false")
+    x = ca.SX.sym("x")
+    assert _jit.compiled_now(ca.Function("g", [x], [2 * x])) is None
+
+
+@needs_cc
+@pytest.mark.parametrize("group", [False, True], ids=["to the process", "to its group"])
+def test_ctrl_c_during_the_compile_stops_the_program(group):
+    # a function whose C takes the compiler a second or more; SIGINT 0.3 s after the
+    # compile starts
+    child = textwrap.dedent(
+        """
+        import time
+        import casadi as ca
+        from vimpc import _jit
+        x = ca.SX.sym("x", 30)
+        e = x
+        for i in range(150):
+            e = ca.sin(e) * ca.cos(e + i)
+        fn = ca.Function("big", [x], [e])
+        print("compiling", flush=True)
+        try:
+            _jit.compiled_now(fn)
+            print("compiled", flush=True)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "compiling"
+        time.sleep(0.3)
+        start = time.monotonic()
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if out.startswith("compiled"):
+        pytest.skip("the compile finished within 0.3 s: nothing to interrupt")
+    assert out.strip() == "interrupted"
+    assert time.monotonic() - start < 10
