@@ -14,6 +14,7 @@ Training needs torch; everything here that does not train imports it locally, so
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import casadi as ca
@@ -66,6 +67,12 @@ NETWORK_SETTINGS: dict[str, Setting] = {
     ),
     "degeneracy_scale": Setting(
         float, 0.01, "the constant c inside the degeneracy term's sigmoid (paper: 0.01)",
+        rule=POSITIVE,
+    ),
+    "threads": Setting(
+        int, 1,
+        "torch threads while training (restored after); one by default: on a shared 2-core "
+        "machine the two-thread batched kernels ran up to 100x slower",
         rule=POSITIVE,
     ),
     "seed": Setting(int, 0, "seed of the initial weights and the sampling", rule=SEED),
@@ -161,6 +168,19 @@ def input_derivatives(net, Z, P, scale: float, blocks: tuple[slice, slice] | Non
         hz = torch.autograd.grad(g[:, i].sum(), Z, create_graph=True)[0]
         out.append(hz @ Pc)
     return g, torch.stack(out, dim=1)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run the block with ``n`` torch threads, restoring the previous number after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def det(A):

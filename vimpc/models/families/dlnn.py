@@ -46,7 +46,10 @@ schedule (``jnp.select``) set the learning rate to 0 from epoch 1000 to 2000 and
 after; here both phases run a cosine schedule from ``lr`` to 0 (a warm restart when the
 symmetry terms switch on). A generator is *found* when its residual on the data pairs,
 relative to the size of its two terms, is at most :data:`SYMMETRY_RATIO` times the
-discrete Euler–Lagrange residual relative to the size of its terms; otherwise it is
+discrete Euler–Lagrange residual relative to the size of its terms at the end of the
+warm-up, and the joint training left that relative DEL residual within
+:data:`FIT_DEGRADATION` times the warm-up's (a network can bend itself to obey an absent
+symmetry, at the cost of its fit); otherwise it is
 *absent* (a FitWarning, and ``info`` says so). A found generator's discrete Noether
 quantity ``I_k = -(M q_k + w)^T D1 L_d(q_k, q_{k+1})`` is in :meth:`conserved_quantity`.
 """
@@ -75,6 +78,11 @@ from vimpc.models.families.lsi import check_conservative, del_forces, snapshots
 #: most SYMMETRY_RATIO times (the DEL residual / the size of its terms) on the triples; an
 #: absent symmetry leaves a relative residual of order one.
 SYMMETRY_RATIO = 10.0
+#: ... and when the symmetry terms left the DEL residual (relative to its terms) at most
+#: FIT_DEGRADATION times what the network-only warm-up reached: a network can bend itself
+#: to obey an absent symmetry (measured on a pendulum: relative DEL residual 0.29 after
+#: the symmetry phase, against 0.001 when the symmetry is there).
+FIT_DEGRADATION = 3.0
 
 
 def pair_normalisation(Q: np.ndarray, h: float):
@@ -148,10 +156,11 @@ class DLNNModel(ModelFamily):
                 f"symmetries must be at most n + n^2 = {n + n * n} (the affine group's "
                 f"generators in {n} coordinates), got {self.symmetries}"
             )
-        if self.symmetries and self.warmup >= self.epochs:
+        if self.symmetries and not 0 < self.warmup < self.epochs:
             raise InputError(
-                f"warmup = {self.warmup} must be below epochs = {self.epochs}, or the "
-                "symmetry terms never switch on"
+                f"warmup = {self.warmup} must be between 1 and epochs - 1 = {self.epochs - 1} "
+                "with symmetries: the symmetry test compares against the network-only fit "
+                "the warm-up reaches, and the symmetry terms must switch on before the end"
             )
         if self.patience and not self.validation:
             raise InputError(
@@ -194,7 +203,8 @@ class DLNNModel(ModelFamily):
                 stacklevel=3,
             )
         start = time.perf_counter()
-        self._train(Q, triples, forces)
+        with nl.torch_threads(self.threads):
+            self._train(Q, triples, forces)
         self.fit_train_time_ = time.perf_counter() - start
         self._check_fit(Q, triples, forces)
 
@@ -263,14 +273,27 @@ class DLNNModel(ModelFamily):
         if not self.symmetries:
             records.append(phase(base_loss, net, self.epochs, budget))
         else:
-            first = phase(base_loss, net, self.warmup, budget) if self.warmup else None
-            records += [first] if first else []
+            records.append(phase(base_loss, net, self.warmup, budget))
+
+            def relative_del():
+                with torch.enable_grad():
+                    X = torch.cat([torch.cat([T[:, 0], T[:, 1]], 1),
+                                   torch.cat([T[:, 1], T[:, 2]], 1)])  # fmt: skip
+                    g, _ = nl.input_derivatives(net, X @ P.T + c, P, scale)
+                a_, b_ = g[:K, n:].detach() / h, g[K:, :n].detach() / h
+                r = a_ + b_ + F
+                size = torch.mean(torch.sum((a_.abs() + b_.abs()) ** 2 + F**2, 1))
+                return float(torch.sqrt(torch.mean(torch.sum(r**2, 1)) / size))
+
+            self.del_relative_warmup_ = relative_del()
             xi = self._init_generators()
             lo, hi = Q.reshape(-1, n).min(0), Q.reshape(-1, n).max(0)
             steps = (Q[:, 1:] - Q[:, :-1]).reshape(-1, n)
             dlo, dhi = steps.min(0), steps.max(0)
             gen = torch.Generator().manual_seed(self.seed + 1)
             box = [torch.from_numpy(a) for a in (lo, hi, dlo, dhi)]
+            self._centre = Q.reshape(-1, n).mean(0)
+            centre = torch.from_numpy(self._centre)
 
             def symmetry_loss(idx):
                 m = self.symmetry_points
@@ -280,7 +303,9 @@ class DLNNModel(ModelFamily):
                 d = box[2] + (box[3] - box[2]) * torch.rand(
                     m, n, generator=gen, dtype=torch.float64
                 )
-                res = self._symmetry_residual(net, P, c, scale, xi, q0, q0 + d)
+                res = self._symmetry_residual(
+                    net, P, c, scale, xi, q0 - centre, q0 + d - centre, centre
+                )
                 norms = torch.linalg.norm(xi, dim=1)
                 penalty = torch.sum(torch.abs(norms - 1.0))
                 if len(xi) > 1:
@@ -310,12 +335,16 @@ class DLNNModel(ModelFamily):
         xi = xi / torch.linalg.norm(xi, dim=1, keepdim=True)
         return xi.requires_grad_(True)
 
-    def _symmetry_residual(self, net, P, c, scale, xi, q0, q1):
-        """``(<M q0 + w, D1 L_d> + <M q1 + w, D2 L_d>) / h`` per pair and generator."""
+    def _symmetry_residual(self, net, P, c, scale, xi, q0, q1, centre):
+        """``(<M q0 + w, D1 L_d> + <M q1 + w, D2 L_d>) / h`` per pair and generator, for
+        positions ``q0``, ``q1`` relative to ``centre`` (the generators are trained about
+        the data's mean position: ``M (q - centre) + w``, so ``w`` is the generator's
+        value where the data are, not a far-away extrapolation of ``M``)."""
         import torch
 
         n, h = self.system.nq, self.dt
-        g, _ = nl.input_derivatives(net, torch.cat([q0, q1], 1) @ P.T + c, P, scale)
+        X = torch.cat([q0 + centre, q1 + centre], 1)
+        g, _ = nl.input_derivatives(net, X @ P.T + c, P, scale)
         w, M = xi[:, :n], xi[:, n:].reshape(-1, n, n)
         a0 = torch.einsum("kij,bj->bki", M, q0) + w  # (B, K, n)
         a1 = torch.einsum("kij,bj->bki", M, q1) + w
@@ -361,22 +390,28 @@ class DLNNModel(ModelFamily):
         if self._xi is None:
             return
         for k, xi in enumerate(self._xi):
-            w, M = xi[:n], xi[n:].reshape(n, n)
+            w_c, M = xi[:n], xi[n:].reshape(n, n)
+            w = w_c - M @ self._centre  # the generator M q + w in the data's coordinates
             t0 = np.einsum("bi,bi->b", a @ M.T + w, D1p) / h
             t1 = np.einsum("bi,bi->b", b @ M.T + w, D2p) / h
-            ratio = float(np.sqrt(np.mean((t0 + t1) ** 2)) / np.sqrt(np.mean(t0**2 + t1**2))) / max(
-                self.del_relative_, 1e-300
-            )
-            found = ratio <= SYMMETRY_RATIO
+            reference = max(self.del_relative_warmup_, 1e-300)
+            relative = float(np.sqrt(np.mean((t0 + t1) ** 2)) / np.sqrt(np.mean(t0**2 + t1**2)))
+            ratio = relative / reference
+            degradation = float(self.del_relative_ / reference)
+            found = ratio <= SYMMETRY_RATIO and degradation <= FIT_DEGRADATION
             norm = float(np.linalg.norm(xi))
-            entry = {"w": (w / norm).tolist(), "M": (M / norm).tolist(), "norm": norm,
-                     "ratio": ratio, "found": bool(found)}  # fmt: skip
+            entry = {"w": (w / norm).tolist(), "M": (M / norm).tolist(),
+                     "w_at_centre": (w_c / norm).tolist(), "centre": self._centre.tolist(),
+                     "norm": norm, "ratio": ratio, "degradation": degradation,
+                     "found": bool(found)}  # fmt: skip
             self.symmetries_.append(entry)
             if not found:
                 warnings.warn(
                     f"dlnn: symmetry generator {k} is absent: its residual relative to its "
-                    f"terms is {ratio:.3g} times the DEL residual's relative size on the "
-                    f"data (SYMMETRY_RATIO = {SYMMETRY_RATIO}); the data show no such "
+                    f"terms is {ratio:.3g} times the warm-up's relative DEL residual "
+                    f"(SYMMETRY_RATIO = {SYMMETRY_RATIO}) and the symmetry terms left the "
+                    f"relative DEL residual at {degradation:.3g} times the warm-up's "
+                    f"(FIT_DEGRADATION = {FIT_DEGRADATION}); the data show no such "
                     "symmetry, or it did not converge (more epochs, a larger symmetry_weight)",
                     FitWarning,
                     stacklevel=4,

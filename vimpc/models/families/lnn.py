@@ -96,7 +96,8 @@ class LNNModel(ModelFamily):
                 FitWarning,
                 stacklevel=3,
             )
-        self._train(q, v, a, force)
+        with nl.torch_threads(self.threads):
+            self._train(q, v, a, force)
         self._check_fit(q, v, a, force)
 
     def _train(self, q, v, a, force) -> None:

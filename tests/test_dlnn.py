@@ -1,0 +1,353 @@
+"""Discrete Lagrangian networks (family "dlnn"): the midpoint identity behind the export,
+the CasADi model against the torch loss, a forced fit that beats a trivial model, symmetry
+discovery (found and absent), the import without torch, bad input and the contract."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import casadi as ca
+import gymnasium
+import numpy as np
+import pytest
+
+import vimpc  # noqa: F401  (registers the environments)
+from vimpc.data import make_excitation, rollout_env
+from vimpc.data.dataset import Dataset
+from vimpc.data.rollout import rollout_model
+from vimpc.data.sampling import halton
+from vimpc.errors import FitWarning, InputError
+from vimpc.integrators import VariationalIntegrator, discrete_lagrangian
+from vimpc.mechanics import CartPendulum, Pendulum
+from vimpc.models import _network_lagrangian as nl
+from vimpc.models._integrated import integrator_model
+from vimpc.models.evaluation import one_step_errors
+from vimpc.models.families.dlnn import SYMMETRY_RATIO, DLNNModel
+from vimpc.models.families.lsi import del_forces
+from vimpc.models.registry import family
+from vimpc.testing import DiscreteModelContract
+
+sys.path.insert(0, str(Path(__file__).parent / "experiments"))
+from _lsi_systems import flow_batch  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+DT = 0.05
+SMALL = dict(hidden=[16, 16], epochs=300, lr=1e-2, degeneracy_weight=1e-3)
+
+
+def _quiet(model, data, calibration=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FitWarning)
+        return model.fit(data, calibration)
+
+
+def _env_data(trajectories, seed, steps=20):
+    env = gymnasium.make(
+        "vimpc/Pendulum-v0", dt=DT, perturbation=0.1, obs_noise=0.0, param_seed=0,
+        friction=[0.0],
+    ).unwrapped  # fmt: skip
+    rng = np.random.default_rng(seed)
+    inputs = np.stack(
+        [make_excitation("random_steps", steps, 1, DT, rng, low=[-2.0], high=[2.0])
+         for _ in range(trajectories)]
+    )  # fmt: skip
+    starts = halton([-2.0, -3.0], [2.0, 3.0], trajectories, seed=seed)
+    return env, rollout_env(env, trajectories, steps, inputs, seed, initial_states=starts)
+
+
+@functools.cache
+def _small():
+    """A briefly trained small network on forced pendulum data (not accurate, but a
+    generic non-trivial network for the identities)."""
+    env, data = _env_data(6, 0)
+    return env, data, _quiet(DLNNModel(env.nominal_system, DT, order=0, **SMALL), data)
+
+
+@functools.cache
+def _trained():
+    env, data = _env_data(40, 1)
+    m = DLNNModel(env.nominal_system, DT, hidden=[32, 32], epochs=600, lr=1e-2,
+                  degeneracy_weight=1e-3)  # fmt: skip
+    return env, _quiet(m, data)
+
+
+# -- the export's identities ---------------------------------------------------------------------
+
+
+def test_the_midpoint_lagrangian_of_l_invmod_is_l_d():
+    # L_invmod(q, v) = L_d(q - h v/2, q + h v/2) / h: its midpoint discrete Lagrangian
+    # h L_invmod((q0+q1)/2, (q1-q0)/h) is L_d(q0, q1) exactly (to round-off)
+    _, _, m = _small()
+    f, n = m.discrete_lagrangian(), 1
+    a, b = ca.MX.sym("a", n), ca.MX.sym("b", n)
+
+    def L(q, v):
+        return f(ca.vertcat(q - 0.5 * DT * v, q + 0.5 * DT * v)) / DT
+
+    both = ca.Function("both", [a, b], [discrete_lagrangian("midpoint", L, a, b, DT),
+                                        f(ca.vertcat(a, b))])  # fmt: skip
+    rng = np.random.default_rng(0)
+    for q0, q1 in rng.uniform(-3, 3, size=(20, 2)):
+        mid, direct = (float(v) for v in both(q0, q1))
+        assert mid == pytest.approx(direct, abs=1e-12 * max(1.0, abs(direct)))
+    # and the numpy copy of the weights agrees with CasADi
+    X = rng.uniform(-3, 3, size=(5, 2))
+    assert np.allclose(m.network_.numpy(X).ravel(), np.asarray(f(X.T)).ravel(), atol=1e-12)
+
+
+def _torch_del(net, triples, forces, h):
+    """The training loss's DEL residual times h, from the plain network on (q0, q1)."""
+    n = triples.shape[2]
+    T = torch.from_numpy(triples)
+    X = torch.cat([torch.cat([T[:, 0], T[:, 1]], 1), torch.cat([T[:, 1], T[:, 2]], 1)])
+    g, H = nl.input_derivatives(net, X, torch.eye(2 * n, dtype=torch.float64), 1.0,
+                                (slice(0, n), slice(n, 2 * n)))  # fmt: skip
+    B = len(triples)
+    return (g[:B, n:] + g[B:, :n]).detach().numpy() + h * forces, H[B:].detach().numpy()
+
+
+def test_the_casadi_del_residual_and_its_jacobian_agree_with_torch():
+    # the integrator's DEL form on L_invmod with the integrator's own forces is the
+    # residual the torch loss trains on: values and d/dq_{k+1} agree to 1e-10
+    env, data, m = _small()
+    s, n = env.nominal_system, 1
+    Q, U = data.obs[:, :, :1], data.inputs
+    T1 = Q.shape[1]
+    triples = np.stack([Q[:, i : T1 - 2 + i].reshape(-1, n) for i in range(3)], axis=1)
+    forces = del_forces(s, "midpoint", Q, U, DT).reshape(-1, n)
+    u0, u1 = U[:, : T1 - 2].reshape(-1, 1), U[:, 1 : T1 - 1].reshape(-1, 1)
+    r_torch, D12 = _torch_del(m.network_.torch_module(), triples, forces, DT)
+    f = m.discrete_lagrangian()
+    integ = VariationalIntegrator(
+        s, "midpoint", "del",
+        lagrangian=lambda q, v, th: f(ca.vertcat(q - 0.5 * DT * v, q + 0.5 * DT * v)) / DT,
+    )  # fmt: skip
+    R = integ.residual_function(DT)
+    x, xn = ca.SX.sym("x", 2), ca.SX.sym("xn", 2)
+    u = ca.SX.sym("u")
+    J = ca.Function("J", [x, u, xn], [ca.jacobian(R(x, u, xn, []), xn)])
+    # the del form evaluates the previous step's right force with the current input: take
+    # triples whose two inputs are equal (random steps hold each input for several steps)
+    same = np.nonzero(u0[:, 0] == u1[:, 0])[0]
+    assert len(same) > 20
+    for k in same[:25]:
+        q0, q1, q2 = triples[k, :, 0]
+        xk, xk1 = np.array([q0, (q1 - q0) / DT]), np.array([q1, (q2 - q1) / DT])
+        r = np.asarray(R(xk, u1[k], xk1, [])).ravel()
+        assert r[0] == pytest.approx(0.0, abs=1e-12)
+        assert r[1] == pytest.approx(r_torch[k, 0], abs=1e-10 * max(1.0, abs(r_torch[k, 0])))
+        # d r / d v_{k+1} = D1 D2 L_d(q1, q2) h (+ the force's slope, zero for a pendulum
+        # torque that does not depend on q)
+        jac = np.asarray(J(xk, u1[k], xk1))[1, 1]
+        assert jac == pytest.approx(DT * D12[k, 0, 0], rel=1e-9)
+
+
+def test_the_exported_step_solves_the_torch_equations():
+    # order 0: the momentum map is L_invmod's, p(q, v) = (D2 L_d - D1 L_d)(q -/+ h v/2) / 2;
+    # at the CasADi step's root the position-momentum equations, evaluated in torch, vanish
+    env, _, m = _small()
+    model = m.discrete_model()
+    net = m.network_.torch_module()
+    eye = torch.eye(2, dtype=torch.float64)
+
+    def grads(a, b):
+        g, _ = nl.input_derivatives(net, torch.tensor([[a, b]], dtype=torch.float64), eye, 1.0)
+        return g.detach().numpy()[0]
+
+    rng = np.random.default_rng(1)
+    checked = 0
+    for x, u in zip(rng.uniform([-1.5, -2.0], [1.5, 2.0], (10, 2)), rng.uniform(-2, 2, 10),
+                    strict=True):  # fmt: skip
+        xn = np.asarray(model.step(x, u, [])).ravel()
+        if not np.all(np.isfinite(xn)):
+            continue
+        checked += 1
+        (q0, v0), (q1, v1) = x, xn
+        p0 = 0.5 * (grads(q0 - DT * v0 / 2, q0 + DT * v0 / 2) @ [-1, 1])
+        p1 = 0.5 * (grads(q1 - DT * v1 / 2, q1 + DT * v1 / 2) @ [-1, 1])
+        D1, D2 = grads(q0, q1)
+        f = 0.5 * DT * u  # the pendulum's torque enters directly, f- = f+ = h/2 u
+        assert p0 + D1 + f == pytest.approx(0.0, abs=1e-9)
+        assert p1 - D2 - f == pytest.approx(0.0, abs=1e-9)
+    assert checked >= 8
+
+
+# -- the fit ---------------------------------------------------------------------------------------
+
+
+def test_a_forced_fit_predicts_held_out_steps_better_than_a_trivial_model():
+    # known torques fix the scale; on held-out transitions the exported step's errors are
+    # below those of the constant-velocity model q' = q + h v, v' = v in both entries
+    env, m = _trained()
+    assert m.forced_
+    _, test = _env_data(10, 999)
+    e = one_step_errors(m.discrete_model(), test)
+    assert np.all(np.isfinite(e))
+    X, Xn = test.obs[:, :-1].reshape(-1, 2), test.obs[:, 1:].reshape(-1, 2)
+    trivial = np.hstack([X[:, :1] + DT * X[:, 1:], X[:, 1:]]) - Xn
+    rms = np.sqrt(np.mean(e**2, axis=0))
+    assert np.all(rms < 0.5 * np.sqrt(np.mean(trivial**2, axis=0))), rms
+    info = m.discrete_model().info
+    assert info["forced"] and info["symmetries"] == []
+    assert m.epochs_per_second_ > 0
+
+
+def test_unforced_data_warn_that_the_scale_is_not_identified():
+    x0s = halton([-1.0, -1.0], [1.0, 1.0], 4, seed=0)
+    X = flow_batch(Pendulum(), x0s, DT, 10, substeps=20)
+    data = Dataset(np.tile(DT * np.arange(11), (4, 1)), X, X, np.zeros((4, 10, 1)), DT)
+    with pytest.warns(FitWarning, match="no inputs.*scale"):
+        DLNNModel(Pendulum(), DT, hidden=[8], epochs=2).fit(data)
+
+
+# -- symmetries ------------------------------------------------------------------------------------
+
+
+def _forced_rollouts(system, x0s, steps, high, seed=0):
+    """Forced snapshots of ``system`` (midpoint integrator, 5 substeps per step) under
+    random steps in [-high, high]."""
+    model = integrator_model(VariationalIntegrator(system, "midpoint"), DT, substeps=5)
+    rng = np.random.default_rng(seed)
+    N = len(x0s)
+    U = np.stack([make_excitation("random_steps", steps, system.nu, DT, rng,
+                                  low=[-high], high=[high]) for _ in range(N)])  # fmt: skip
+    X = rollout_model(model, x0s, U)
+    t = np.tile(DT * np.arange(steps + 1), (N, 1))
+    return Dataset(t, X, X, U, DT, {"system": system.name})
+
+
+def test_symmetry_discovery_finds_the_rotor_translation():
+    # a torque-driven rotor (a pendulum without gravity) has one affine symmetry, the
+    # translation of its angle: xi = (w, M) = +-(1, 0); its Noether quantity is the
+    # angular momentum, which changes by exactly the torque's impulse
+    s = Pendulum(g=0.0)
+    data = _forced_rollouts(s, halton([-2.0, -2.0], [2.0, 2.0], 10, seed=0), 20, 1.0)
+    m = _quiet(DLNNModel(s, DT, hidden=[16, 16], epochs=600, warmup=200, lr=1e-2,
+                         symmetries=1, degeneracy_weight=1e-3), data)  # fmt: skip
+    (sym,) = m.symmetries_
+    assert sym["found"] and sym["ratio"] <= SYMMETRY_RATIO
+    w = np.array(sym["w"]) * np.sign(sym["w"][0])
+    assert w == pytest.approx([1.0], abs=0.02) and abs(sym["M"][0][0]) < 0.02, sym
+    # I_k = -(M q_k + w) D1 L_d(q_k, q_k+1) changes by the torque's impulse (f+ + f-)
+    I = m.conserved_quantity()
+    Q, U = data.obs[0, :, :1], data.inputs[0, :, 0]
+    values = np.sign(sym["w"][0]) * np.asarray(I(Q[:-1].T, Q[1:].T)).ravel()
+    impulse = DT * 0.5 * (U[:-1] + U[1:])
+    drift = np.diff(values) - impulse
+    assert np.sqrt(np.mean(drift**2)) < 0.05 * np.sqrt(np.mean(impulse**2)), drift
+    assert m.discrete_model().info["symmetries"][0]["status"] == "found"
+
+
+@pytest.mark.slow
+def test_symmetry_discovery_finds_the_cart_translation():
+    # the cart-pendulum's only affine symmetry is the cart's translation: the generator at
+    # the data's centre is +-(1, 0) and M = 0 (measured: w_at_centre = (0.99985, -0.0005),
+    # |M| <= 0.015; ~20 s alone on one core)
+    s = CartPendulum()
+    x0s = halton([-1.0, np.pi - 0.8, -1.0, -1.0], [1.0, np.pi + 0.8, 1.0, 1.0], 20, seed=3)
+    data = _forced_rollouts(s, x0s, 20, 3.0, seed=3)
+    m = _quiet(DLNNModel(s, DT, hidden=[32, 32], epochs=2000, warmup=500, lr=1e-2,
+                         symmetries=1, degeneracy_weight=1e-3), data)  # fmt: skip
+    (sym,) = m.symmetries_
+    assert sym["found"]
+    w = np.array(sym["w_at_centre"]) * np.sign(sym["w_at_centre"][0])
+    assert np.allclose(w, [1.0, 0.0], atol=0.02), sym
+    assert np.all(np.abs(sym["M"]) < 0.05), sym
+
+
+def test_a_symmetry_the_data_do_not_have_is_said_absent():
+    # the same rotor with gravity (a pendulum) has no affine symmetry in its angle: the
+    # generator is absent, warned of, recorded as such, and has no conserved quantity
+    s = Pendulum()
+    data = _forced_rollouts(s, halton([-2.0, -2.0], [2.0, 2.0], 10, seed=0), 20, 1.0)
+    m = DLNNModel(s, DT, hidden=[16, 16], epochs=600, warmup=200, lr=1e-2, symmetries=1,
+                  degeneracy_weight=1e-3)  # fmt: skip
+    with pytest.warns(FitWarning, match="symmetry generator 0 is absent"):
+        m.fit(data)
+    assert not m.symmetries_[0]["found"]
+    assert m.discrete_model().info["symmetries"][0]["status"] == "absent"
+    with pytest.raises(InputError, match="found no symmetry"):
+        m.conserved_quantity()
+
+
+# -- torch stays out, bad input ---------------------------------------------------------------------
+
+
+def test_importing_the_family_does_not_import_torch():
+    code = (
+        "import sys, vimpc.models.families.dlnn, vimpc.models.families.lnn, "
+        "vimpc.models._network_lagrangian; from vimpc.models.registry import family; "
+        "family('dlnn'); family('lnn'); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_bad_settings_and_data_are_refused_by_name():
+    s = Pendulum()
+    with pytest.raises(InputError, match="symmetries must be at most n \\+ n\\^2 = 2.*got 3"):
+        DLNNModel(s, DT, symmetries=3)
+    with pytest.raises(InputError, match="warmup = 500 must be between 1 and epochs - 1 = 99"):
+        DLNNModel(s, DT, symmetries=1, epochs=100)
+    with pytest.raises(InputError, match="hidden"):
+        DLNNModel(s, DT, hidden=[])
+    with pytest.raises(InputError, match="hidden\\[1\\]"):
+        DLNNModel(s, DT, hidden=[8, 0])
+    with pytest.raises(InputError, match="patience = 5 needs held-out"):
+        DLNNModel(s, DT, patience=5)
+    env, data = _env_data(2, 0, steps=5)  # 2 x 4 = 8 triples
+    with pytest.raises(InputError, match="at least 10 triples.*got 8"):
+        DLNNModel(env.nominal_system, DT, **SMALL).fit(data)
+    _, data = _env_data(3, 0)
+    with pytest.raises(InputError, match="step"):
+        DLNNModel(env.nominal_system, 0.1, **SMALL).fit(data)
+    with pytest.warns(FitWarning, match="MIN_EQUATIONS_PER_PARAMETER"):
+        DLNNModel(env.nominal_system, DT, hidden=[128, 128], epochs=1).fit(data)
+    # symmetries on data where a coordinate never moves: nothing to test a generator on
+    still = data.obs.copy()
+    still[:, :, 0] = 0.3
+    frozen = Dataset(data.t, still, still, data.inputs, DT)
+    with pytest.raises(InputError, match="theta never changes"):
+        DLNNModel(env.nominal_system, DT, hidden=[8], symmetries=1, epochs=10, warmup=5).fit(frozen)
+    with pytest.raises(InputError, match="friction"):
+        DLNNModel(Pendulum(friction=[0.1]), DT)
+
+
+def test_the_family_is_registered():
+    assert family("dlnn") is DLNNModel
+
+
+# -- the contract ----------------------------------------------------------------------------------
+
+
+class TestDLNNContract(DiscreteModelContract):
+    """The forced DLNN pendulum (order 2) as the controller sees it."""
+
+    jacobian_rtol = 1e-4
+    fd_step = 1e-4
+
+    def make_model(self):
+        return _trained()[1].discrete_model()
+
+    def sample_states(self, rng, n):
+        return rng.uniform([-1.5, -2.5], [1.5, 2.5], size=(n, 2))
+
+    def sample_inputs(self, rng, n):
+        return rng.uniform(-2.0, 2.0, size=(n, 1))
+
+
+def test_a_conformal_bound_is_calibrated_as_for_every_family():
+    env, data = _env_data(6, 0)
+    _, calibration = _env_data(6, 5)
+    m = _quiet(DLNNModel(env.nominal_system, DT, order=0, bound="conformal", **SMALL), data,
+               calibration)  # fmt: skip
+    model = m.discrete_model()
+    assert "bound" in m.provides() and model.bound is not None
+    e = np.asarray(model.bound([0.2, 0.5], [0.3], [])).ravel()
+    assert e.shape == (2,) and np.all(e > 0) and np.all(np.isfinite(e))
+    assert model.delta == pytest.approx(0.05)
