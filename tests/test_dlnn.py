@@ -351,3 +351,19 @@ def test_a_conformal_bound_is_calibrated_as_for_every_family():
     e = np.asarray(model.bound([0.2, 0.5], [0.3], [])).ravel()
     assert e.shape == (2,) and np.all(e > 0) and np.all(np.isfinite(e))
     assert model.delta == pytest.approx(0.05)
+
+
+def test_the_mx_backward_error_formula_is_the_shared_one():
+    # the exported momentum map's L^[[2]] (built on MX for networks) equals _bea.modified on
+    # a two-dimensional Lagrangian with a configuration-dependent mass matrix
+    from vimpc.models import _bea as bea
+
+    s = CartPendulum()
+    q, v = ca.SX.sym("q", 2), ca.SX.sym("v", 2)
+    Lf = ca.Function("L", [q, v], [s.lagrangian(q, v)])
+    shared = bea.modified(lambda a, b: Lf(a, b), 2, "midpoint", DT, 2)
+    mx = nl.mx_modified(lambda a, b: Lf(a, b), 2, "midpoint", DT, 2)
+    both = ca.Function("both", [q, v], [shared(q, v), mx(q, v), Lf(q, v)])
+    for x in np.random.default_rng(0).uniform(-1, 1, (5, 4)):
+        a, b, plain = (float(y) for y in both(x[:2], x[2:]))
+        assert b == pytest.approx(a, abs=1e-12 * abs(a)) and abs(a - plain) > 1e-6

@@ -259,7 +259,12 @@ def signed_root(det: np.ndarray, n: int) -> np.ndarray:
 def mx_modified(L, nq: int, rule: str, h: float, order: int):
     """``L^[[order]]`` of the callable ``L(q, v)`` (the BEA formula of
     :mod:`vimpc.models._bea`) built on MX symbols, so a network stays a chain of dense
-    products rather than being expanded into scalar operations here."""
+    products rather than being expanded into scalar operations here.
+
+    The formula is :func:`vimpc.models._bea.correction`'s with one change: ``M^-1`` is
+    applied by CasADi's ``symbolicqr`` linear solver, because the integrator evaluates the
+    result on SX symbols and the default MX ``solve`` (``LinsolQr``) cannot be (``eval_sx
+    not defined for LinsolQr``) once ``n > 1``."""
     from vimpc.models import _bea as bea
 
     bea.check(rule, order, h)
@@ -267,5 +272,11 @@ def mx_modified(L, nq: int, rule: str, h: float, order: int):
         return L
     q, v = ca.MX.sym("q", nq), ca.MX.sym("v", nq)
     base = L(q, v)
-    fn = ca.Function("L_mod", [q, v], [base + bea.correction(base, q, v, rule, h)])
+    p = ca.gradient(base, v)
+    M = ca.jacobian(p, v)
+    force = ca.gradient(base, q) - ca.mtimes(ca.jacobian(p, q), v)
+    a = ca.solve(M, force, "symbolicqr")
+    Lqq = ca.jacobian(ca.gradient(base, q), q)
+    corr = h * h / 24.0 * (ca.dot(a, force) + bea.RULES[rule] * ca.mtimes([v.T, Lqq, v]))
+    fn = ca.Function("L_mod", [q, v], [base + corr])
     return lambda q_, v_: fn(q_, v_)
