@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +130,18 @@ class Dataset:
                 f"Dataset.dt must be a positive finite time step in s, got {self.dt!r}"
             )
         object.__setattr__(self, "dt", dt)
+        # samples dt apart: a dt that is not the samples' step would make every fitted or
+        # calibrated model step the wrong time
+        steps = np.diff(self.t, axis=1)
+        off = np.abs(steps - dt) > 1e-6 * dt + 8 * np.finfo(float).eps * np.abs(self.t[:, 1:])
+        if np.any(off):
+            i, k = (int(a[0]) for a in np.nonzero(off))
+            raise InputError(
+                f"Dataset.t must advance by a uniform step dt = {dt} s (Dataset.dt) in every "
+                f"trajectory; trajectory {i} has a step of {steps[i, k]} s between samples {k} "
+                f"and {k + 1} ({int(off.sum())} such steps in all); pass the samples' own step "
+                "as dt, or t = t0 + dt * arange(T + 1)"
+            )
         if not isinstance(self.metadata, Mapping):
             raise InputError(f"Dataset.metadata must be a dict, got {type(self.metadata)}")
         try:
@@ -309,20 +323,33 @@ class Dataset:
         not_ours = f"{str(path)!r} is not a vimpc dataset (a .npz written by Dataset.save)"
         try:
             z = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as err:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
             if isinstance(err, FileNotFoundError):
                 raise
-            raise InputError(f"{not_ours}: {err}") from None
+            raise InputError(f"{not_ours}: {err or type(err).__name__}") from None
         if not isinstance(z, np.lib.npyio.NpzFile):
             raise InputError(f"{not_ours}: it holds a single array")
         with z:
             missing = sorted(_KEYS - set(z.files))
             if missing:
                 raise InputError(f"{not_ours}: missing keys {missing}, found {sorted(z.files)}")
-            fmt = str(z["format"])
-            if fmt != _FORMAT:
-                raise InputError(f"{not_ours}: format {fmt!r}, expected {_FORMAT!r}")
-            arrays = {k: z[k] for k in ("t", "obs", "states", "inputs")}
-            dt = float(z["dt"])
-            metadata = json.loads(str(z["metadata"]))
+            try:
+                fmt = str(z["format"])
+                if fmt != _FORMAT:
+                    raise InputError(f"{not_ours}: format {fmt!r}, expected {_FORMAT!r}")
+                arrays = {k: z[k] for k in ("t", "obs", "states", "inputs")}
+                dt = float(z["dt"])
+                metadata = json.loads(str(z["metadata"]))
+            except (
+                ValueError,
+                TypeError,
+                OSError,
+                EOFError,
+                zipfile.BadZipFile,
+                zlib.error,
+            ) as err:
+                # a truncated or damaged member; InputError is a ValueError and passes as is
+                if isinstance(err, InputError):
+                    raise
+                raise InputError(f"{not_ours}: {err or type(err).__name__}") from None
         return cls(dt=dt, metadata=metadata, **arrays)

@@ -57,9 +57,17 @@ def find_scenario(arg: str | Path) -> Path:
     scenario of that name (module docstring). Raises :class:`ConfigError` naming ``arg``,
     the shipped names and the closest one when it is neither."""
     path = Path(arg)
-    if path.is_file():
-        return path
     text = str(arg)
+    try:
+        if path.is_file():
+            return path
+        path.is_dir()
+    except OSError as exc:  # a name too long for the file system, a loop of links, ...
+        raise ConfigError(
+            f"scenario {text[:200]!r}{'...' if len(text) > 200 else ''} is no file that can be "
+            f"read ({exc.strerror or exc}); give the path to a scenario .toml file or the "
+            "name of a shipped scenario (vimpc list)"
+        ) from None
     shipped = shipped_scenarios()
     names = ", ".join(shipped) or "none"
     bare = path.name == text and text not in ("", ".", "..")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -45,11 +46,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     file, a folder, unreadable, not UTF-8 text, not TOML). The document is not checked: a
     ``scenario`` that is not a table is refused by :func:`load_scenario`."""
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"scenario file {str(path)!r} is a folder, not a scenario file")
-    if not path.is_file():
-        raise ConfigError(f"scenario file {str(path)!r} does not exist")
     try:
+        if path.is_dir():
+            raise ConfigError(f"scenario file {str(path)!r} is a folder, not a scenario file")
+        if not path.is_file():
+            raise ConfigError(f"scenario file {str(path)!r} does not exist")
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a scenario file: not UTF-8 text") from None
@@ -240,6 +241,7 @@ def check(cfg: dict[str, Any]) -> None:
             "controller.tightening = 'none'"
         )
     _check_problem_size(cfg, env, model)
+    _check_episode_size(cfg, env)
     if ctrl["solver"] not in ("sqpmethod", "rti"):
         for key, default in (("qpsol", "qrqp"), ("hessian", "gauss-newton")):
             if ctrl[key] != default:
@@ -356,6 +358,32 @@ def _check_problem_size(cfg: dict[str, Any], env: EnvSpec, model: ModelSpec) -> 
         key="controller.horizon",
         error=ConfigError,
     )
+
+
+def _memory_bytes() -> int | None:
+    """The machine's physical memory [bytes], None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_episode_size(cfg: dict[str, Any], env: EnvSpec) -> None:
+    """An episode's record fits in memory: each step keeps its plan, ``horizon + 1``
+    observations (:class:`vimpc.closedloop.Trajectory`), so ``episodes.steps`` beyond
+    memory would run for ever and end out of memory."""
+    memory = _memory_bytes()
+    if memory is None:
+        return
+    steps, horizon = cfg["episodes"]["steps"], cfg["controller"]["horizon"]
+    per_step = 8 * ((horizon + 1) * env.nobs + 2 * env.nobs + env.nu)
+    if steps * per_step > memory:
+        raise ConfigError(
+            f"episodes.steps = {steps} would record {steps * per_step / 1e9:.3g} GB per "
+            f"episode (each step keeps its plan of controller.horizon + 1 = {horizon + 1} "
+            f"observations), more than this machine's {memory / 1e9:.3g} GB of memory; "
+            f"set episodes.steps <= {memory // per_step}"
+        )
 
 
 def _check_start_states(cfg: dict[str, Any], env: EnvSpec) -> None:
