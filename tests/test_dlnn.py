@@ -201,8 +201,17 @@ def test_unforced_data_warn_that_the_scale_is_not_identified():
     x0s = halton([-1.0, -1.0], [1.0, 1.0], 4, seed=0)
     X = flow_batch(Pendulum(), x0s, DT, 10, substeps=20)
     data = Dataset(np.tile(DT * np.arange(11), (4, 1)), X, X, np.zeros((4, 10, 1)), DT)
-    with pytest.warns(FitWarning, match="no inputs.*scale"):
+    with pytest.warns(FitWarning) as caught:
         DLNNModel(Pendulum(), DT, hidden=[8], epochs=2).fit(data)
+    messages = [str(w.message) for w in caught]
+    assert any("no inputs" in m and "scale" in m for m in messages), messages
+    # two epochs leave -D1 D2 L_d indefinite on the data: said where, after training
+    assert any("degenerate" in m and "first at trajectory 0, pair 0" in m for m in messages)
+    # NaN data never reach fit: the Dataset refuses them by array, trajectory and step
+    bad = X.copy()
+    bad[2, 3, 0] = np.nan
+    with pytest.raises(InputError, match="obs must be finite.*trajectory 2"):
+        Dataset(np.tile(DT * np.arange(11), (4, 1)), bad, X, np.zeros((4, 10, 1)), DT)
 
 
 # -- symmetries ------------------------------------------------------------------------------------

@@ -232,18 +232,21 @@ def n_parameters(sizes: list[int]) -> int:
     return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
 
 
-def check_regular(what: str, regularity: np.ndarray, where: str) -> None:
-    """Warn (FitWarning) of samples where ``regularity`` (|det|^(1/n) of the matrix the
-    step inverts) is below :data:`DEGENERATE_FRACTION` times its median, or not positive
-    definite (``regularity <= 0`` carries the sign), naming the first such sample."""
+def check_regular(what: str, regularity: np.ndarray, where: str, per_trajectory: int) -> None:
+    """Warn (FitWarning) of samples where ``regularity`` (sign(det) |det|^(1/n) of the
+    matrix the step inverts) is below :data:`DEGENERATE_FRACTION` times its median (not
+    positive definite included), naming the first such sample by trajectory and index
+    (``per_trajectory`` samples per trajectory)."""
     r = np.asarray(regularity, dtype=np.float64).reshape(-1)
     median = float(np.median(np.abs(r)))
     bad = ~(r > DEGENERATE_FRACTION * median)
     if np.any(bad):
         k = int(np.nonzero(bad)[0][0])
+        i, j = divmod(k, per_trajectory)
         warnings.warn(
             f"{what}: the learned Lagrangian is degenerate (or not positive definite) at "
-            f"{int(bad.sum())} of {r.size} {where}s, first at {where} {k} (det^(1/n) = "
+            f"{int(bad.sum())} of {r.size} {where}s, first at trajectory {i}, {where} {j} "
+            f"(det^(1/n) = "
             f"{r[k]:.3g}, median {median:.3g}, DEGENERATE_FRACTION = {DEGENERATE_FRACTION}): "
             "the exported step's Newton solve can fail there; raise degeneracy_weight",
             FitWarning,

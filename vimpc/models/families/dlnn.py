@@ -381,7 +381,7 @@ class DLNNModel(ModelFamily):
         a, b = Q[:, :-1].reshape(-1, n), Q[:, 1:].reshape(-1, n)
         _, D1p, D2p, D12 = self._pairs(a, b)
         det = np.linalg.det(-D12)
-        nl.check_regular("dlnn", nl.signed_root(det, n), "data pair")
+        nl.check_regular("dlnn", nl.signed_root(det, n), "pair", Q.shape[1] - 1)
         _, D1a, D2a, _ = self._pairs(triples[:, 0], triples[:, 1])
         _, D1b, D2b, _ = self._pairs(triples[:, 1], triples[:, 2])
         r = (D2a + D1b) / h + forces

@@ -98,7 +98,7 @@ class LNNModel(ModelFamily):
             )
         with nl.torch_threads(self.threads):
             self._train(q, v, a, force)
-        self._check_fit(q, v, a, force)
+        self._check_fit(q, v, a, force, Q.shape[1] - 2)
 
     def _train(self, q, v, a, force) -> None:
         import torch
@@ -168,7 +168,7 @@ class LNNModel(ModelFamily):
         self._require_fitted("lagrangian()")
         return self._l_function()
 
-    def _check_fit(self, q, v, a, force) -> None:
+    def _check_fit(self, q, v, a, force, per: int) -> None:
         n = self.system.nq
         qs, vs = ca.MX.sym("q", n), ca.MX.sym("v", n)
         L = self._l_function()(ca.vertcat(qs, vs))
@@ -180,7 +180,9 @@ class LNNModel(ModelFamily):
         res, det = fn(q.T, v.T, a.T)
         res = np.asarray(res).T - force
         self.el_residual_ = float(np.sqrt(np.mean(np.sum(res**2, 1))))
-        nl.check_regular("lnn", nl.signed_root(np.asarray(det).ravel(), n), "data snapshot")
+        nl.check_regular(
+            "lnn", nl.signed_root(np.asarray(det).ravel(), n), "interior snapshot", per
+        )
 
     def _build(self) -> DiscreteModel:
         f = self._l_function()
