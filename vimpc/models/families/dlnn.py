@@ -107,8 +107,9 @@ def _spread(x: np.ndarray) -> np.ndarray:
 
 
 class DLNNModel(ModelFamily):
-    """A discrete Lagrangian network, optionally with symmetry discovery (module
-    docstring).
+    """A discrete Lagrangian network L_d(q_k, q_k+1) with optional symmetry discovery.
+
+    See the module docstring.
 
     Args:
         system: the structure: coordinates and the input map ``B(q)``. Unconstrained

@@ -49,8 +49,9 @@ def finite_differences(Q: np.ndarray, U: np.ndarray, h: float):
 
 
 class LNNModel(ModelFamily):
-    """A continuous Lagrangian network exported as a midpoint variational integrator
-    (module docstring).
+    """A continuous Lagrangian network L(q, v), exported as its midpoint integrator.
+
+    See the module docstring.
 
     Fitted attributes: ``network_`` (the :class:`~vimpc.models._network_lagrangian.Network`
     ``L(q, v)``, numpy weights), ``forced_``, ``training_`` (a
