@@ -17,28 +17,21 @@ the median of ``--calls`` calls of ``model.step`` at ``order = 0`` and ``order =
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
-from vimpc.data.dataset import Dataset
-from vimpc.data.rollout import rollout_model
-from vimpc.integrators import VariationalIntegrator
 from vimpc.mechanics import CartPendulum
-from vimpc.models._integrated import integrator_model
 from vimpc.models.families.dlnn import DLNNModel
 from vimpc.models.families.lnn import LNNModel
 
-H, STEPS = 0.01, 200
+sys.path.insert(0, str(Path(__file__).parents[1] / "experiments"))
+from _dlnn_systems import CART, cart_data  # noqa: E402  (the paper's data, shared)
 
-
-def cart_data() -> Dataset:
-    s = CartPendulum()
-    truth = integrator_model(VariationalIntegrator(s, "midpoint"), H, substeps=100)
-    X = rollout_model(truth, np.array([[0.1, 0.1, 0.0, 0.0]]), np.zeros((1, STEPS, 1)))
-    t = H * np.arange(STEPS + 1)[None]
-    return Dataset(t, X, X, np.zeros((1, STEPS, 1)), H, {"system": s.name})
+H, STEPS = CART["h"], CART["steps"]
 
 
 def main() -> None:
