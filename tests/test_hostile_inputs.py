@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vimpc import cli, scenario
+from vimpc import _run_dir, cli, scenario
 from vimpc.data import Dataset
 from vimpc.errors import ConfigError, InputError
 from vimpc.scenario import load as scenario_load
@@ -101,3 +101,81 @@ def test_a_truncated_or_damaged_dataset_file_is_an_input_error(tmp_path):
         assert "is not a vimpc dataset" in str(err) or "Dataset." in str(err)
     else:  # the damage fell in bytes no check reads: the data must then be intact
         assert np.array_equal(loaded.obs, np.zeros((3, 4, 2)))
+
+
+# -- run folders and paths ------------------------------------------------------------------------
+
+SHORT = ["--set", "episodes.steps=2", "--set", "controller.horizon=5", "--set", "episodes.count=3"]
+
+
+@pytest.fixture
+def interrupted_run(tmp_path, monkeypatch, capsys) -> Path:
+    """The .partial folder of a run stopped by a Ctrl-C after its second episode."""
+    real = _run_dir.save_episode
+    calls = []
+
+    def save_then_interrupt(*args, **kwargs):
+        real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
+    args = ["run", PENDULUM, "--out", str(tmp_path / "runs"), "--quiet", "--no-plots", *SHORT]
+    assert cli.main(args) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    (stage,) = (tmp_path / "runs" / "pendulum_swingup").iterdir()
+    return stage
+
+
+def _resume_refused(stage: Path, message: str, capsys) -> None:
+    before = sorted((p.name, p.stat().st_size) for p in stage.iterdir())
+    assert cli.main(["run", "--resume", str(stage), "--quiet", "--no-plots"]) == 2
+    printed = capsys.readouterr().err
+    assert message in printed and printed.count("\n") == 1, printed
+    assert sorted((p.name, p.stat().st_size) for p in stage.iterdir()) == before
+
+
+@pytest.mark.parametrize("which", ["npz", "json"])
+def test_resume_refuses_a_kept_episode_it_cannot_read_before_running_any(
+    which, interrupted_run, capsys
+):
+    arrays, record = _run_dir.episode_files(interrupted_run, 1)
+    damaged = arrays if which == "npz" else record
+    damaged.write_bytes(damaged.read_bytes()[:40])
+    _resume_refused(interrupted_run, "1 kept episode(s)", capsys)
+    # deleting the damaged episode, as the message says, lets it run again
+    arrays.unlink()
+    record.unlink()
+    assert cli.main(["run", "--resume", str(interrupted_run), "--quiet", "--no-plots"]) == 0
+    assert "1 of 3 episodes finished, running the 2 missing" in capsys.readouterr().out
+
+
+def test_resume_refuses_a_configuration_edited_in_the_folder(interrupted_run, capsys):
+    config = interrupted_run / _run_dir.CONFIG
+    config.write_text(config.read_text().replace("horizon = 5", "horizon = 7"))
+    _resume_refused(interrupted_run, "changed since the run began", capsys)
+
+
+def test_paths_too_long_for_the_file_system_are_one_line(tmp_path, capsys):
+    long = str(tmp_path / ("R" * 300))
+    for args in (
+        ["run", "--resume", long],
+        ["run", PENDULUM, "--out", long, "--quiet", *SHORT],
+        ["fit", PENDULUM, "-o", long + ".vimpc", "--quiet"],
+    ):
+        assert cli.main(args) == 2, args
+        printed = capsys.readouterr().err
+        assert "File name too long" in printed and printed.count("\n") == 1, printed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_integer_python_cannot_read_is_a_config_error(tmp_path, capsys):
+    digits = "9" * 5000
+    with pytest.raises(ConfigError, match="--set controller.horizon=9{60}... cannot be read"):
+        scenario.parse_override(f"controller.horizon={digits}")
+    path = tmp_path / "big.toml"
+    path.write_text(f"[controller]\nhorizon = {digits}\n")
+    with pytest.raises(ConfigError, match="cannot be read: Exceeds the limit"):
+        scenario.read_toml(path)

@@ -23,9 +23,11 @@ complete run, as it always has.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,37 @@ def read_manifest(stage: Path) -> dict[str, Any] | None:
 def finished(stage: Path, count: int) -> list[int]:
     """The episodes (indices) whose two files exist."""
     return [k for k in range(count) if all(p.exists() for p in episode_files(stage, k))]
+
+
+def check_episodes(stage: Path, ks: list[int]) -> None:
+    """Refuse a folder whose kept episodes ``ks`` cannot all be read back (a damaged or
+    truncated file): the run's metrics need every one of them."""
+    bad = []
+    for k in ks:
+        try:
+            load_episode(stage, k)
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+            bad.append((k, f"{type(exc).__name__}: {str(exc)[:120]}"))
+    if bad:
+        k, why = bad[0]
+        names = " and ".join(p.name for p in episode_files(stage, k))
+        raise ConfigError(
+            f"--resume: {len(bad)} kept episode(s) in {str(stage)!r} cannot be read back "
+            f"(episodes {[b[0] for b in bad][:10]}; episode {k}: {why}); delete {names} (and "
+            "the others' files) to run those episodes again, then resume"
+        )
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def config_digest(stage: Path) -> str | None:
+    """The digest of the run's ``config.resolved.toml`` (None: it cannot be read)."""
+    try:
+        return text_digest((stage / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def tidy(stage: Path, count: int) -> None:

@@ -109,10 +109,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     lock = _run_dir.Lock(stage_dir, wait=True)
     try:
         count = cfg["episodes"]["count"]
-        write_atomic(stage_dir / _run_dir.CONFIG, scenario.dump_toml(cfg))
+        config_text = scenario.dump_toml(cfg)
+        write_atomic(stage_dir / _run_dir.CONFIG, config_text)
         manifest = {
             "complete": False,
             "scenario": name,
+            "config_sha256": _run_dir.text_digest(config_text),
             "scenario_file": str(args.scenario),
             "overrides": list(args.set or []),
             "episodes": count,
@@ -235,6 +237,7 @@ def _resume(args: argparse.Namespace, started: float) -> int:
         _check_same_run(stage_dir, manifest, cfg, pipeline)
         count = manifest["episodes"]
         _run_dir.tidy(stage_dir, count)
+        _run_dir.check_episodes(stage_dir, _run_dir.finished(stage_dir, count))
         done = len(_run_dir.finished(stage_dir, count))
         print(
             f"resuming {stage_dir}: {done} of {count} episodes finished, running the "
@@ -255,6 +258,13 @@ def _check_same_run(stage: Path, manifest: dict, cfg, pipeline) -> None:
         raise ConfigError(
             f"--resume: {str(stage)!r} is a run of scenario {there!r}, not {here!r}; give "
             f"that scenario (or none: the folder's configuration is used)"
+        )
+    recorded = manifest.get("config_sha256")  # absent in runs begun by older versions
+    if recorded is not None and _run_dir.config_digest(stage) != recorded:
+        raise ConfigError(
+            f"--resume: {str(stage / _run_dir.CONFIG)!r} changed since the run began (its "
+            f"digest is not the one {_run_dir.MANIFEST} recorded): the finished episodes ran "
+            "with another configuration, so the folder cannot be resumed; start a new run"
         )
     differences = _run_dir.config_differences(stage, cfg)
     if differences:
@@ -666,6 +676,14 @@ def main(argv: list[str] | None = None) -> int:
             if interrupted():  # an error a Ctrl-C caused inside CasADi
                 return _interrupted()
             print(f"vimpc: error: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            if interrupted():
+                return _interrupted()
+            # the file system said no (a name too long, a read-only or full disk, ...):
+            # finished episodes are kept as on any error
+            where = f": {str(exc.filename)[:200]!r}" if exc.filename else ""
+            print(f"vimpc: error: {exc.strerror or exc}{where}", file=sys.stderr)
             return 2
         except Exception:
             if interrupted():

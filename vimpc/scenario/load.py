@@ -38,6 +38,9 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except ValueError as exc:  # TOML, but no value Python reads (an int of 5000 digits)
+        shown = raw if len(raw) <= 60 else raw[:60] + "..."
+        raise ConfigError(f"--set {key.strip()}={shown} cannot be read: {exc}") from None
     return key.strip().split("."), value
 
 
@@ -58,6 +61,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    except ValueError as exc:  # valid TOML Python cannot read (an int of 5000 digits)
+        raise ConfigError(f"{path} cannot be read: {exc}") from None
 
 
 def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
