@@ -177,6 +177,97 @@ def test_the_exported_step_solves_the_torch_equations():
     assert checked >= 8
 
 
+def _jacobians(fn: ca.Function) -> ca.Function:
+    """``fn``'s first output with its Jacobians in every input that has entries."""
+    out = fn.name_out()[0]
+    ins = [i for i in fn.name_in() if fn.numel_in(i)]
+    return fn.factory(f"{fn.name()}_jac", fn.name_in(), [out] + [f"jac:{out}:{i}" for i in ins])
+
+
+def check_fast_export(fast, slow, states, inputs, *, tol=1e-10, finite_at_least):
+    """The exported (MX, closed-form) model equals the integrator's (SX) one: step, residual
+    and energy with their Jacobians to ``tol`` (relative to max(1, |value|)), the same
+    NaN (refused root) pattern; returns the number of finite steps compared."""
+    fns = {k: {f: _jacobians(ca.Function(getattr(m, f))) for f in ("step", "residual", "energy")}
+           for k, m in (("fast", fast), ("slow", slow))}  # fmt: skip
+
+    def close(a, b):
+        for x, y in zip(a, b, strict=True):
+            x, y = np.asarray(x), np.asarray(y)
+            assert np.array_equal(np.isnan(x), np.isnan(y))
+            assert np.allclose(x, y, rtol=tol, atol=tol, equal_nan=True)
+
+    finite = 0
+    for x, u in zip(states, inputs, strict=True):
+        xn = np.asarray(slow.step(x, u, [])).ravel()
+        close(fns["fast"]["step"](x, u, []), fns["slow"]["step"](x, u, []))
+        close(fns["fast"]["energy"](x, []), fns["slow"]["energy"](x, []))
+        if np.all(np.isfinite(xn)):
+            finite += 1
+            close(fns["fast"]["residual"](x, u, xn, []), fns["slow"]["residual"](x, u, xn, []))
+    assert finite >= finite_at_least
+    return finite
+
+
+@functools.cache
+def _cart():
+    """A small DLNN on the paper's cart-pendulum data (two coordinates: the export's
+    matrix algebra off the diagonal)."""
+    from _dlnn_systems import CART, cart_data
+
+    m = DLNNModel(CartPendulum(), CART["h"], hidden=[16, 16], epochs=150, lr=1e-2, order=0)
+    return _quiet(m, cart_data())
+
+
+@pytest.mark.parametrize("order", [0, 2])
+def test_the_exported_step_equals_the_integrators_on_the_cart_pendulum(order):
+    # the MX model with the network's derivatives in closed form (nl.midpoint_model) against
+    # the VariationalIntegrator of the same L_invmod and L^[[order]] on SX: step (Newton
+    # root and acceptance), residual and energy, values and Jacobians, to 1e-10
+    m = _cart()
+    m.order = m._settings["order"] = order
+    try:
+        fast, slow = m.discrete_model(), m._integrator_model()
+    finally:
+        m.order = m._settings["order"] = 0
+    rng = np.random.default_rng(3)
+    states = np.hstack([rng.uniform(-0.3, 0.3, (12, 2)), rng.uniform(-1.5, 1.5, (12, 2))])
+    inputs = np.vstack([np.zeros((8, 1)), rng.uniform(-0.5, 0.5, (4, 1))])
+    check_fast_export(fast, slow, states, inputs, finite_at_least=6)
+
+
+def test_the_exported_step_equals_the_integrators_on_the_pendulum():
+    _, _, m = _small()
+    rng = np.random.default_rng(4)
+    states = rng.uniform([-1.5, -2.0], [1.5, 2.0], (10, 2))
+    check_fast_export(m.discrete_model(), m._integrator_model(), states,
+                      rng.uniform(-2, 2, (10, 1)), finite_at_least=6)  # fmt: skip
+
+
+def test_the_closed_form_network_derivatives_are_the_automatic_ones():
+    # network_pass's gradient and D^T H D against CasADi's AD of the written-out network,
+    # for every activation
+    rng = np.random.default_rng(5)
+    for activation in nl.ACTIVATIONS:
+        sizes = [3, 7, 5, 1]
+        layers = tuple((rng.normal(size=(b, a)), rng.normal(size=b))
+                       for a, b in zip(sizes[:-1], sizes[1:], strict=True))  # fmt: skip
+        net = nl.Network(layers, activation)
+        x = ca.MX.sym("x", 3)
+        D = rng.normal(size=(3, 2))
+        y, g, H = nl.network_pass(net, x, D)
+        f = net.casadi_function("f")
+        Hauto, gauto = ca.hessian(f(x), x)
+        both = ca.Function("both", [x], [y, g, H, f(x), gauto, ca.mtimes([D.T, Hauto, D])])
+        for z in rng.normal(scale=3.0, size=(6, 3)):
+            a = [np.asarray(v) for v in both(z)]
+            for mine, auto in zip(a[:3], a[3:], strict=True):
+                assert np.allclose(mine, auto, rtol=1e-12, atol=1e-12)
+        # softplus above torch's threshold (20) is linear: s'' = 0 there
+        big = both(np.array([40.0, 40.0, 40.0]))
+        assert np.allclose(np.asarray(big[2]), np.asarray(big[5]), atol=1e-12)
+
+
 # -- the fit ---------------------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from vimpc.models.registry import family
 from vimpc.testing import DiscreteModelContract
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_dlnn import DT, _env_data  # noqa: E402
+from test_dlnn import DT, _env_data, check_fast_export  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -118,3 +118,13 @@ class TestLNNContract(DiscreteModelContract):
 
     def sample_inputs(self, rng, n):
         return rng.uniform(-2.0, 2.0, size=(n, 1))
+
+
+def test_the_exported_step_equals_the_integrators():
+    # the MX model with the network's derivatives in closed form against the
+    # VariationalIntegrator of the same L on SX: step, residual, energy and their Jacobians
+    _, _, m = _trained()
+    rng = np.random.default_rng(2)
+    states = rng.uniform([-1.5, -2.5], [1.5, 2.5], (10, 2))
+    check_fast_export(m.discrete_model(), m._integrator_model(), states,
+                      rng.uniform(-2, 2, (10, 1)), finite_at_least=6)  # fmt: skip

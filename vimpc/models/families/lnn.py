@@ -186,6 +186,23 @@ class LNNModel(ModelFamily):
         )
 
     def _build(self) -> DiscreteModel:
+        n = self.system.nq
+        return nl.midpoint_model(self.system, self.dt, self.network_, np.eye(2 * n), 1.0, 0,
+                                 self._model_info())  # fmt: skip
+
+    def _model_info(self) -> dict:
+        return {
+            **self.info(),
+            "forced": self.forced_,
+            "el_residual": self.el_residual_,
+            "epochs": self.training_.epochs,
+            "stopped": self.training_.stopped,
+        }
+
+    def _integrator_model(self) -> DiscreteModel:
+        """The same model built by :class:`~vimpc.integrators.VariationalIntegrator` on SX
+        (the network expanded into scalar operations): the reference the exported model is
+        tested against."""
         f = self._l_function()
 
         def L(q, v, theta):
@@ -193,11 +210,4 @@ class LNNModel(ModelFamily):
 
         integrator = VariationalIntegrator(self.system, "midpoint", "position_momentum",
                                            lagrangian=L)  # fmt: skip
-        info = {
-            **self.info(),
-            "forced": self.forced_,
-            "el_residual": self.el_residual_,
-            "epochs": self.training_.epochs,
-            "stopped": self.training_.stopped,
-        }
-        return integrator_model(integrator, self.dt, info=info)
+        return integrator_model(integrator, self.dt, info=self._model_info())
