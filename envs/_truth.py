@@ -2,7 +2,8 @@
 
 Built from :class:`vimpc.integrators.VariationalIntegrator` (midpoint rule,
 position-momentum form, ``dt / substep`` Newton-solved substeps) and, by default,
-compiled to C by CasADi's JIT. The compiled function runs the same operations in
+compiled to C (:func:`vimpc._jit.compiled_now`: CasADi's generated C, the compiler run as
+a subprocess a Ctrl-C stops). The compiled function runs the same operations in
 the same order (no fused multiply-adds), so it gives bit-identical states, 3-6x
 faster (the four-bar's 100 substeps: ~1.8 ms interpreted, ~0.3 ms compiled).
 
