@@ -67,7 +67,7 @@ def dataset(system, h: float, X: np.ndarray, noise: float = 0.0, seed: int = 0) 
         obs[..., : system.nq] += rng.normal(0.0, noise, obs[..., : system.nq].shape)
     T = len(X) - 1
     t = h * np.arange(T + 1)[None]
-    return Dataset(t, X[None], obs, np.zeros((1, T, system.nu)), h, {"system": system.name})
+    return Dataset(t, obs, X[None], np.zeros((1, T, system.nu)), h, {"system": system.name})
 
 
 def cart_data(steps: int = CART["steps"]) -> Dataset:
