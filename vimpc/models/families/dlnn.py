@@ -31,12 +31,16 @@ exactly ``L_d(q0, q1)``. So the model is the midpoint
 :class:`~vimpc.integrators.VariationalIntegrator` of ``L_invmod`` in the position-momentum
 form (state ``(q, v)``, the observation), with the momentum map and energy of the
 Lagrangian ``L^[[order]]`` recovered by backward error analysis (:mod:`vimpc.models._bea`,
-built on MX), as LSI does. The network is written out by
-:mod:`vimpc.models._torch_casadi`; the integrator expands it into scalar operations.
-Measured on the cart-pendulum, 3x128, a shared 2-core machine
-(``tests/benchmarks/bench_dlnn.py``): ``order = 0`` builds in 4 s and steps in 17 ms
-(median), ``order = 2`` in 88 s and 254 ms (third and fourth derivatives of the network in
-the BEA momentum map's Newton solve); for control with a large network, ``order = 0``.
+built on MX), as LSI does. The model is written on MX by
+:func:`vimpc.models._network_lagrangian.midpoint_model`: the integrator's equations, Newton
+solve and acceptance test, with the network's gradient and Hessian (and the Newton
+Jacobian) in closed form, a few dense products per layer, instead of the network expanded
+into scalar operations (tests check it against the integrator's model to 1e-10). Measured
+on the cart-pendulum, 3x128, a shared 2-core machine (``tests/benchmarks/bench_dlnn.py``,
+``results/benchmarks/dlnn.md``): ``order = 0`` builds in 0.1 s and steps in ~1.5 ms
+(median; the integrator's SX model: 6 s, ~25 ms), ``order = 2`` in 0.1 s and ~18 ms (third
+and fourth derivatives of the network in the BEA momentum map, by MX AD; the SX model:
+140 s, ~350 ms); for control with a large network, ``order = 0``.
 
 **Symmetries** (``symmetries = K``): K generators ``xi = (M, w)`` of the affine group
 (``q -> q + eps (M q + w)``) trained with the network after ``warmup`` network-only
@@ -130,7 +134,7 @@ class DLNNModel(ModelFamily):
         "order": Setting(
             int, 2,
             "BEA order of the exported momentum map and energy (0: L_invmod itself; 3x128 "
-            "cart-pendulum step 17 ms at 0, 254 ms at 2)",
+            "cart-pendulum step ~1.5 ms at 0, ~18 ms at 2)",
             rule=Rule(lambda v: v in bea.ORDERS, phrase="0 or 2"),
         ),
         "symmetries": Setting(

@@ -17,6 +17,9 @@ The exported model is the midpoint :class:`~vimpc.integrators.VariationalIntegra
 learned ``L`` (position-momentum form, state ``(q, v)``, momentum ``dL/dv``, energy
 ``v . dL/dv - L``): unlike DLNN, it carries the midpoint rule's O(h^2) discretisation error
 on top of the learning error.
+The model is written on MX with the network's derivatives in closed form
+(:func:`vimpc.models._network_lagrangian.midpoint_model`, checked against the integrator's
+SX model to 1e-10).
 """
 
 from __future__ import annotations
