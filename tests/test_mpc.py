@@ -202,6 +202,17 @@ def test_a_stage_function_with_a_newton_loop_stays_interpreted():
     assert compiled is not None and float(compiled(0.7)) == float(ca.sin(0.7) * 0.7)
 
 
+def test_a_model_jit_that_cannot_compile_says_so(monkeypatch):
+    # a compile that fails (no C compiler, a compiler stopped by Ctrl-C, a stage function
+    # without an SX form) leaves the model interpreted, and the controller says so
+    monkeypatch.setattr(_jit, "compiled", lambda fn, derivatives=0: None)
+    model = NominalModel(Pendulum(), 0.05).discrete_model()
+    cost = Cost(Q=[1.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
+    with pytest.warns(RuntimeWarning, match="residual function was not compiled"):
+        ctrl = MPC(model, 5, cost, jit="model")
+    assert not ctrl.model_compiled
+
+
 def test_bad_input_is_named():
     model, _, _ = _linear_model(implicit=False)
     cost = Cost(Q=[1.0, 1.0], R=[1.0])

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import difflib
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -487,7 +488,16 @@ def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteM
     the Hessian's on demand), and whether that worked."""
     name = "step" if transcription == "step" else "residual"
     fn = _jit.compiled(getattr(model, name), derivatives=2)
-    return (model, False) if fn is None else (dataclasses.replace(model, **{name: fn}), True)
+    if fn is None:
+        warnings.warn(
+            f"jit='model': the model's {name} function was not compiled (it has no SX form, "
+            "such as a step with a Newton loop inside, or the C compiler failed or was "
+            "stopped); the controller evaluates it interpreted, which is slower",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return model, False
+    return dataclasses.replace(model, **{name: fn}), True
 
 
 def _obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:
