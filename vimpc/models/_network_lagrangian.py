@@ -1,7 +1,8 @@
 """Shared maths of the neural Lagrangian families (:mod:`~vimpc.models.families.dlnn`,
 :mod:`~vimpc.models.families.lnn`): the settings they share, the network kept as numpy
-weights after training, input derivatives of a batch in torch, and the checks made
-before training.
+weights after training, input derivatives of a batch in torch, the checks made
+before training, and the exported model: the midpoint step written on MX with the
+network's gradient and Hessian in closed form (:func:`network_pass`, :func:`midpoint_model`).
 
 A network is trained on normalised inputs ``z = P x + c`` with its output multiplied by
 a fixed ``scale``; both maps are folded into the first and last Linear layers when the
@@ -362,7 +363,8 @@ def midpoint_model(
     """The DiscreteModel of the midpoint :class:`~vimpc.integrators.VariationalIntegrator`
     (position-momentum form) of ``L(q, v) = c f(A (q, v))`` for a scalar network ``f``,
     with the momentum map and energy of ``L^[[order]]`` (:func:`mx_modified`'s formula),
-    for an unconstrained system without friction.
+    for an unconstrained system (friction and inputs enter through the system's discrete
+    forces, as in the integrator).
 
     The same equations, Newton solve (scaling, tolerances, iterations) and acceptance test
     (finite; residual within the Newton tolerance plus ``ACCEPT_RTOL`` times the round-off
@@ -379,6 +381,12 @@ def midpoint_model(
     from vimpc.models import _bea as bea
 
     bea.check("midpoint", order, h)
+    if system.n_holonomic or system.n_nonholonomic:
+        raise InputError(
+            f"midpoint_model writes the step of an unconstrained system; {system.name} has "
+            f"{system.n_holonomic} holonomic and {system.n_nonholonomic} nonholonomic "
+            "constraints: use VariationalIntegrator with the network as its lagrangian"
+        )
     n, nu = system.nq, system.nu
     A = np.asarray(A, dtype=np.float64)
     Ad, c = ca.DM(A), float(c)
@@ -461,7 +469,7 @@ def midpoint_model(
         "abstolStep": _newton.STEP_TOL,
         "max_iter": _newton.MAX_ITER,
         "error_on_fail": False,
-    }  # fmt: skip   (_newton.solve's, with the Jacobian below)
+    }  # _newton.solve's options, with the Jacobian below
     # the Newton Jacobian: the network's Hessian in closed form at the pair and (order
     # 0) at the new state (CasADi's AD of the gradient costs ~1.7x as many dense
     # products), the momentum's Jacobian by reverse mode at order 2
