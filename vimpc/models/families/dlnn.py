@@ -37,10 +37,10 @@ solve and acceptance test, with the network's gradient and Hessian (and the Newt
 Jacobian) in closed form, a few dense products per layer, instead of the network expanded
 into scalar operations (tests check it against the integrator's model to 1e-10). Measured
 on the cart-pendulum, 3x128, a shared 2-core machine (``tests/benchmarks/bench_dlnn.py``,
-``results/benchmarks/dlnn.md``): ``order = 0`` builds in 0.1 s and steps in ~1.5 ms
-(median; the integrator's SX model: 6 s, ~25 ms), ``order = 2`` in 0.1 s and ~18 ms (third
+``results/benchmarks/dlnn.md``): ``order = 0`` builds in 0.1 s and steps in 1.8 ms
+(median; the integrator's SX model: 8.7 s, 18 ms), ``order = 2`` in 0.05 s and 10 ms (third
 and fourth derivatives of the network in the BEA momentum map, by MX AD; the SX model:
-140 s, ~350 ms); for control with a large network, ``order = 0``.
+78 s, 237 ms); for control with a large network, ``order = 0``.
 
 **Symmetries** (``symmetries = K``): K generators ``xi = (M, w)`` of the affine group
 (``q -> q + eps (M q + w)``) trained with the network after ``warmup`` network-only
@@ -134,7 +134,7 @@ class DLNNModel(ModelFamily):
         "order": Setting(
             int, 2,
             "BEA order of the exported momentum map and energy (0: L_invmod itself; 3x128 "
-            "cart-pendulum step ~1.5 ms at 0, ~18 ms at 2)",
+            "cart-pendulum step 1.8 ms at 0, 10 ms at 2)",
             rule=Rule(lambda v: v in bea.ORDERS, phrase="0 or 2"),
         ),
         "symmetries": Setting(
