@@ -11,7 +11,7 @@ import pytest
 from vimpc import _run_dir, cli, scenario
 from vimpc.data import Dataset
 from vimpc.errors import ConfigError, InputError
-from vimpc.scenario import load as scenario_load
+from vimpc.scenario import checks as scenario_checks
 
 ROOT = Path(__file__).parents[1]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
@@ -47,7 +47,7 @@ def test_an_episode_longer_than_memory_is_refused_before_it_runs(tmp_path, capsy
     # the largest accepted count is named, and it is accepted
     largest = int(message.rsplit("episodes.steps <= ", 1)[1])
     assert 0 < largest < steps
-    memory = scenario_load._memory_bytes()
+    memory = scenario_checks._memory_bytes()
     assert largest * 8 * (41 * 2 + 2 * 2 + 1) <= memory
     cfg = scenario.load_scenario(PENDULUM, ["episodes.count=1", f"episodes.steps={largest}"])
     assert cfg["episodes"]["steps"] == largest

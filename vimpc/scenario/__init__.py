@@ -3,14 +3,12 @@
 The schema is declared once (:mod:`vimpc.scenario.schema`): :data:`SCHEMA` for the fixed
 tables, :data:`MODEL_KEYS` plus the chosen model family's own declaration
 (:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
-validation (:mod:`vimpc.scenario.load`), the resolved configuration written next to
-results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
+reading (:mod:`vimpc.scenario.load`) and the checks (:mod:`vimpc.scenario.checks`, against
+the env and model as :mod:`vimpc.scenario.specs` reads them), the resolved configuration
+written next to results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
 (:func:`schema_markdown`).
 """
 
-from vimpc.scenario.load import EnvSpec as EnvSpec
-from vimpc.scenario.load import ModelSpec as ModelSpec
-from vimpc.scenario.load import build_family as build_family
 from vimpc.scenario.load import load_scenario as load_scenario
 from vimpc.scenario.load import parse_override as parse_override
 from vimpc.scenario.load import read_toml as read_toml
@@ -19,6 +17,9 @@ from vimpc.scenario.schema import MODEL_KEYS as MODEL_KEYS
 from vimpc.scenario.schema import SCHEMA as SCHEMA
 from vimpc.scenario.schema import dump_toml as dump_toml
 from vimpc.scenario.schema import schema_markdown as schema_markdown
+from vimpc.scenario.specs import EnvSpec as EnvSpec
+from vimpc.scenario.specs import ModelSpec as ModelSpec
+from vimpc.scenario.specs import build_family as build_family
 
 __all__ = [
     "CIRCLE_KEYS",

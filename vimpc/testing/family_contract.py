@@ -519,7 +519,7 @@ class ModelFamilyContract(DiscreteModelContract):
         resolves to the family's settings, builds a family with the same settings, and its
         resolved file reads back to itself."""
         from vimpc import scenario
-        from vimpc.scenario.load import EnvSpec, build_family
+        from vimpc.scenario.specs import EnvSpec, build_family
 
         cls, case = self.family_class(), self._case()
         declared = cls.all_settings()

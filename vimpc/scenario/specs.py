@@ -1,0 +1,163 @@
+"""What a scenario's env and model are, read from their classes before either is built: the
+env's system, sizes, names and limits (:class:`EnvSpec`), the model's fields and whether it
+must be fitted (:class:`ModelSpec`, from a saved model file or the family's declaration), and
+the unfitted family itself (:func:`build_family`). A spec that cannot be made says why, naming
+the scenario key."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from pathlib import Path
+from typing import Any
+
+from vimpc.errors import ConfigError, VimpcError
+
+#: The most ground-truth substeps in one control step of an env: its one-step function is
+#: built over all of them, which took 1.7 s at 10^5 substeps (env.dt = 10 s at the default
+#: 1e-4 s substep) and grows linearly (ENV_SECONDS_PER_SUBSTEP each, measured with the
+#: pendulum); env.dt = 1e9 s ran out of memory with a C++ bad_alloc.
+MAX_ENV_SUBSTEPS = 100_000
+ENV_SECONDS_PER_SUBSTEP = 1.4e-5
+
+
+class EnvSpec:
+    """What a scenario's env is, read from its class: system, sizes and names."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        import gymnasium
+        from vimpc_envs._base import MechanicalEnv
+
+        import vimpc  # noqa: F401  (registers the environment ids)
+
+        env_id = cfg["env"]["id"]
+        if env_id not in gymnasium.registry:
+            ids = [k for k in gymnasium.registry if k.startswith("vimpc/")]
+            hint = difflib.get_close_matches(env_id, ids, n=1)
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(
+                f"env.id {env_id!r} is not a registered environment{extra} (vimpc ids: {ids})"
+            )
+        entry = gymnasium.spec(env_id).entry_point
+        cls = (
+            gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        )
+        if not (isinstance(cls, type) and issubclass(cls, MechanicalEnv)):
+            raise ConfigError(
+                f"env.id {env_id!r} is not a vimpc mechanical environment (a MechanicalEnv), "
+                "so its system and observation are unknown"
+            )
+        kwargs = cfg["env"]["kwargs"]
+        if "dt" in kwargs:
+            raise ConfigError("set the control step as env.dt, not env.kwargs.dt")
+        default = inspect.signature(MechanicalEnv.__init__).parameters["substep"].default
+        substep = kwargs.get("substep", default)
+        if isinstance(substep, (int, float)) and not isinstance(substep, bool) and substep > 0:
+            n = cfg["env"]["dt"] / substep
+            if n > MAX_ENV_SUBSTEPS:
+                raise ConfigError(
+                    f"env.dt = {cfg['env']['dt']} s is {n:.3g} substeps of the env's ground "
+                    f"truth ({substep:g} s each), above the limit of {MAX_ENV_SUBSTEPS} "
+                    f"(vimpc.scenario.specs.MAX_ENV_SUBSTEPS): the env would be built for "
+                    f"about {n * ENV_SECONDS_PER_SUBSTEP:.3g} s and step slower still; give "
+                    f"env.dt <= {MAX_ENV_SUBSTEPS * substep:g} s"
+                )
+        params = kwargs.get("params") or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"env.kwargs.params must be a table, got {params!r}")
+        try:
+            system = cls.system_type(**params)
+        except VimpcError as exc:
+            raise ConfigError(f"env.kwargs.params: {exc}") from None
+        self.cls = cls
+        self.system = system.name
+        self.nominal = system
+        names = system.coordinate_names
+        self.obs_names = (*names, *(f"{n}_dot" for n in names))
+        self.nobs = system.nq + system.nv
+        self.nu = system.nu
+        self.action_limit = tuple(cls.action_limit)
+        self.obs_limit = tuple(float(v) for v in cls.observation_limit)
+
+
+class ModelSpec:
+    """What the scenario's model will be: its fields, and whether it must be fitted."""
+
+    def __init__(self, cfg: dict[str, Any], env: EnvSpec) -> None:
+        mcfg = cfg["model"]
+        dt = cfg["env"]["dt"]
+        if mcfg["path"] is not None:
+            from vimpc.model_file import load
+
+            if not Path(mcfg["path"]).exists():
+                raise ConfigError(f"model.path = {mcfg['path']!r}: no such file")
+            try:
+                model = load(mcfg["path"])
+            except (ValueError, VimpcError) as exc:
+                raise ConfigError(f"model.path: {exc}") from None
+            system = model.info.get("system")
+            problems = []
+            if abs(model.dt - dt) > 1e-12 * dt:
+                problems.append(f"it steps dt = {model.dt} s, env.dt is {dt} s")
+            if system is not None and system != env.system:
+                problems.append(f"it models a {system}, the env is a {env.system}")
+            if model.nobs != env.nobs or model.nu != env.nu:
+                problems.append(
+                    f"it takes {model.nobs} observations and {model.nu} inputs, the env has "
+                    f"{env.nobs} and {env.nu}"
+                )
+            problems += _settings_differences(mcfg, model.info)
+            if problems:
+                raise ConfigError(
+                    f"model.path = {mcfg['path']!r} does not fit the scenario: "
+                    + "; ".join(problems)
+                )
+            self.fields = frozenset(
+                name
+                for name in ("residual", "bound", "energy", "constraint", "velocity_constraint")
+                if getattr(model, name) is not None
+            )
+            self.needs_fit = False
+            self.what = f"the saved model {mcfg['path']!r}"
+            self.nx = model.nx
+            return
+        family = build_family(cfg, env.nominal)
+        self.fields = family.provides()
+        self.needs_fit = family.needs_fit()
+        self.what = f"model.family = {mcfg['family']!r} with these settings"
+        self.nx: int | None = None  # known once built; the observation's size stands in
+
+
+def _settings_differences(mcfg: dict[str, Any], info: Any) -> list[str]:
+    """Where the scenario's model settings differ from those a saved model records (a model
+    that records none is taken as it is)."""
+    settings = info.get("settings")
+    if not isinstance(settings, dict):
+        return []
+    out = []
+    if info.get("model") not in (None, mcfg["family"]):
+        out.append(f"it is a {info['model']!r} model, model.family is {mcfg['family']!r}")
+    for key, value in settings.items():
+        if key in mcfg and mcfg[key] != value:
+            out.append(f"model.{key} = {mcfg[key]!r}, but the saved model has {key} = {value!r}")
+    return out
+
+
+def build_family(cfg: dict[str, Any], nominal_system):
+    """The scenario's model family, unfitted: the env's nominal system with
+    ``model.params``, the env's ``dt`` and the family's settings."""
+    from vimpc.models import family
+
+    mcfg = cfg["model"]
+    cls = family(mcfg["family"])
+    system = nominal_system
+    if mcfg["params"]:
+        try:
+            system = system.with_params(**mcfg["params"])
+        except VimpcError as exc:
+            raise ConfigError(f"model.params: {exc}") from None
+    settings = {k: mcfg[k] for k in cls.all_settings()}
+    try:
+        return cls(system, cfg["env"]["dt"], **settings)
+    except VimpcError as exc:
+        raise ConfigError(f"model: {exc}") from None
