@@ -15,7 +15,17 @@ from vimpc_envs.fourbar import FourBarEnv
 from vimpc_envs.pendulum import PendulumEnv
 from vimpc_envs.rolling_disk import RollingDiskEnv
 
-from vimpc import cli, mechanics, pipeline, plotting, report, scenario
+from vimpc import (
+    cli,
+    mechanics,
+    pipeline,
+    plot_mechanism,
+    plot_safety,
+    plot_style,
+    plotting,
+    report,
+    scenario,
+)
 from vimpc.closedloop import Trajectory, episode_metrics, summarize
 
 ROOT = Path(__file__).parents[1]
@@ -245,7 +255,7 @@ def test_legends_name_each_kind_of_line_once():
             true_max=np.array([np.nan, 10.0]),
         ),
         plotting.solve_times_figure(trajectories, title="x"),
-        plotting.mechanism_figure(
+        plot_mechanism.mechanism_figure(
             trajectories,
             mechanics.Pendulum(),
             plan_circles=[((1.0, 0.0), 0.35)],
@@ -279,7 +289,7 @@ def test_mechanism_draws_the_true_obstacle_apart_from_the_planning_circle():
     states[:, 2] = np.linspace(0.0, 2.0, 11)
     states[:, 3] = 0.5
     trajectories = [_trajectory(states, np.zeros((10, 2)), seed=k) for k in range(2)]
-    fig = plotting.mechanism_figure(
+    fig = plot_mechanism.mechanism_figure(
         trajectories,
         disk,
         plan_circles=[((1.0, 0.0), 0.35)],
@@ -503,7 +513,7 @@ def test_saturated_inputs_are_marked_over_limits_drawn_beneath_them():
         true_max=np.array([np.nan, 10.0]),
     )
     torque = fig.axes[2]
-    (marks,) = _lines(torque, plotting.SATURATED_LABEL)
+    (marks,) = _lines(torque, plot_style.SATURATED_LABEL)
     # within 0.1 % of the 4 N m range: steps 0, 1, 3, 4 and 7, not 1.99 or -1.9
     np.testing.assert_allclose(marks.get_xdata(), 0.1 * np.array([0, 1, 3, 4, 7]))
     np.testing.assert_allclose(marks.get_ydata(), u[[0, 1, 3, 4, 7]])
@@ -512,20 +522,20 @@ def test_saturated_inputs_are_marked_over_limits_drawn_beneath_them():
     assert len(limits) == 2
     assert all(line.get_zorder() < trace.get_zorder() < marks.get_zorder() for line in limits)
     assert all(line.get_linestyle() != trace.get_linestyle() for line in limits)
-    assert plotting.SATURATED_LABEL in _legend_labels(fig)
-    assert "within 0.1% of its range" in plotting.SATURATED_LABEL  # the threshold is named
+    assert plot_style.SATURATED_LABEL in _legend_labels(fig)
+    assert "within 0.1% of its range" in plot_style.SATURATED_LABEL  # the threshold is named
     (rate,) = _lines(fig.axes[1], "true state")
     assert all(line.get_zorder() < rate.get_zorder() for line in _lines(fig.axes[1], "true limit"))
     # an input that stays inside its limits gets no mark and no legend entry
     calm = _pendulum_figure([_trajectory(states, np.full(10, 1.5))])
-    assert _lines(calm.axes[2], plotting.SATURATED_LABEL) == []
-    assert plotting.SATURATED_LABEL not in _legend_labels(calm)
+    assert _lines(calm.axes[2], plot_style.SATURATED_LABEL) == []
+    assert plot_style.SATURATED_LABEL not in _legend_labels(calm)
 
 
 def test_saturation_with_one_open_end():
-    hit = plotting.saturated(np.array([5.0, 4.999, 4.9, -100.0]), -np.inf, 5.0)
+    hit = plot_style.saturated(np.array([5.0, 4.999, 4.9, -100.0]), -np.inf, 5.0)
     assert hit.tolist() == [True, True, False, False]
-    assert not plotting.saturated(np.array([1e9]), -np.inf, np.inf).any()
+    assert not plot_style.saturated(np.array([1e9]), -np.inf, np.inf).any()
 
 
 def _bound_rows():
@@ -552,7 +562,7 @@ def test_safety_rows_say_what_h_is_and_mark_crossings_in_every_episode():
     out_right = np.concatenate([np.linspace(0.0, 1.2, 8), [1.2, 0.5, 0.0]])
     out_left = np.concatenate([np.linspace(0.0, -1.1, 8), [-0.5, 0.0, 0.0]])
     trajectories = [_planned(out_right), _planned(out_left, seed=1)]
-    fig = plotting.safety_figure(
+    fig = plot_safety.safety_figure(
         trajectories,
         _bound_rows(),
         ["s >= -1 m", "s <= 1 m"],
@@ -576,7 +586,7 @@ def test_safety_rows_say_what_h_is_and_mark_crossings_in_every_episode():
     assert "no tube" in plans
     assert "realized, the other episode" in labels
     # with a tube, it is drawn and named
-    tubed = plotting.safety_figure(
+    tubed = plot_safety.safety_figure(
         [_planned(out_right, tube=0.1)], _bound_rows(), ["s >= -1 m", "s <= 1 m"]
     )
     labels = _legend_labels(tubed)
@@ -592,7 +602,7 @@ def test_a_planning_limit_inside_the_true_one_is_marked_apart():
     obs = ca.SX.sym("obs", 2)
     row = ca.Function("safety", [obs], [0.9 - obs[0]])
     s = np.array([0.0, 0.5, 0.95, 1.05, 0.5])
-    fig = plotting.safety_figure([_planned(s)], row, ["s <= 0.9 m"], true_levels=[-0.1])
+    fig = plot_safety.safety_figure([_planned(s)], row, ["s <= 0.9 m"], true_levels=[-0.1])
     (ax,) = fig.axes
     (plan,) = _lines(ax, "past the planning limit (h < 0)")
     np.testing.assert_allclose(plan.get_ydata(), [0.9 - 0.95])
@@ -605,7 +615,7 @@ def test_one_episode_is_not_called_episodes():
     states = np.column_stack([np.linspace(0.0, 1.2, 11), np.zeros(11)])
     single = [_planned(states[:, 0])]
     figs = [
-        plotting.constrained_entries_figure(
+        plot_safety.constrained_entries_figure(
             single,
             names=["s", "s_dot"],
             units=["m", "m/s"],
@@ -615,7 +625,7 @@ def test_one_episode_is_not_called_episodes():
             true_max=np.array([1.0, np.nan]),
             title="cartpole",
         ),
-        plotting.safety_figure(single, _bound_rows(), ["s >= -1 m", "s <= 1 m"]),
+        plot_safety.safety_figure(single, _bound_rows(), ["s >= -1 m", "s <= 1 m"]),
         plotting.solve_times_figure(single),
         _pendulum_figure(single),
     ]
@@ -624,9 +634,9 @@ def test_one_episode_is_not_called_episodes():
     for fig in figs:
         for text in _texts(fig):
             assert not re.search(r"\b1 (episodes|steps)\b", text), text
-    assert plotting.count(1, "episode") == "1 episode"
-    assert plotting.count(0, "episode") == "0 episodes"
-    assert plotting.count(2, "step") == "2 steps"
+    assert report.count(1, "episode") == "1 episode"
+    assert report.count(0, "episode") == "0 episodes"
+    assert report.count(2, "step") == "2 steps"
 
 
 def test_solve_time_marks_do_not_share_a_colour_with_an_episode():

@@ -315,7 +315,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     ``states_inputs``, ``solve_times``, ``mechanism`` always; ``episodes`` where an entry
     has a planning or a true limit; ``safety`` where the controller has safety rows;
     ``coverage`` where the model has a bound."""
-    from vimpc import plotting
+    from vimpc import plot_mechanism, plot_safety, plotting
 
     env = runner.env
     system = env.nominal_system
@@ -345,7 +345,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
         "solve_times": plotting.solve_times_figure(
             trajectories, time_budget=ctl.time_budget, title=title
         ),
-        "episodes": plotting.constrained_entries_figure(
+        "episodes": plot_safety.constrained_entries_figure(
             trajectories,
             names=names,
             units=units,
@@ -355,7 +355,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
             true_max=true_max,
             title=title,
         ),
-        "mechanism": plotting.mechanism_figure(
+        "mechanism": plot_mechanism.mechanism_figure(
             trajectories,
             system,
             plan_circles=[
@@ -370,7 +370,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     labels, formulas, row_units, levels = _safety_rows(
         cfg, ctl, names, units, true_min, true_max, true_circles
     )
-    out["safety"] = plotting.safety_figure(
+    out["safety"] = plot_safety.safety_figure(
         trajectories,
         ctl.safety_function,
         labels,
@@ -382,7 +382,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     model = runner.model
     if model.bound is not None:
         unit_of = dict(zip(names, units, strict=True))
-        out["coverage"] = plotting.coverage_figure(
+        out["coverage"] = plot_safety.coverage_figure(
             trajectories,
             model,
             list(model.state_names),
@@ -394,7 +394,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
 
 def run_figures(cfg, runner, trajectories, folder: Path) -> None:
     """The run's figures (:func:`run_figure_set`) written as ``<name>.png`` in ``folder``."""
-    from vimpc import plotting
+    from vimpc.plot_style import save
 
     for name, fig in run_figure_set(cfg, runner, trajectories).items():
-        plotting.save(fig, folder / f"{name}.png")
+        save(fig, folder / f"{name}.png")
