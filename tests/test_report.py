@@ -15,18 +15,12 @@ from vimpc_envs.fourbar import FourBarEnv
 from vimpc_envs.pendulum import PendulumEnv
 from vimpc_envs.rolling_disk import RollingDiskEnv
 
-from vimpc import (
-    cli,
-    mechanics,
-    pipeline,
-    plot_mechanism,
-    plot_safety,
-    plot_style,
-    plotting,
-    report,
-    scenario,
-)
+from vimpc import cli, mechanics, pipeline, report, scenario
 from vimpc.closedloop import Trajectory, episode_metrics, summarize
+from vimpc.plotting import mechanism as plot_mechanism
+from vimpc.plotting import safety as plot_safety
+from vimpc.plotting import series as plot_series
+from vimpc.plotting import style as plot_style
 
 ROOT = Path(__file__).parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -89,7 +83,7 @@ def _pendulum_figure(trajectories, **kw):
         u_max=np.array([2.0]),
         title="pendulum_swingup",
     )
-    return plotting.states_inputs_figure(trajectories, **{**defaults, **kw})
+    return plot_series.states_inputs_figure(trajectories, **{**defaults, **kw})
 
 
 def _spin(n_steps=60, turns=1.5):
@@ -254,7 +248,7 @@ def test_legends_name_each_kind_of_line_once():
             true_min=np.array([np.nan, -10.0]),
             true_max=np.array([np.nan, 10.0]),
         ),
-        plotting.solve_times_figure(trajectories, title="x"),
+        plot_series.solve_times_figure(trajectories, title="x"),
         plot_mechanism.mechanism_figure(
             trajectories,
             mechanics.Pendulum(),
@@ -270,7 +264,7 @@ def test_legends_name_each_kind_of_line_once():
 def test_solve_times_mark_failed_late_and_iteration_limit_solves():
     status = ["SOLVED", "LATE", "ITERATION_LIMIT", "FAILED", "SOLVED"]
     traj = _trajectory(np.zeros((6, 2)), np.zeros(5), status=status)
-    fig = plotting.solve_times_figure([traj], title="pendulum_swingup")
+    fig = plot_series.solve_times_figure([traj], title="pendulum_swingup")
     (ax,) = fig.axes
     assert ax.get_ylabel() == "solve time [ms]" and ax.get_xlabel() == "time [s]"
     for label, step in (
@@ -626,7 +620,7 @@ def test_one_episode_is_not_called_episodes():
             title="cartpole",
         ),
         plot_safety.safety_figure(single, _bound_rows(), ["s >= -1 m", "s <= 1 m"]),
-        plotting.solve_times_figure(single),
+        plot_series.solve_times_figure(single),
         _pendulum_figure(single),
     ]
     assert "over 1 episode" in figs[0].get_suptitle()
@@ -644,7 +638,7 @@ def test_solve_time_marks_do_not_share_a_colour_with_an_episode():
     trajectories = [
         _trajectory(np.zeros((6, 2)), np.zeros(5), status=status, seed=k) for k in range(5)
     ]
-    fig = plotting.solve_times_figure(trajectories, time_budget=2e-3)
+    fig = plot_series.solve_times_figure(trajectories, time_budget=2e-3)
     (ax,) = fig.axes
     episodes = {
         to_rgb(line.get_color()) for line in ax.get_lines() if line.get_label().startswith("ep")

@@ -315,7 +315,9 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     ``states_inputs``, ``solve_times``, ``mechanism`` always; ``episodes`` where an entry
     has a planning or a true limit; ``safety`` where the controller has safety rows;
     ``coverage`` where the model has a bound."""
-    from vimpc import plot_mechanism, plot_safety, plotting
+    from vimpc.plotting import mechanism as plot_mechanism
+    from vimpc.plotting import safety as plot_safety
+    from vimpc.plotting import series as plot_series
 
     env = runner.env
     system = env.nominal_system
@@ -326,7 +328,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     title = cfg["scenario"]["name"]
     true_min, true_max, true_circles = _true_limits(env.safety_limits, len(names))
     out = {
-        "states_inputs": plotting.states_inputs_figure(
+        "states_inputs": plot_series.states_inputs_figure(
             trajectories,
             names=names,
             units=units,
@@ -342,7 +344,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
             tracked=np.flatnonzero(np.diag(ctl.cost.Q)).tolist(),
             title=title,
         ),
-        "solve_times": plotting.solve_times_figure(
+        "solve_times": plot_series.solve_times_figure(
             trajectories, time_budget=ctl.time_budget, title=title
         ),
         "episodes": plot_safety.constrained_entries_figure(
@@ -394,7 +396,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
 
 def run_figures(cfg, runner, trajectories, folder: Path) -> None:
     """The run's figures (:func:`run_figure_set`) written as ``<name>.png`` in ``folder``."""
-    from vimpc.plot_style import save
+    from vimpc.plotting.style import save
 
     for name, fig in run_figure_set(cfg, runner, trajectories).items():
         save(fig, folder / f"{name}.png")

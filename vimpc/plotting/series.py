@@ -1,8 +1,8 @@
 """Figures of closed-loop runs over time: the true states and inputs with their references
 and limits (:func:`states_inputs_figure`), and the controller's solve time per step
 (:func:`solve_times_figure`). Each builds and returns a :class:`~matplotlib.figure.Figure`;
-:func:`vimpc.plot_style.save` writes one. The conventions all figures share are
-:mod:`vimpc.plot_style`'s.
+:func:`vimpc.plotting.style.save` writes one. The conventions all figures share are
+:mod:`vimpc.plotting.style`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from vimpc.closedloop import Trajectory
-from vimpc.plot_style import (
+from vimpc.plotting.style import (
     INPUT,
     INPUT_LIMIT,
     LIMIT_Z,

@@ -9,9 +9,9 @@ top, so a trace that runs along a limit stays visible. Every episode of a run is
 its marks; past :data:`MAX_LINES` episodes their lines are thin and faint, so where they
 crowd shows how the episodes spread. Counts agree with their nouns ("1 episode").
 
-The figures themselves are in :mod:`vimpc.plotting` (states, inputs and solve times over
-time), :mod:`vimpc.plot_safety` (limits, safety rows with their plans and tubes, the model's
-bound) and :mod:`vimpc.plot_mechanism` (the mechanism drawn in its plane).
+The figures themselves are in :mod:`vimpc.plotting.series` (states, inputs and solve times over
+time), :mod:`vimpc.plotting.safety` (limits, safety rows with their plans and tubes, the model's
+bound) and :mod:`vimpc.plotting.mechanism` (the mechanism drawn in its plane).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The mechanism drawn in its plane: snapshots of the first episode, the marker point's path
 in every episode, keep-out circles and a cart's rail with its end stops
-(:func:`mechanism_figure`; conventions from :mod:`vimpc.plot_style`).
+(:func:`mechanism_figure`; conventions from :mod:`vimpc.plotting.style`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from vimpc.closedloop import Trajectory
-from vimpc.plot_style import (
+from vimpc.plotting.style import (
     LIMIT_Z,
     PLANNING_LIMIT,
     TRACE_Z,

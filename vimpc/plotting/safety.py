@@ -2,7 +2,7 @@
 observation entry against its planning and true limits (:func:`constrained_entries_figure`),
 the controller's safety rows with the plans and tubes behind them (:func:`safety_figure`),
 and the model's realized one-step errors against its bound (:func:`coverage_figure`).
-Conventions from :mod:`vimpc.plot_style`.
+Conventions from :mod:`vimpc.plotting.style`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from vimpc.closedloop import Trajectory, prediction_check, safety_rows
-from vimpc.plot_style import (
+from vimpc.plotting.style import (
     BOUND,
     LIMIT_Z,
     MARK_Z,
