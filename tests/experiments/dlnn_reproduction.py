@@ -365,8 +365,26 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
         f"{ref_text}. `stopped`: per training phase, `time_budget` when the per-model "
         "cap of --budget seconds ended it before the set epochs."
     )
+    lines = ["", "Per system and model over the seeds: median recreation / prediction / test "
+             "RMSE (NaN when a run diverged), runs that diverged (training start, test start), "
+             "median epochs and training seconds.", ""]  # fmt: skip
+    for s in SYSTEMS:
+        for m in MODELS:
+            these = [r for r in rows if r["system"] == s and r["model"] == m]
+            if not these:
+                continue
+            med = {k: float(np.median([r[k] for r in these]))
+                   for k in ("rmse_recreation", "rmse_prediction", "rmse_test", "epochs",
+                             "train_s")}  # fmt: skip
+            div = sum(r["diverged_at"] != "" for r in these)
+            div_t = sum(r["test_diverged_at"] != "" for r in these)
+            lines.append(
+                f"- {s} {m} ({len(these)} seeds): {med['rmse_recreation']:.3g} / "
+                f"{med['rmse_prediction']:.3g} / {med['rmse_test']:.3g}; diverged {div}, "
+                f"{div_t}; {med['epochs']:.0f} epochs, {med['train_s']:.0f} s"
+            )
     write_table(folder, "models", "DLNN, SymDLNN and LNN: prediction and conservation",
-                commands[0] if commands else cmd, intro, rows)  # fmt: skip
+                cmd, intro, rows, after="\n".join(lines) + "\n")  # fmt: skip
     sym = [{k: r[k] for k in SYM_COLUMNS} for r, _ in records if r["model"] == "SymDLNN"]
     if sym:
         summary = []
@@ -390,7 +408,7 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
             "degradation <= 3).\n\n" + "\n".join(summary) + "\n"
         )
         write_table(folder, "symmetries", "SymDLNN: the learned generator",
-                    commands[0] if commands else cmd, "One generator per fit, random "
+                    cmd, "One generator per fit, random "
                     "initialisation per seed. Fits made by " + made + ".", sym, after=after)  # fmt: skip
     figures(folder, records)
 
@@ -458,7 +476,8 @@ def figures(folder: Path, records) -> None:
                   f"true {mom} on the predicted motion", "learned Noether quantity I / scale")  # fmt: skip
         for ax, title in zip(axes.ravel(), titles, strict=True):
             ax.axvline(t[steps], color="grey", lw=0.5)
-            ax.set(title=title, xlabel="t [s]", ylabel="change from k = 1")
+            ax.set(title=title, xlabel="t [s]", ylabel="change from k = 1 (symlog)")
+            ax.set_yscale("symlog", linthresh=1e-3)  # a diverging model spans decades
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
         fig.suptitle(f"{s}: energy and momentum (seed {seed}, training start)")
