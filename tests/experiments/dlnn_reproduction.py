@@ -366,16 +366,18 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
         "cap of --budget seconds ended it before the set epochs."
     )
     lines = ["", "Per system and model over the seeds: median recreation / prediction / test "
-             "RMSE (NaN when a run diverged), runs that diverged (training start, test start), "
+             "RMSE over the runs that did not diverge (NaN: none), runs that diverged (training start, test start), "
              "median epochs and training seconds.", ""]  # fmt: skip
     for s in SYSTEMS:
         for m in MODELS:
             these = [r for r in rows if r["system"] == s and r["model"] == m]
             if not these:
                 continue
-            med = {k: float(np.median([r[k] for r in these]))
-                   for k in ("rmse_recreation", "rmse_prediction", "rmse_test", "epochs",
-                             "train_s")}  # fmt: skip
+            with warnings.catch_warnings():  # every run diverged: NaN, said in the text
+                warnings.simplefilter("ignore", RuntimeWarning)
+                med = {k: float(np.nanmedian([np.nan if r[k] is None else r[k] for r in these]))
+                       for k in ("rmse_recreation", "rmse_prediction", "rmse_test", "epochs",
+                                 "train_s")}  # fmt: skip
             div = sum(r["diverged_at"] != "" for r in these)
             div_t = sum(r["test_diverged_at"] != "" for r in these)
             lines.append(
@@ -405,7 +407,10 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
             "0.074, 0.814, -0.568, -0.019), noisy (0.064, 0.079, 0.047, 0.814, -0.569, 0.005), "
             "both from near the answer. `xi_init`: the family's random start (about the "
             "data's mean position). `found`: the family's test (residual ratio <= 10, DEL "
-            "degradation <= 3).\n\n" + "\n".join(summary) + "\n"
+            "degradation <= 3). The symmetry residual's pairs per epoch are in each fit's "
+            "command (`--symmetry-points`; the family's 256 when absent).\n\n"
+            + "\n".join(summary)
+            + "\n"
         )
         write_table(folder, "symmetries", "SymDLNN: the learned generator",
                     cmd, "One generator per fit, random "
