@@ -36,8 +36,12 @@ def _fit(system: str, model: str, committed: list[dict]) -> dict:
     import dlnn_reproduction as d
 
     epochs = committed[0]["epochs_set"]
+    words = committed[0]["command"].split()
+    points = (int(words[words.index("--symmetry-points") + 1])
+              if "--symmetry-points" in words else None)  # fmt: skip
     args = argparse.Namespace(quick=False, cart_epochs=epochs, kepler_epochs=epochs,
-                              hidden=[128, 128, 128], budget=300.0)  # fmt: skip
+                              hidden=[128, 128, 128], budget=300.0,
+                              symmetry_points=points)  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)
         row, _ = d.fit_one(system, model, NEW_SEED, args)
