@@ -77,7 +77,6 @@ from vimpc.integrators import VariationalIntegrator
 from vimpc.models import _bea as bea
 from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
-from vimpc.models.base import ModelFamily
 from vimpc.models.families.lsi import check_conservative, del_forces, snapshots
 
 #: A generator is found when (its residual / the size of its terms) on the data pairs is at
@@ -110,7 +109,7 @@ def _spread(x: np.ndarray) -> np.ndarray:
     return np.where(s > 1e-12, s, 1.0)
 
 
-class DLNNModel(ModelFamily):
+class DLNNModel(nl.NetworkFamily):
     """A discrete Lagrangian network L_d(q_k, q_k+1) with optional symmetry discovery.
 
     See the module docstring.
@@ -129,6 +128,7 @@ class DLNNModel(ModelFamily):
     """
 
     name = "dlnn"
+    samples = "triples"
     settings = {
         **nl.NETWORK_SETTINGS,
         "order": Setting(
@@ -156,8 +156,6 @@ class DLNNModel(ModelFamily):
         super().__init__(system, dt, **settings)
         check_conservative(self.system, "dlnn")
         n = self.system.nq
-        if not self.hidden:
-            raise InputError("hidden must list at least one hidden layer width, got []")
         if self.symmetries > n + n * n:
             raise InputError(
                 f"symmetries must be at most n + n^2 = {n + n * n} (the affine group's "
@@ -169,17 +167,6 @@ class DLNNModel(ModelFamily):
                 "with symmetries: the symmetry test compares against the network-only fit "
                 "the warm-up reaches, and the symmetry terms must switch on before the end"
             )
-        if self.patience and not self.validation:
-            raise InputError(
-                f"patience = {self.patience} needs held-out triples: set validation > 0"
-            )
-
-    def _provides(self) -> set[str]:
-        return {"residual", "energy"}
-
-    @property
-    def sizes(self) -> list[int]:
-        return [2 * self.system.nq, *self.hidden, 1]
 
     # -- training ------------------------------------------------------------------------------
     def _fit(self, data: Dataset | None) -> None:

@@ -32,11 +32,10 @@ import numpy as np
 
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
-from vimpc.errors import FitWarning, InputError
+from vimpc.errors import FitWarning
 from vimpc.integrators import VariationalIntegrator
 from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
-from vimpc.models.base import ModelFamily
 from vimpc.models.families.lsi import check_conservative, snapshots
 
 
@@ -51,7 +50,7 @@ def finite_differences(Q: np.ndarray, U: np.ndarray, h: float):
     return q, v, a, u
 
 
-class LNNModel(ModelFamily):
+class LNNModel(nl.NetworkFamily):
     """A continuous Lagrangian network L(q, v), exported as its midpoint integrator.
 
     See the module docstring.
@@ -63,24 +62,11 @@ class LNNModel(ModelFamily):
     """
 
     name = "lnn"
-    settings = dict(nl.NETWORK_SETTINGS)
+    samples = "snapshots"
 
     def __init__(self, system, dt, **settings) -> None:
         super().__init__(system, dt, **settings)
         check_conservative(self.system, "lnn")
-        if not self.hidden:
-            raise InputError("hidden must list at least one hidden layer width, got []")
-        if self.patience and not self.validation:
-            raise InputError(
-                f"patience = {self.patience} needs held-out snapshots: set validation > 0"
-            )
-
-    def _provides(self) -> set[str]:
-        return {"residual", "energy"}
-
-    @property
-    def sizes(self) -> list[int]:
-        return [2 * self.system.nq, *self.hidden, 1]
 
     def _fit(self, data: Dataset | None) -> None:
         s, h, n = self.system, self.dt, self.system.nq
