@@ -110,6 +110,9 @@ CASES = (
 # the nominal integrator (no learning) of each prior; "zero" is compared with the midpoint VI
 NOMINAL = {"midpoint": ("midpoint", "position_momentum"), "first_order": ("first_order", "del")}
 BASELINE_OF = {"midpoint": "midpoint", "first_order": "first_order", "zero": "midpoint"}
+# the nominal midpoint VI in maximal coordinates (systems with a maximal curve): reported
+# beside the joint-coordinate baseline the ratios use
+MAXIMAL_BASELINE = "nominal midpoint, maximal coordinates"
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,15 @@ def run(repeats: int, first: int, restarts: int, progress, plan: Plan = FULL) ->
                     model = NominalModel(system, DT, integrator=integrator, form=form)
                     mse = position_mse(model.discrete_model(), windows, readout)
                     records.append({**base, "model": f"{which} {prior}", "mse": mse})
+            if "maximal" in views:  # the maximal curves' baseline in their own coordinates
+                system_m, _, windows_m, readout_m = views["maximal"]
+                integrator, form = NOMINAL["midpoint"]
+                model = NominalModel(system_m, DT, integrator=integrator, form=form)
+                mse = position_mse(model.discrete_model(), windows_m, readout_m)
+                records.append(
+                    {**base, "model": MAXIMAL_BASELINE, "mse": mse, "nq": system_m.nq,
+                     "constraints": system_m.n_holonomic}
+                )  # fmt: skip
             for system, coordinates, prior in plan.cases:
                 if system != name:
                     continue
@@ -496,11 +508,50 @@ def main(argv: list[str] | None = None) -> None:
             )
             + "."
         )
+    fits = [x for x in records if x["model"] == "gp_vi"]
+    slowest = max(fits, key=lambda x: x["fit_s"])
     fewer = (
-        f" (fewer than the script's default 7: the four-bar in maximal coordinates fits 12 "
-        f"GPs, up to 4 min at 512 samples; with {args.repeats} values "
-        "the 10/90 percentiles lie between the extremes and the median)"
+        f" (fewer than the script's default 7: the slowest fit of this run, "
+        f"{slowest['system']} {slowest['coordinates']} at {slowest['samples']} samples, took "
+        f"{slowest['fit_s']:.3g} s; with {args.repeats} values the 10/90 percentiles "
+        "lie between the extremes and the median)"
         if args.repeats < 7
+        else ""
+    )
+    from vimpc.models.families.gp_vi import GPVIModel
+
+    iterations = plan.iterations or GPVIModel.settings["iterations"].default
+    in_maximal = {x["system"]: x for x in records if x["model"] == MAXIMAL_BASELINE}
+    maximal_sizes = ", ".join(
+        f"{SYSTEMS[name].label.lower()} {x['nq']} coordinates and {x['constraints']} constraints"
+        for name, x in in_maximal.items()
+    )
+    maximal_baseline = []
+    for name in in_maximal:
+        per = {
+            which: {
+                x["realisation"]: x["mse"]
+                for x in records
+                if x["system"] == name and x["model"] == which
+            }
+            for which in (MAXIMAL_BASELINE, "nominal midpoint")
+        }
+        diffs = [
+            abs(per[MAXIMAL_BASELINE][r] / per["nominal midpoint"][r] - 1)
+            for r in per[MAXIMAL_BASELINE]
+        ]
+        medians = {
+            r["model"]: r["median_mse"] for r in rows if r["system"] == name and r["model"] in per
+        }
+        maximal_baseline.append(
+            f"{name} median {medians['nominal midpoint']:.4g} in joint and "
+            f"{medians[MAXIMAL_BASELINE]:.4g} in maximal coordinates, per realisation "
+            f"{min(diffs):.2%} to {max(diffs):.2%} apart"
+        )
+    maximal_text = (
+        "; the same integrator in maximal coordinates, measured on the same windows "
+        f"(row `{MAXIMAL_BASELINE}`): " + "; ".join(maximal_baseline)
+        if maximal_baseline
         else ""
     )
     intro = f"""
@@ -509,7 +560,7 @@ def main(argv: list[str] | None = None) -> None:
 Setting: {args.repeats} dataset realisations{fewer} (param_seed {args.first}..{args.first + args.repeats - 1};
 the paper used 100), GPVIModel restarts = {args.restarts} (the paper: 100 initial guesses;
 a fit whose every start failed was repeated once with {FALLBACK_RESTARTS} starts: {retried}
-such fits, {failed} failed also then and score inf), iterations = 150, exact posterior.
+such fits, {failed} failed also then and score inf), iterations = {iterations}, exact posterior.
 Per realisation and system: true system = catalog system, masses and inertias x U(0.9, 1.1),
 viscous joint friction U(0, c_max) (pendulum 1; cart-pole 1 on the cart, 0.5 on the pole;
 double pendulum 2 and 0.5; four-bar 2 at the pivot of link 1, 0.5 between links 1 and 2, 2
@@ -521,8 +572,8 @@ cart U(-0.5, 0.5) m, double pendulum theta1 U(-pi/2, pi/2), theta2 U(-pi, pi), f
 theta1 and theta2 U(-pi/2, pi/2), the authors' ranges). The models step {DT:g} s and know
 the nominal (unperturbed, frictionless) system. Coordinates: `minimal` and `sincos` are
 GPVIModel's on the joint coordinates (`sincos`: angles enter the GPs as sine and cosine);
-`maximal` is GPVIModel on the system's maximal coordinates (each body's x, y, phi; double
-pendulum 6 coordinates and 4 constraints, four-bar 12 and 10) with the projection of eq. 10e,
+`maximal` is GPVIModel on the system's maximal coordinates (each body's x, y, phi;
+{maximal_sizes}) with the projection of eq. 10e,
 the GP inputs the raw body states, trained on the same noisy trajectories mapped body by
 body. MSE: {HORIZON}-step prediction from {plan.starts} noise-free test states, squared error
 of the joint coordinates (angles wrapped) averaged over start states and coordinates
@@ -533,9 +584,7 @@ bodies' positions). Percentiles over realisations; `inf_mse` counts the fits tha
 (failed fits, or a rollout whose Newton solve failed). Baselines: the nominal midpoint VI in
 joint coordinates and, for the first-order prior, the nominal first-order VI in forward-
 difference form; the prior `zero` (double pendulum, four-bar) is compared with the midpoint
-VI, for every coordinates (the nominal midpoint VI in maximal coordinates, measured once on
-realisation 0, differs by under 1 %: double pendulum 0.02306 against 0.02296, four-bar
-0.003816 against 0.003803). The four-bar's hanging rest, where all its links align
+VI in joint coordinates, for every coordinates{maximal_text}. The four-bar's hanging rest, where all its links align
 (theta1 = theta2), is a branch point of its maximal coordinates (the constraint Jacobian loses
 rank); every start at rest swings through it (theta1 - theta2 oscillates about 0), so no
 start box avoids it, and the projection's step test is scaled to the round-off there
