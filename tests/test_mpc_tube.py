@@ -215,7 +215,7 @@ def test_implicit_and_explicit_models_give_the_same_jacobian_on_a_consistent_pla
         np.asarray(
             tube_function(dataclasses.replace(m, bound=bound, delta=0.1), N, safety)(
                 xs.T, inputs.T, []
-            )
+            )[0]
         )
         for m in (model, explicit)
     ]
@@ -241,8 +241,8 @@ def test_tube_without_expandable_step_uses_mx_and_agrees():
     inputs = np.linspace(-1.0, 1.0, N).reshape(N, 1)
     xs = model.simulate([0.1, 0.2], inputs)
     safety, _ = Constraints(obs_max=[1.0, 1.0]).resolved(2, 1).safety(("s", "v"))
-    t_implicit = np.asarray(tube_function(model, N, safety)(xs.T, inputs.T, []))
-    t_explicit = np.asarray(tube_function(explicit, N, safety)(xs.T, inputs.T, []))
+    t_implicit = np.asarray(tube_function(model, N, safety)(xs.T, inputs.T, [])[0])
+    t_explicit = np.asarray(tube_function(explicit, N, safety)(xs.T, inputs.T, [])[0])
     np.testing.assert_allclose(t_implicit, t_explicit, rtol=1e-10)
     Ainv = np.abs(np.linalg.inv(E))
     e = [np.zeros(2)]
@@ -307,10 +307,11 @@ def test_tightening_errors_name_the_argument():
         MPC(bounded, 5, cost, tube_lipschitz=2.0)
 
 
-def test_a_tube_wider_than_the_range_is_capped_at_its_middle():
+def test_a_tube_wider_than_the_range_is_not_capped_and_the_empty_stages_are_reported():
     # |s| <= 0.05 while the position error grows by ~k^2 dt^2 w_v / 2: past a few stages the
-    # tightened interval [-0.05 + t, 0.05 - t] would be empty; the tube stops at half the
-    # range (0.05) and the plan is pulled to the middle, s = 0, with the exact penalty
+    # tightened interval [-0.05 + t, 0.05 - t] is empty. The tube is reported as computed, the
+    # empty stages are counted, and the exact penalty's slack says the tightened rows are not
+    # met; the plan is pulled to the middle, s = 0, where the violation is least
     w, N = np.array([2e-3, 5e-2]), 15
     model = _double_integrator(w, implicit=False)
     ctrl = MPC(
@@ -329,9 +330,191 @@ def test_a_tube_wider_than_the_range_is_capped_at_its_middle():
     )
     result = ctrl(np.array([0.0, 0.0]))
     assert result.status.ok
-    uncapped = np.array(_errors_by_hand(w, N))[:, 0]
-    assert uncapped[-1] > 0.05  # the uncapped tube does outgrow the range
-    np.testing.assert_allclose(result.tube[:, 0], np.minimum(uncapped, 0.05), rtol=1e-12)
+    e = np.array(_errors_by_hand(w, N))[:, 0]
+    np.testing.assert_allclose(result.tube[:, 0], e, rtol=1e-12)
     np.testing.assert_array_equal(result.tube[:, 0], result.tube[:, 1])
-    capped = uncapped > 0.05
-    assert np.all(np.abs(result.obs[capped, 0]) < 1e-3)  # at the middle where no room is left
+    empty = e > 0.05  # lower plus upper margin wider than the range 0.1
+    assert 0 < empty.sum() < N
+    assert result.empty_tube_stages == empty.sum()
+    assert result.slack == pytest.approx(e[-1] - 0.05, rel=1e-3)
+    assert np.all(np.abs(result.obs[empty, 0]) < 1e-3)
+
+
+def test_an_empty_tube_on_hard_rows_falls_back_and_says_so():
+    w, N = np.array([2e-3, 5e-2]), 15
+    ctrl = MPC(
+        _double_integrator(w, implicit=False),
+        N,
+        Cost(Q=[1.0, 0.1], R=[1e-3]),
+        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-0.05, -np.inf], obs_max=[0.05, np.inf]),
+        tightening="tube",
+        solver="ipopt",
+    )
+    result = ctrl(np.array([0.0, 0.0]))
+    assert result.empty_tube_stages > 0
+    assert not result.status.ok and result.fallback
+    np.testing.assert_array_equal(result.u, [0.0])
+
+
+# -- the feedback tube ----------------------------------------------------------------------
+
+
+def _feedback_by_hand(w, N, Qx, R, Ak=A, Bk=B):
+    """The LQR of ``(A, B)`` over ``2 N`` stages ending in ``Qx`` (its first ``N`` gains), ``Sigma_{k+1} = (A + B K_k)
+    Sigma_k (A + B K_k)^T + nx diag(w^2)``: the gains and the Sigmas of stages 0..N."""
+    P, gains = Qx, []
+    for _ in range(2 * N):  # N stages past the horizon, then the horizon's
+        K = -np.linalg.solve(R + Bk.T @ P @ Bk, Bk.T @ P @ Ak)
+        gains.append(K)
+        P = Qx + Ak.T @ P @ (Ak + Bk @ K)
+    gains = gains[::-1][:N]
+    S, sigmas = np.zeros((len(w), len(w))), [np.zeros((len(w), len(w)))]
+    for K in gains:
+        Acl = Ak + Bk @ K
+        S = Acl @ S @ Acl.T + len(w) * np.diag(np.asarray(w) ** 2)
+        sigmas.append(S)
+    return gains, sigmas
+
+
+@pytest.mark.parametrize("transcription", ["step", "implicit"])
+def test_feedback_tube_matches_the_hand_riccati_and_ellipsoid(transcription):
+    w, N = np.array([2e-3, 1e-2]), 12
+    M = np.array([[1.0, 0.0], [-0.5, 2.0]])  # observation (s, 2 v - s / 2)
+    model = _double_integrator(w, implicit=transcription == "implicit", to_obs=M)
+    Qobs, R = np.diag([4.0, 0.5]), np.array([[0.2]])
+    ctrl = MPC(
+        model,
+        N,
+        Cost(Q=[1.0, 0.1], R=[0.1]),
+        Constraints(u_min=[-1.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, 3.0]),
+        transcription=transcription,
+        tightening="tube",
+        tube="feedback",
+        tube_Q=[4.0, 0.5],
+        tube_R=0.2,
+    )
+    gains, sigmas = _feedback_by_hand(w, N, M.T @ Qobs @ M, R)
+    rows = np.array([M[0], -M[0], -M[1]])  # gradients of s + 1, 1 - s, 3 - obs_1 by x
+    expected = np.array([[np.sqrt(g @ S @ g) for g in rows] for S in sigmas])
+    expected_u = np.array(
+        [[0.0]]
+        + [[np.sqrt(K @ S @ K.T).item()] for K, S in zip(gains[1:], sigmas[1:-1], strict=True)]
+    )
+    # stage 1 holds the box |d| <= w: the ellipsoid's margin is at least the box's worst case
+    assert np.all(expected[1] >= np.abs(rows) @ w - 1e-15)
+    x = np.array([0.3, -0.2])
+    for _ in range(3):
+        result = ctrl(M @ x)
+        assert result.status.ok
+        np.testing.assert_allclose(result.tube, expected, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(result.tube_inputs, expected_u, rtol=1e-10, atol=1e-15)
+        # the plan's inputs keep the feedback's share inside the bounds
+        assert np.all(result.u_plan[:, 0] <= 2.0 - result.tube_inputs[:, 0] + 1e-8)
+        assert np.all(result.u_plan[:, 0] >= -1.0 + result.tube_inputs[:, 0] - 1e-8)
+        assert result.empty_tube_stages == 0
+        x = A @ x + B @ result.u
+
+
+def test_feedback_tube_stays_bounded_where_the_open_loop_box_grows_without_end():
+    # an unstable plant: the open-loop box grows like 1.3^k, the LQR-closed ellipsoid settles
+    Au = np.array([[1.3, 0.1], [0.0, 1.2]])
+    Bu = np.array([[0.0], [0.1]])
+    w, N = np.array([1e-3, 1e-3]), 30
+    x, u, p, obs = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("obs", 2)
+    model = DiscreteModel(
+        dt=DT,
+        nx=2,
+        nu=1,
+        np=0,
+        nobs=2,
+        step=ca.Function("step", [x, u, p], [ca.mtimes(Au, x) + ca.mtimes(Bu, u)]),
+        bound=ca.Function("bound", [x, u, p], [ca.DM(w)]),
+        delta=0.05,
+        from_obs=ca.Function("from_obs", [obs], [obs]),
+        to_obs=ca.Function("to_obs", [x], [x]),
+        state_names=("a", "b"),
+        input_names=("f",),
+    )
+    problem = dict(
+        horizon=N,
+        cost=Cost(Q=[1.0, 1.0], R=[1.0]),
+        constraints=Constraints(
+            u_min=[-50.0], u_max=[50.0], obs_min=[-1.0, -1.0], obs_max=[1.0, 1.0], soft_bounds=True
+        ),
+        tightening="tube",
+    )
+    box = MPC(model, **problem)(np.zeros(2))
+    ellipsoid = MPC(model, **problem, tube="feedback")(np.zeros(2))
+    assert box.tube[-1, 0] > 10.0 and box.empty_tube_stages > 0
+    assert ellipsoid.tube[-1, 0] < 0.05 and ellipsoid.empty_tube_stages == 0
+    # over the second half of the horizon the box grows 1.3^15-fold, the ellipsoid barely
+    assert box.tube[-1, 0] / box.tube[15, 0] > 40.0
+    assert np.all(ellipsoid.tube[1:].max(axis=0) / ellipsoid.tube[15] < 3.0)
+    assert ellipsoid.status.ok and ellipsoid.slack < 1e-6
+
+
+def test_an_empty_input_interval_is_not_solved_and_falls_back():
+    # a bound so wide that the feedback's share exceeds the input range at stage 1
+    w, N = np.array([0.5, 5.0]), 6
+    ctrl = MPC(
+        _double_integrator(w, implicit=False),
+        N,
+        Cost(Q=[1.0, 0.1], R=[1e-3]),
+        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-100.0, -np.inf], obs_max=[100.0, np.inf]),
+        tightening="tube",
+        tube="feedback",
+        tube_R=1e-3,
+    )
+    result = ctrl(np.array([0.0, 0.0]))
+    assert result.tube_inputs[1, 0] > 1.0  # the margins of both bounds exceed the range 2
+    assert result.empty_tube_stages > 0
+    assert result.status.name == "INFEASIBLE" and result.fallback
+    assert result.iterations == 0
+    np.testing.assert_array_equal(result.u, [0.0])
+
+
+def test_feedback_tube_options_are_checked_before_anything_is_built():
+    model = _double_integrator(np.array([1e-3, 1e-3]))
+    cost = Cost(Q=[1.0, 1.0], R=[1.0])
+    with pytest.raises(InputError, match=r"tube must be one of .*got 'closed'"):
+        MPC(model, 5, cost, tightening="tube", tube="closed")
+    with pytest.raises(InputError, match=r"tube = 'feedback' only applies with tightening='tube'"):
+        MPC(model, 5, cost, tube="feedback")
+    with pytest.raises(InputError, match=r"tube_R must be .*positive definite.*got \[\[0.0\]\]"):
+        MPC(model, 5, cost, tightening="tube", tube="feedback", tube_R=0.0)
+    with pytest.raises(InputError, match=r"tube_Q must be .*got shape \(3,\)"):
+        MPC(model, 5, cost, tightening="tube", tube="feedback", tube_Q=[1.0, 2.0, 3.0])
+    with pytest.raises(InputError, match=r"tube_Q must be .*got 'big'"):
+        MPC(model, 5, cost, tightening="tube", tube="feedback", tube_Q="big")
+    with pytest.raises(InputError, match=r"tube_Q = \[1.0, 1.0\] applies only to tube='feedback'"):
+        MPC(model, 5, cost, tightening="tube", tube_Q=[1.0, 1.0])
+    with pytest.raises(InputError, match=r"tube_lipschitz = 2.0 applies only to tube='open_loop'"):
+        MPC(model, 5, cost, tightening="tube", tube="feedback", tube_lipschitz=2.0)
+    with pytest.raises(
+        InputError, match="tightening='tube' needs the model's one-step error bound"
+    ):
+        MPC(_double_integrator(None, bound=False), 5, cost, tightening="tube", tube="feedback")
+
+
+def test_feedback_tube_refuses_a_growing_mode_the_input_cannot_reach():
+    # x_0 grows by 1.1 per step and no input reaches it
+    Au = np.array([[1.1, 0.0], [0.0, 1.0]])
+    x, u, p, obs = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("obs", 2)
+    model = DiscreteModel(
+        dt=DT,
+        nx=2,
+        nu=1,
+        np=0,
+        nobs=2,
+        step=ca.Function("step", [x, u, p], [ca.mtimes(Au, x) + ca.vertcat(0, u)]),
+        bound=ca.Function("bound", [x, u, p], [ca.DM([1e-3, 1e-3])]),
+        delta=0.05,
+        from_obs=ca.Function("from_obs", [obs], [obs]),
+        to_obs=ca.Function("to_obs", [x], [x]),
+        state_names=("a", "b"),
+        input_names=("f",),
+    )
+    cost = Cost(Q=[1.0, 1.0], R=[1.0])
+    with pytest.raises(InputError, match=r"tube='feedback'.*eigenvalue 1.1 .*not reachable"):
+        MPC(model, 5, cost, tightening="tube", tube="feedback")
+    MPC(model, 5, cost, tightening="tube")  # the open-loop tube has no gain to compute

@@ -28,7 +28,7 @@ from vimpc.mpc.solvers import (
     option_error,
 )
 from vimpc.mpc.transcription import TRANSCRIPTIONS, n_slacks, transcribe
-from vimpc.mpc.tube import tube_function
+from vimpc.mpc.tube import TUBES, step_jacobians, tube_function, weight_matrix
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
@@ -84,8 +84,15 @@ class MPC:
             (:attr:`model_compiled` says which).
         tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
             ``1..N`` by the model's ``bound`` propagated along the plan (below).
-        tube_lipschitz: with ``"tube"``, a Lipschitz constant ``L`` of ``step`` in the
-            infinity norm that propagates the bound as ``L max(e_k)`` instead of
+        tube: with ``"tube"``, how the bound is propagated: ``"open_loop"`` (default; the
+            planned inputs applied as they are, the deviation in a box) or ``"feedback"``
+            (an ancillary LQR feedback ``K_k`` on the plan's linearisation, the deviation in
+            an ellipsoid; the inputs are tightened by the feedback's share too).
+        tube_Q, tube_R: with ``tube="feedback"``, the LQR's weights on the observation
+            (scalar, diagonal or matrix; positive semidefinite) and on the input (positive
+            definite). Default: the cost's ``Q`` and ``R``.
+        tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
+            the infinity norm that propagates the bound as ``L max(e_k)`` instead of
             through the Jacobian ``|A_k| e_k``.
         obs_names: names of the observation entries for :attr:`safety_names`
             (default: the model's state names when the observation is the state,
@@ -103,26 +110,36 @@ class MPC:
     that cannot be solved from (a NaN or infinite entry of ``obs`` or ``p``, a time
     ``t`` that is not a finite number) raise :class:`~vimpc.errors.InputError`.
 
-    Tube tightening (``tightening="tube"``): before each solve, along the initial guess
-    (the previous plan shifted by one stage; on a cold start the measured state held
-    under the safe input), ``e_0 = 0``, ``e_{k+1} = |A_k| e_k + w_k`` with
-    ``w_k = bound(x_k, u_k, p)`` and ``A_k = d step / dx`` (from the residual for an
-    implicit model), and safety row ``j`` must hold at stage ``k`` with the margin
-    ``t_{k,j} = |dh_j/dobs . d to_obs/dx| e_k`` (``MPCResult.tube``).
-    The guarantee: if the true one-step error lies within the bound at every step of the
-    plan (probability >= ``1 - N delta`` over the ``N`` steps by the union bound, when the
-    bound is calibrated on transitions exchangeable with these), and the deviation from
-    the plan stays small enough that the linearisations along the guess (``A_k`` and the
-    row gradients) describe its propagation (first order: the zero-order robust
-    optimisation assumption of Zanelli et al. 2021 and Feng et al. 2020), then the true
-    system driven open loop by the planned inputs keeps every safety row ``>= 0`` at
-    every stage where the plan meets its tightened row. The tube is recomputed at every
-    step from the newest measurement. There is no recursive-feasibility guarantee: a
-    later problem may be infeasible (hard rows: the fallback), and a nonzero ``slack``
-    on soft rows says the tightened problem could not be met. Where the tube of an
-    observation bound outgrows half the bounded range, no state of that stage can be
-    guaranteed safe; its tightening stops at half the range, which leaves the middle
-    (the state with the most room) as the tightened set.
+    Tube tightening (``tightening="tube"``, :mod:`vimpc.mpc.tube`): before each solve, along
+    the initial guess (the previous plan shifted by one stage; on a cold start the measured
+    state held under the safe input), the bound ``w_k = bound(x_k, u_k, p)`` is propagated
+    from ``e_0 = 0`` to a set holding the deviation at every stage, and safety row ``j`` must
+    hold at stage ``k`` with the margin ``t_{k,j}`` (``MPCResult.tube``), the inputs at stage
+    ``k`` with the margin ``MPCResult.tube_inputs[k]``. ``tube="open_loop"``: the box
+    ``e_{k+1} = |A_k| e_k + w_k``, margin ``|dh_j/dx| e_k``, inputs untightened.
+    ``tube="feedback"``: the time-varying LQR ``K_k`` of the guess's linearisation
+    ``(A_k, B_k)``, ``Sigma_{k+1} = (A_k + B_k K_k) Sigma_k (A_k + B_k K_k)^T + nx diag(w_k^2)``,
+    margins ``sqrt(g^T Sigma_k g)`` for a row of gradient ``g`` and
+    ``sqrt(K_k[i] Sigma_k K_k[i]^T)`` for input ``i``.
+
+    What is guaranteed: the state measured next lies within the bound of stage 1's
+    prediction whenever that step's error lies within the bound (probability ``>= 1 - delta``
+    for transitions exchangeable with the calibration ones), and both tubes hold that box at
+    stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
+    margin holds on the true state at the next step (first order for a nonlinear row). Past
+    stage 1 the tubes are first-order predictions along the guess: the open-loop box holds
+    the worst case of the linearised system under the planned inputs; the feedback
+    ellipsoid adds second moments (the covariance bound for errors independent from step
+    to step, as in cautious GP-MPC), which is smaller than the worst case over all error
+    sequences in the boxes; it assumes the feedback's inputs fit within the input bounds
+    (they are tightened for it). Neither makes later problems feasible.
+
+    No cap: where the tightened set of a stage is empty (a bounded observation entry whose
+    lower and upper margins exceed its range, or an input whose margins exceed its range),
+    ``MPCResult.empty_tube_stages`` counts the stages. Soft rows then report it in
+    ``slack``; for hard observation rows the solver reports the problem infeasible; an
+    empty input interval is not solved at all (``Status.INFEASIBLE``). Either of the last
+    two applies the fallback input.
     """
 
     def __init__(
@@ -143,6 +160,9 @@ class MPC:
         solver_options: dict[str, Any] | None = None,
         jit: str = "none",
         tightening: str = "none",
+        tube: str = "open_loop",
+        tube_Q: Any = None,
+        tube_R: Any = None,
         tube_lipschitz: float | None = None,
         obs_names: Sequence[str] | None = None,
         **unknown: Any,
@@ -194,6 +214,12 @@ class MPC:
                 "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
                 "vimpc.models.calibration) or use tightening='none'"
             )
+        self.tube = _checks.one_of("tube", tube, TUBES)
+        if tube != "open_loop" and tightening != "tube":
+            raise InputError(
+                f"tube = {tube!r} only applies with tightening='tube', got "
+                f"tightening={tightening!r}; set tightening='tube' or drop tube"
+            )
         if tube_lipschitz is not None:
             tube_lipschitz = _checks.positive("tube_lipschitz", tube_lipschitz)
             if tightening != "tube":
@@ -201,9 +227,30 @@ class MPC:
                     f"tube_lipschitz = {tube_lipschitz!r} only applies with tightening='tube', "
                     f"got tightening={tightening!r}"
                 )
+            if tube != "open_loop":
+                raise InputError(
+                    f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
+                    f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
+                )
+        for name, value in (("tube_Q", tube_Q), ("tube_R", tube_R)):
+            if value is not None and tube != "feedback":
+                raise InputError(
+                    f"{name} = {value!r:.80} applies only to tube='feedback', got tube={tube!r}; "
+                    f"drop {name} or set tube='feedback'"
+                )
         self.tube_lipschitz = tube_lipschitz
         self.obs_names = _obs_names(model, obs_names)
         self._cost = cost.resolved(model)
+        if tube == "feedback":
+            self.tube_Q = weight_matrix(
+                "tube_Q", self._cost.Q if tube_Q is None else tube_Q, model.nobs, definite=False
+            )
+            self.tube_R = weight_matrix(
+                "tube_R", self._cost.R if tube_R is None else tube_R, model.nu, definite=True
+            )
+            _check_stabilizable(model, self._cost)
+        else:
+            self.tube_Q = self.tube_R = None
         self._cons = constraints.resolved(model.nobs, model.nu)
         self.safety_function, self.safety_names = self._cons.safety(self.obs_names)
         n_safety = len(self.safety_names)
@@ -241,6 +288,14 @@ class MPC:
             staged, self.horizon, self._cost, self._cons, transcription, tightened=tightened
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
+        lo_rows, hi_rows, _ = self._cons.safety_layout()
+        both = np.intersect1d(lo_rows, hi_rows)
+        # rows (lower, upper) of the observation entries bounded on both sides, and their ranges
+        self._paired_rows = (
+            np.searchsorted(lo_rows, both),
+            lo_rows.size + np.searchsorted(hi_rows, both),
+            self._cons.obs_max[both] - self._cons.obs_min[both],
+        )
         self._tube_shape = (self.horizon + 1, n_safety)
         plugin, opts = nlpsol_options(
             solver,
@@ -324,24 +379,43 @@ class MPC:
         w0 = ca.DM(self._initial_guess(x0))
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
         tube, tube_time = np.zeros(self._tube_shape), 0.0
+        tube_inputs, empty_stages, inputs_empty = np.zeros((N, m.nu)), 0, False
+        bounds = self._bounds
         if self._tube_fn is not None:
             start = time.perf_counter()
-            P, applied = self._tube_fn(w0, P)
+            P, applied, applied_u = self._tube_fn(w0, P)
             tube = applied.full().T
+            if self.tube == "feedback":
+                tube_inputs = applied_u.full().T
+                bounds = dict(bounds)
+                lbx, ubx = self._tr.lbw.copy(), self._tr.ubw.copy()
+                lbx[L.u] += tube_inputs
+                ubx[L.u] -= tube_inputs
+                bounds.update(lbx=ca.DM(lbx), ubx=ca.DM(ubx))
+                inputs_empty_at = np.any(lbx[L.u] > ubx[L.u], axis=1)
+                inputs_empty = bool(inputs_empty_at.any())
+            else:
+                inputs_empty_at = np.zeros(N, bool)
+            lo, hi, span = self._paired_rows
+            obs_empty_at = np.any(tube[1:, lo] + tube[1:, hi] > span, axis=1)
+            empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
             tube_time = time.perf_counter() - start
-        args: dict[str, Any] = dict(x0=w0, p=P, **self._bounds)
+        args: dict[str, Any] = dict(x0=w0, p=P, **bounds)
         if self._lam_g0 is not None:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
-        try:
-            with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
-                sol = self._solver(**args)
-            error = None
-        except RuntimeError as exc:  # error_on_fail is off; this is a hard evaluation error
-            sol, error = None, exc
+        if inputs_empty:  # no input meets the tightened bounds: nothing to solve
+            sol, error, stats = None, None, {}
+        else:
+            try:
+                with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
+                    sol = self._solver(**args)
+                error = None
+            except RuntimeError as exc:  # error_on_fail is off; a hard evaluation error
+                sol, error = None, exc
+            stats = self._stats()
         elapsed = time.perf_counter() - start
-        stats = self._stats()
-        status = self._status(sol, stats, elapsed, error)
+        status = Status.INFEASIBLE if inputs_empty else self._status(sol, stats, elapsed, error)
         iterations = int(stats.get("iter_count", 0))
         if status.ok:
             w = np.asarray(sol["x"]).reshape(-1)
@@ -376,30 +450,28 @@ class MPC:
             fallback=fallback,
             tube=tube,
             tube_time=tube_time,
+            tube_inputs=tube_inputs,
+            empty_tube_stages=empty_stages,
         )
 
     # -- helpers --------------------------------------------------------------------------
     def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
-        """``(w, P) -> (P with the tightening appended, t (m, N + 1))``: the tube along the
-        plan held in the initial guess ``w``. It takes the DMs the solver gets anyway, so
-        a solve converts nothing more than the tube it reports."""
+        """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N))``: the
+        tube along the plan held in the initial guess ``w``. It takes the DMs the solver gets
+        anyway, so a solve converts nothing more than the tube it reports. Nothing is capped:
+        a margin wider than its constraint's range leaves that stage's tightened set empty,
+        which ``__call__`` counts."""
         m, N, L = self.model, self.horizon, self._tr.layout
-        fn = tube_function(m, N, self.safety_function, lipschitz)
+        fn = tube_function(
+            m, N, self.safety_function, lipschitz, kind=self.tube, Q=self.tube_Q, R=self.tube_R
+        )
         sym = ca.SX if fn.is_a("SXFunction") else ca.MX
         n_p = self._tr.nlp["p"].numel() - self._tr.n_tube
         w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
         X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
         U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
-        t = fn(X, U, P[n_p - m.np :])
-        # A bounded entry whose tube exceeds half its range has an empty tightened interval:
-        # no plan can meet it. Capping the tube there leaves the point of most room (the
-        # middle) and changes neither the exact penalty's minimiser nor its gradient, but
-        # spares the solver slacks far from zero on every such stage.
-        lo, hi, _ = self._cons.safety_layout()
-        half = (self._cons.obs_max - self._cons.obs_min) / 2
-        cap = np.concatenate([half[lo], half[hi], np.full(t.shape[0] - lo.size - hi.size, np.inf)])
-        t = ca.fmin(t, ca.repmat(ca.DM(cap), 1, N + 1))
-        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(P, ca.vec(t[:, 1:])), t])
+        t, t_u = fn(X, U, P[n_p - m.np :])
+        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(P, ca.vec(t[:, 1:])), t, t_u])
 
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
         L = self._layout
@@ -478,6 +550,9 @@ _KEYWORDS = (
     "solver_options",
     "jit",
     "tightening",
+    "tube",
+    "tube_Q",
+    "tube_R",
     "tube_lipschitz",
     "obs_names",
 )
@@ -498,6 +573,35 @@ def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteM
         )
         return model, False
     return dataclasses.replace(model, **{name: fn}), True
+
+
+def _check_stabilizable(model: DiscreteModel, cost) -> None:
+    """Refuse ``tube='feedback'`` when the linearisation at the cost's reference has a mode
+    that grows (``|lambda| > 1``) and that the input cannot reach (PBH test): no feedback
+    shrinks the tube there."""
+    x = np.asarray(model.from_obs(np.asarray(cost.reference(0.0), float)), float).reshape(-1)
+    u, p = cost.u_reference, model.p_default
+    x_next = np.asarray(model.step(x, u, p), float).reshape(-1)
+    A, B = (np.asarray(M, float) for M in step_jacobians(model)(x, u, x_next, p))
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
+        raise InputError(
+            "tube='feedback' needs the model's linearisation at the cost's reference "
+            f"(x = {x.tolist()}, u = {u.tolist()}), which is not finite there (the step failed); "
+            "give a reference the model can step from, or use tube='open_loop'"
+        )
+    scale = max(1.0, float(np.abs(np.hstack([A, B])).max()))
+    for lam in np.linalg.eigvals(A):
+        if abs(lam) <= 1 + 1e-6:
+            continue
+        M = np.hstack([A - lam * np.eye(model.nx), B])
+        if np.linalg.matrix_rank(M, tol=1e-9 * scale) < model.nx:
+            raise InputError(
+                f"tube='feedback' needs an LQR that can stabilise the model's linearisation, but "
+                f"at the cost's reference (x = {np.round(x, 6).tolist()}, u = {u.tolist()}) the "
+                f"mode of eigenvalue {lam:.6g} of A (growing, |lambda| = {abs(lam):.6g}) is not "
+                "reachable from the input (PBH rank test on [A - lambda I, B]); use "
+                "tube='open_loop' or a model whose input reaches that mode"
+            )
 
 
 def _obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:

@@ -42,6 +42,11 @@ class MPCResult:
             shape ``(N + 1, m)`` (row 0 is zero: the initial state is given; all zeros
             without tightening).
         tube_time: wall time spent computing the tube in this call [s] (0 without).
+        tube_inputs: the tightening of each input's bounds at each stage, shape ``(N, nu)``
+            (the feedback tube's share of the input; zeros otherwise).
+        empty_tube_stages: how many stages of this solve's tightened set were empty (a
+            bounded observation entry or an input whose margins exceed its range); 0
+            without tightening.
     """
 
     u: np.ndarray
@@ -56,3 +61,5 @@ class MPCResult:
     fallback: bool
     tube: np.ndarray
     tube_time: float
+    tube_inputs: np.ndarray | None = None
+    empty_tube_stages: int = 0

@@ -1,33 +1,60 @@
-"""Tube tightening of the safety rows from the model's one-step error bound.
+"""Tube tightening of the safety rows (and the inputs) from the model's one-step error bound.
 
 Along a plan ``(x_0..x_N, u_0..u_{N-1})`` the bound ``w_k = bound(x_k, u_k, p)`` on the
-one-step error is propagated to a bound ``e_k`` on the deviation of the true state from
+one-step error is propagated to a set that holds the deviation ``e_k`` of the true state from
 ``x_k`` (first order, the zero-order robust optimisation of Zanelli et al. 2021 and Feng
-et al. 2020):
+et al. 2020). Two propagations (``kind``):
+
+``"open_loop"``: the planned inputs are applied as they are, and the deviation is held in a box
 
     e_0 = 0,    e_{k+1} = |A_k| e_k + w_k,    A_k = d step / dx (x_k, u_k, p),
 
-or, with a Lipschitz constant ``L`` in the infinity norm, ``e_{k+1} = L max(e_k) + w_k``.
-A safety row ``h_j(obs) >= 0`` is tightened at stage ``k`` by
+or, with a Lipschitz constant ``L`` in the infinity norm, ``e_{k+1} = L max(e_k) + w_k``. A
+safety row ``h_j(obs) >= 0`` is tightened at stage ``k`` by its first-order worst case over the
+box, ``t_{k,j} = |g_{k,j}| . e_k`` with ``g_{k,j} = dh_j/dobs (obs_k) . d to_obs/dx (x_k)``.
 
-    t_{k,j} = |dh_j/dobs (obs_k) . d to_obs/dx (x_k)| . e_k,
+``"feedback"``: the prediction assumes the ancillary feedback ``u_k = v_k + K_k (x_k - xbar_k)``
+with ``K_k`` the time-varying LQR of the plan's linearisation ``(A_k, B_k)`` (backward Riccati
+recursion with the weights ``Q`` on the observation, pulled back through ``d to_obs/dx``, and
+``R`` on the input; ``Q`` also ends the recursion, which starts ``N`` stages past the horizon
+on the last stage's linearisation so that the gains do not fade at the horizon's end). The
+deviation is held in the ellipsoid
+``{e : e^T Sigma_k^-1 e <= 1}``:
 
-its first-order worst case over the box ``|dx| <= e_k``. Everything is one CasADi function
-of the plan, built once and evaluated once per solve.
+    Sigma_0 = 0,    Sigma_{k+1} = (A_k + B_k K_k) Sigma_k (A_k + B_k K_k)^T + W_k,
+    W_k = nx diag(w_k^2),
+
+``W_k`` being the smallest scaled diagonal ellipsoid that contains the box ``|d| <= w_k``. Row
+``j`` is tightened by ``t_{k,j} = sqrt(g_{k,j}^T Sigma_k g_{k,j})`` and input ``i`` by its
+feedback's share ``sqrt(K_k[i]^T Sigma_k K_k[i])`` (zero at stage 0, where ``e_0 = 0``). The sum
+of ``Sigma`` adds the ellipsoids' second moments, not their worst cases: it holds the box at
+stage 1 (``Sigma_1 = W_0``) and beyond that it is the covariance bound of zero-mean errors that
+are independent from step to step (second moments at most ``W_k``, which every distribution in
+the box has), the propagation of cautious GP-MPC (Hewing et al. 2020). The worst case of the
+linearised system over all error sequences in the boxes is larger: the tube experiment
+(tests/experiments/tube_propagation.py) measures it next to this one.
+
+Everything is one CasADi function of the plan, built once and evaluated once per solve.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import casadi as ca
+import numpy as np
 
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 
+TUBES = ("feedback", "open_loop")
 
-def state_jacobian(model: DiscreteModel) -> ca.Function:
-    """``(x, u, x_next, p) -> A = d step / dx``: for a model with a residual
-    ``-(dr/dx_next)^{-1} dr/dx`` at ``(x, u, x_next)`` (exact when ``x_next`` is the step's
-    solution; no Newton solve), else the Jacobian of ``step`` (``x_next`` unused)."""
+
+def step_jacobians(model: DiscreteModel) -> ca.Function:
+    """``(x, u, x_next, p) -> (A, B)``, the derivatives of ``step`` by ``x`` and ``u``: for a
+    model with a residual ``-(dr/dx_next)^{-1} (dr/dx, dr/du)`` at ``(x, u, x_next)`` (exact
+    when ``x_next`` is the step's solution; no Newton solve), else the Jacobians of ``step``
+    (``x_next`` unused)."""
     fn = model.residual if model.residual is not None else model.step
     expanded = _expanded(fn)
     sym = ca.MX if expanded is None else ca.SX
@@ -36,26 +63,87 @@ def state_jacobian(model: DiscreteModel) -> ca.Function:
     x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
     if model.residual is not None:
         r = fn(x, u, z, p)
-        A = -ca.solve(ca.jacobian(r, z), ca.jacobian(r, x))
+        dz = ca.jacobian(r, z)
+        A = -ca.solve(dz, ca.jacobian(r, x))
+        B = -ca.solve(dz, ca.jacobian(r, u))
     else:
         A = ca.jacobian(fn(x, u, p), x)
-    return ca.Function("state_jacobian", [x, u, z, p], [A], ["x", "u", "x_next", "p"], ["A"])
+        B = ca.jacobian(fn(x, u, p), u)
+    return ca.Function(
+        "step_jacobians", [x, u, z, p], [A, B], ["x", "u", "x_next", "p"], ["A", "B"]
+    )
+
+
+def state_jacobian(model: DiscreteModel) -> ca.Function:
+    """``(x, u, x_next, p) -> A = d step / dx`` (see :func:`step_jacobians`)."""
+    AB = step_jacobians(model)
+    sym = ca.SX if AB.is_a("SXFunction") else ca.MX
+    args = [sym.sym(AB.name_in(i), AB.sparsity_in(i)) for i in range(4)]
+    return ca.Function("state_jacobian", args, [AB(*args)[0]], ["x", "u", "x_next", "p"], ["A"])
+
+
+def weight_matrix(name: str, value: Any, size: int, *, definite: bool) -> np.ndarray:
+    """A weight given as a scalar, ``size`` diagonal entries or a ``size x size`` matrix, as a
+    symmetric matrix; ``definite`` asks for positive definite (else semidefinite)."""
+    rule = "positive definite" if definite else "positive semidefinite"
+    what = f"a scalar, {size} diagonal entries or a {size}x{size} symmetric {rule} matrix"
+    try:
+        if isinstance(value, (str, bytes, bool)) or value is None:
+            raise TypeError
+        w = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be {what}, got {value!r:.80}") from None
+    if w.ndim == 0 or w.shape == (size,):
+        w = np.diag(np.broadcast_to(w, (size,)))
+    if w.shape != (size, size):
+        raise InputError(f"{name} must be {what}, got shape {w.shape}: {w.tolist()!r:.80}")
+    if not np.all(np.isfinite(w)) or not np.allclose(w, w.T):
+        raise InputError(f"{name} must be {what} (finite, symmetric), got {w.tolist()!r:.80}")
+    smallest = float(np.linalg.eigvalsh(w).min())
+    if smallest <= 0 if definite else smallest < -1e-12:
+        raise InputError(
+            f"{name} must be {what}, got {w.tolist()!r:.80} (smallest eigenvalue {smallest:g})"
+            + ("; an LQR needs a positive input weight" if definite else "")
+        )
+    return w
 
 
 def tube_function(
-    model: DiscreteModel, horizon: int, safety: ca.Function, lipschitz: float | None = None
+    model: DiscreteModel,
+    horizon: int,
+    safety: ca.Function,
+    lipschitz: float | None = None,
+    *,
+    kind: str = "open_loop",
+    Q: Any = None,
+    R: Any = None,
 ) -> ca.Function:
-    """``(x (nx, N+1), u (nu, N), p) -> t (m, N+1)``, the tightening of the ``m`` rows of
-    ``safety`` (a function of the observation) at every stage; column 0 is zero.
+    """``(x (nx, N+1), u (nu, N), p) -> (t (m, N+1), t_u (nu, N))``: the tightening of the
+    ``m`` rows of ``safety`` (a function of the observation) at every stage (column 0 is
+    zero) and of the inputs at every stage (zero open loop and at stage 0).
 
-    ``A_k`` is :func:`state_jacobian` at ``(x_k, u_k, x_{k+1})``.
+    ``kind`` is ``"open_loop"`` (the box ``e_{k+1} = |A_k| e_k + w_k``, or the Lipschitz form)
+    or ``"feedback"`` (the LQR gains' ellipsoid, with the weights ``Q`` on the observation
+    and ``R`` on the input, both required there). ``A_k, B_k`` are :func:`step_jacobians`
+    at ``(x_k, u_k, x_{k+1})``.
     """
     N, nx, nu = horizon, model.nx, model.nu
+    if kind not in TUBES:
+        raise InputError(f"tube must be one of {', '.join(map(repr, TUBES))}, got {kind!r}")
     if model.bound is None:
         raise InputError("tube tightening needs a model with a bound, got model.bound = None")
+    feedback = kind == "feedback"
+    if feedback:
+        if lipschitz is not None:
+            raise InputError(
+                f"tube_lipschitz = {lipschitz!r} applies only to the open-loop tube, got "
+                "tube='feedback'; drop tube_lipschitz or set tube='open_loop'"
+            )
+        Q = weight_matrix("tube_Q", Q, model.nobs, definite=False)
+        R = weight_matrix("tube_R", R, nu, definite=True)
     fns = {"bound": model.bound, "to_obs": model.to_obs, "safety": safety}
     if lipschitz is None:
-        fns["jacobian"] = state_jacobian(model)
+        fns["jacobians"] = step_jacobians(model)
     expanded = {name: _expanded(fn) for name, fn in fns.items()}
     if all(fn is not None for fn in expanded.values()):
         fns, sym = expanded, ca.SX
@@ -64,10 +152,14 @@ def tube_function(
     x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
 
     obs = fns["to_obs"](x)
-    sensitivity = ca.Function("sensitivity", [x], [ca.fabs(ca.jacobian(fns["safety"](obs), x))])
+    row_gradients = ca.jacobian(fns["safety"](obs), x)
+    sensitivity = ca.Function(
+        "sensitivity", [x], [row_gradients if feedback else ca.fabs(row_gradients)]
+    )
     stage_out = [fns["bound"](x, u, p)]
     if lipschitz is None:
-        stage_out.append(ca.fabs(fns["jacobian"](x, u, z, p)))
+        A, B = fns["jacobians"](x, u, z, p)
+        stage_out += [A if feedback else ca.fabs(A), B]
     stage = ca.Function("stage", [x, u, z, p], stage_out)
 
     X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
@@ -75,16 +167,59 @@ def tube_function(
     W = out[0]
     C = sensitivity.map(N)(X[:, 1:])  # (m, nx N), stages 1..N
     m = safety.numel_out(0)
-    e = sym.zeros(nx, 1)
     columns = [sym.zeros(m, 1)]
+    inputs = [sym.zeros(nu, 1)]
+    if not feedback:
+        e = sym.zeros(nx, 1)
+        for k in range(N):
+            if lipschitz is None:
+                grown = ca.mtimes(out[1][:, k * nx : (k + 1) * nx], e)
+            else:
+                grown = lipschitz * ca.mmax(e) * sym.ones(nx, 1)
+            e = grown + W[:, k]
+            columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
+        inputs += [sym.zeros(nu, 1)] * (N - 1)
+        return ca.Function(
+            "tube",
+            [X, U, P],
+            [ca.horzcat(*columns), ca.horzcat(*inputs)],
+            ["x", "u", "p"],
+            ["t", "t_u"],
+        )
+
+    As = [out[1][:, k * nx : (k + 1) * nx] for k in range(N)]
+    Bs = [out[2][:, k * nu : (k + 1) * nu] for k in range(N)]
+    to_obs_jac = ca.Function("to_obs_jacobian", [x], [ca.jacobian(obs, x)]).map(N + 1)(X)
+    Qx = [
+        ca.mtimes([to_obs_jac[:, k * nx : (k + 1) * nx].T, Q, to_obs_jac[:, k * nx : (k + 1) * nx]])
+        for k in range(N + 1)
+    ]
+    # backward Riccati recursion on the plan's linearisation, begun N stages past the horizon
+    # on the last stage's linearisation so that the gains do not fade towards the horizon's
+    # end (the feedback stands in for the controller, which goes on beyond it)
+    Pk, gains = Qx[N], [None] * N
+    for k in [N - 1] * N + list(reversed(range(N))):
+        BtP = ca.mtimes(Bs[k].T, Pk)
+        gains[k] = -ca.solve(R + ca.mtimes(BtP, Bs[k]), ca.mtimes(BtP, As[k]))
+        closed = As[k] + ca.mtimes(Bs[k], gains[k])
+        Pk = Qx[k] + ca.mtimes([As[k].T, Pk, closed])
+        Pk = (Pk + Pk.T) / 2
+    Sigma = sym.zeros(nx, nx)
     for k in range(N):
-        if lipschitz is None:
-            grown = ca.mtimes(out[1][:, k * nx : (k + 1) * nx], e)
-        else:
-            grown = lipschitz * ca.mmax(e) * sym.ones(nx, 1)
-        e = grown + W[:, k]
-        columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
-    return ca.Function("tube", [X, U, P], [ca.horzcat(*columns)], ["x", "u", "p"], ["t"])
+        closed = As[k] + ca.mtimes(Bs[k], gains[k])
+        Sigma = ca.mtimes([closed, Sigma, closed.T]) + nx * ca.diag(W[:, k] ** 2)
+        G = C[:, k * nx : (k + 1) * nx]
+        columns.append(ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(G, Sigma) * G), 0)))
+        if k + 1 < N:
+            Kn = gains[k + 1]
+            inputs.append(ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(Kn, Sigma) * Kn), 0)))
+    return ca.Function(
+        "tube",
+        [X, U, P],
+        [ca.horzcat(*columns), ca.horzcat(*inputs)],
+        ["x", "u", "p"],
+        ["t", "t_u"],
+    )
 
 
 def _expanded(fn: ca.Function) -> ca.Function | None:
