@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import casadi as ca
 import numpy as np
@@ -518,3 +519,76 @@ def test_feedback_tube_refuses_a_growing_mode_the_input_cannot_reach():
     with pytest.raises(InputError, match=r"tube='feedback'.*eigenvalue 1.1 .*not reachable"):
         MPC(model, 5, cost, tightening="tube", tube="feedback")
     MPC(model, 5, cost, tightening="tube")  # the open-loop tube has no gain to compute
+
+
+# -- the tube in scenarios and metrics ------------------------------------------------------
+
+SAFE = "scenarios/cartpole_safe.toml"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (['controller.tube="closed"'], "controller.tube must be one of"),
+        (["controller.tube_Q=[1.0, 1.0]"], "controller.tube_Q must have 4 entries"),
+        (['controller.tube="feedback"', "controller.tube_R=[0.0]"], "controller.tube_R"),
+        (
+            ["controller.tube_R=[1.0]"],
+            "controller.tube_R = [1.0] applies only to controller.tube = 'feedback', got "
+            "'open_loop'",
+        ),
+        (
+            ['controller.tube="feedback"', 'controller.tightening="none"'],
+            "controller.tube = 'feedback' applies only with controller.tightening = 'tube'",
+        ),
+        (
+            ['controller.tube="feedback"', "controller.tube_lipschitz=2.0"],
+            "controller.tube_lipschitz = 2.0 applies only to controller.tube = 'open_loop'",
+        ),
+    ],
+)
+def test_scenario_tube_keys_are_checked_on_load(overrides, message):
+    from vimpc.errors import ConfigError
+    from vimpc.scenario import load_scenario
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_scenario(SAFE, overrides)
+    cfg = load_scenario(SAFE, ['controller.tube="feedback"', "controller.tube_R=[1.0]"])
+    assert (cfg["controller"]["tube"], cfg["controller"]["tube_R"]) == ("feedback", [1.0])
+
+
+def test_empty_tube_steps_are_counted_per_episode_and_pooled():
+    from vimpc.closedloop import episode_metrics, summarize
+    from vimpc.closedloop.episode import Trajectory
+
+    def traj(empty):
+        T = len(empty)
+        return Trajectory(
+            t=0.1 * np.arange(T + 1),
+            obs=np.zeros((T + 1, 2)),
+            states=np.zeros((T + 1, 2)),
+            inputs=np.zeros((T, 1)),
+            rewards=np.zeros(T),
+            solve_times=np.full(T, 1e-3),
+            iterations=np.ones(T, dtype=np.int64),
+            status=np.array(["SOLVED"] * T),
+            safety_margin=np.ones((T + 1, 1)),
+            constraint_residual=np.zeros(T + 1),
+            reference=np.zeros((T + 1, 2)),
+            slack=np.zeros(T),
+            plan_obs=np.zeros((T, 2, 2)),
+            tube=np.zeros((T, 2, 0)),
+            seed=0,
+            empty_tube=np.asarray(empty, dtype=np.int64),
+        )
+
+    runs = [traj([0, 3, 0, 1]), traj([0, 0, 0, 0, 0, 2])]
+    per = [episode_metrics(t) for t in runs]
+    assert [m["empty_tube_steps"] for m in per] == [2, 1]
+    summary = summarize(per, runs)
+    assert summary["empty_tube_steps"] == 3
+    assert summary["empty_tube_fraction"] == pytest.approx(3 / 10)
+    # a record made before the field existed has no count, and the summary claims none
+    old = dataclasses.replace(runs[0], empty_tube=np.zeros(0))
+    assert "empty_tube_steps" not in episode_metrics(old)
+    assert "empty_tube_fraction" not in summarize([episode_metrics(old)], [old])

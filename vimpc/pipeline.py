@@ -388,6 +388,9 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
             time_budget=ccfg["time_budget"],
             jit=ccfg["jit"],
             tightening=ccfg["tightening"],
+            tube=ccfg["tube"],
+            tube_Q=ccfg["tube_Q"],
+            tube_R=ccfg["tube_R"],
             tube_lipschitz=ccfg["tube_lipschitz"],
             obs_names=env.obs_names,
         )

@@ -167,6 +167,14 @@ def summary_table(
                 "(h >= 0: the planning limit holds)",
             )
         )
+    if "empty_tube_fraction" in summary:
+        rows.append(
+            (
+                "empty tightened set",
+                f"{summary['empty_tube_steps']} of {summary['solves']} steps "
+                f"({summary['empty_tube_fraction']:.1%}): some stage's tube left no room",
+            )
+        )
     rows += [
         ("constraint residual (max)", f"{summary['max_constraint_residual']:.2e}"),
         (

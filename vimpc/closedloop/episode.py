@@ -29,7 +29,9 @@ class Trajectory:
     predicts for steps ``k .. k + N`` (NaN when the controller fell back); ``tube (T, N + 1,
     m)``: the tightening that plan applied to each of the controller's ``m`` safety rows at
     each stage (zeros without tightening). ``planned_obs`` and ``planned_tube`` give their
-    stage 1: the prediction of the next step.
+    stage 1: the prediction of the next step. ``empty_tube (T,)``: how many stages of each
+    step's tightened set were empty (``MPCResult.empty_tube_stages``; empty for records made
+    before it existed).
     """
 
     t: np.ndarray
@@ -48,6 +50,7 @@ class Trajectory:
     tube: np.ndarray
     seed: int
     metadata: dict = field(default_factory=dict)
+    empty_tube: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def planned_obs(self) -> np.ndarray:
@@ -155,7 +158,7 @@ def run_episode(
         "plan_obs",
         "tube",  # per step
     )
-    rec: dict[str, list] = {name: [] for name in (*floats, "iterations", "status")}
+    rec: dict[str, list] = {name: [] for name in (*floats, "iterations", "status", "empty_tube")}
 
     def record_state(obs, info, t):
         rec["obs"].append(obs)
@@ -182,6 +185,7 @@ def run_episode(
         rec["plan_obs"].append(np.full(plan.shape, np.nan) if fell_back else plan)
         tube = getattr(result, "tube", None)
         rec["tube"].append(np.zeros((len(plan), 0)) if tube is None else tube)
+        rec["empty_tube"].append(int(getattr(result, "empty_tube_stages", 0)))
         record_state(obs, info, (k + 1) * dt)
         check_interrupt()  # a Ctrl-C that CasADi swallowed during the step
         if on_step is not None:
@@ -192,6 +196,7 @@ def run_episode(
         t=np.arange(len(rec["inputs"]) + 1) * dt,
         **{name: np.array(rec[name], dtype=np.float64) for name in floats},
         iterations=np.array(rec["iterations"], dtype=np.int64),
+        empty_tube=np.array(rec["empty_tube"], dtype=np.int64),
         status=np.array(rec["status"], dtype=str),
         seed=int(seed),
     )

@@ -109,7 +109,9 @@ def episode_metrics(
     whose error lies within the bound in every entry; a failed step counts as outside) and
     ``max_error_over_bound`` (over the steps predicted). With the controller's ``safety`` rows:
     ``min_planned_margin`` (smallest ``planned - tube``: how far inside the tightened
-    constraint the plans stayed) and ``max_tube`` (largest tightening).
+    constraint the plans stayed) and ``max_tube`` (largest tightening). ``empty_tube_steps``:
+    the steps whose tightened set was empty at some stage of the plan (no cap hides it;
+    recorded trajectories only).
     """
     margin = traj.safety_margin
     worst = margin.min(axis=1) if margin.shape[1] else np.full(len(traj.t), np.inf)
@@ -138,6 +140,8 @@ def episode_metrics(
         "steps": int(len(traj.inputs)),
     }
     out["nonfinite_plans"] = int(np.count_nonzero(nonfinite_plans(traj)))
+    if traj.empty_tube.shape == traj.status.shape:
+        out["empty_tube_steps"] = int(np.count_nonzero(traj.empty_tube > 0))
     if model is not None:
         check = prediction_check(traj, model)
         predicted = np.all(np.isfinite(check["error"]), axis=1)
@@ -251,6 +255,10 @@ def summarize(
     out["late_solves"] = int(np.count_nonzero(status == LATE_STATUS))
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))
     out["nonfinite_plans"] = int(sum(m.get("nonfinite_plans", 0) for m in per_episode))
+    if all("empty_tube_steps" in m for m in per_episode):
+        # the share of control steps whose tightened set was empty at some stage
+        out["empty_tube_steps"] = int(sum(m["empty_tube_steps"] for m in per_episode))
+        out["empty_tube_fraction"] = out["empty_tube_steps"] / max(out["solves"], 1)
     if any("failed_model_steps" in m for m in per_episode):
         out["failed_model_steps"] = int(sum(m.get("failed_model_steps", 0) for m in per_episode))
     return out

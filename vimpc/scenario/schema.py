@@ -218,10 +218,32 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "along the previous plan",
             choices=("none", "tube"),
         ),
+        "tube": Setting(
+            str,
+            "open_loop",
+            "with `tightening = 'tube'`: `open_loop` (the planned inputs as they are, the "
+            "error in a box) or `feedback` (an LQR feedback on the plan's linearisation, the "
+            "error in an ellipsoid, the inputs tightened by the feedback's share)",
+            choices=("open_loop", "feedback"),
+        ),
+        "tube_Q": Setting(
+            list,
+            None,
+            "the feedback tube's LQR weights on the observation (diagonal; default the cost's Q)",
+            items=float,
+            rule=NONNEGATIVE,
+        ),
+        "tube_R": Setting(
+            list,
+            None,
+            "the feedback tube's LQR weights on the input (diagonal; default the cost's R)",
+            items=float,
+            rule=POSITIVE,
+        ),
         "tube_lipschitz": Setting(
             float,
             None,
-            "a fixed Lipschitz constant for the tube instead of the step's Jacobian",
+            "a fixed Lipschitz constant for the open-loop tube instead of the step's Jacobian",
             rule=POSITIVE,
         ),
     },
