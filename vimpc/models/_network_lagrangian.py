@@ -562,3 +562,52 @@ def midpoint_model(
         p_default=np.zeros(0),
         info={**info, "step_acceptance": reference.acceptance()},
     )
+
+
+# -- the learned Lagrangian's sign ---------------------------------------------------------------
+
+
+def negated(network: Network) -> Network:
+    """The network ``-f``: its last Linear layer negated (exact, no retraining)."""
+    *hidden, (W, b) = network.layers
+    return Network((*hidden, (-W, -b)), network.activation)
+
+
+def orient(
+    what: str, network: Network, masses: np.ndarray, forced: bool, where: str, per: int
+) -> tuple[Network, bool]:
+    """``(network, negated)``: the network with the sign that makes the learned mass matrices
+    ``masses`` ``(B, n, n)`` (one per data sample, their symmetric part) positive definite.
+
+    Unforced data fix a Lagrangian only up to a factor, sign included (``det`` of an even
+    dimension cannot tell it): the network is negated when its mass matrices are negative
+    definite at more samples than positive definite. Forced data fix the sign; there it is
+    kept and a majority of negative-definite samples is warned of. Samples left not
+    positive definite are warned of (FitWarning) by count and the first one, by trajectory
+    and index (``per`` samples per trajectory)."""
+    M = np.asarray(masses, dtype=np.float64)
+    eig = np.linalg.eigvalsh(0.5 * (M + np.swapaxes(M, 1, 2)))
+    pd, nd = eig.min(axis=1) > 0, eig.max(axis=1) < 0
+    flip = bool(not forced and nd.sum() > pd.sum())
+    if flip:
+        network, pd, nd, eig = negated(network), nd, pd, -eig[:, ::-1]
+    bad = ~pd
+    if np.any(bad):
+        k = int(np.nonzero(bad)[0][0])
+        i, j = divmod(k, per)
+        kept = (
+            "; the data are forced, so their forces fixed this sign and it is kept: check "
+            "the input map's sign and units"
+            if forced and nd.sum() > pd.sum()
+            else ""
+        )
+        warnings.warn(
+            f"{what}: the learned mass matrix is not positive definite at {int(bad.sum())} of "
+            f"{len(M)} {where}s ({int(nd.sum())} negative definite, "
+            f"{int((bad & ~nd).sum())} indefinite), first at trajectory {i}, {where} {j} "
+            f"(eigenvalues {np.array2string(eig[k], precision=3)}){kept}; energy and momenta "
+            "have the wrong sign there: train longer or on data covering that region",
+            FitWarning,
+            stacklevel=4,
+        )
+    return network, flip
