@@ -119,7 +119,8 @@ class SpreadModel(SpreadFamily):
         (
             {"integrater": "rk4"},
             r"unknown key 'integrater'; did you mean 'integrator'\? \(expected one of "
-            r"\['bound', 'conformal_scale', 'delta', 'form', 'integrator', 'substeps'\]\)",
+            r"\['bound', 'bound_horizon', 'bound_level', 'conformal_scale', 'delta', 'form', "
+            r"'integrator', 'substeps'\]\)",
         ),
         ({"integrator": "rk5"}, r"integrator must be one of .*got 'rk5'; did you mean 'rk4'\?"),
         ({"integrator": 4}, r"integrator must be a string, got 4 \(int\)"),
@@ -154,6 +155,8 @@ def test_settings_resolved_and_recorded():
         "bound": "none",
         "delta": 0.25,
         "conformal_scale": "constant",
+        "bound_level": "step",
+        "bound_horizon": 0,
     }
     # a numpy integer is an integer, stored as a plain int (the resolved file is JSON/TOML)
     assert type(settings["substeps"]) is int and m.substeps == 2
@@ -164,7 +167,14 @@ def test_settings_resolved_and_recorded():
     assert m.get_settings()["integrator"] == "rk4"
     assert m.discrete_model().info["settings"] == m.get_settings()
     assert NominalModel.all_settings() == {**NominalModel.settings, **BOUND_SETTINGS}
-    assert list(OffsetModel.all_settings()) == ["weight", "bound", "delta", "conformal_scale"]
+    assert list(OffsetModel.all_settings()) == [
+        "weight",
+        "bound",
+        "delta",
+        "conformal_scale",
+        "bound_level",
+        "bound_horizon",
+    ]
     assert "substeps=2" in repr(m) and "integrator='rk4'" in repr(m)
 
 

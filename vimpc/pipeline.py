@@ -276,7 +276,8 @@ def fit_report(
     fit_time: float,
 ) -> dict[str, Any]:
     """The fit summary: sizes, fit time, one-step and multi-step RMS prediction errors per
-    observation entry on the validation data, and the bound's coverage there."""
+    observation entry on the validation data, and the bound's coverage there (per step, and
+    for a horizon-level bound per window of its horizon)."""
     from vimpc.models import evaluation
 
     steps = min(PREDICTION_STEPS, validation.n_steps)
@@ -300,6 +301,12 @@ def fit_report(
     if model.bound is not None:
         report["delta"] = model.delta
         report["validation_coverage"] = evaluation.coverage(model, validation)
+        horizon = (model.info.get("bound") or {}).get("horizon")
+        if isinstance(horizon, int) and horizon <= validation.n_steps:
+            # a horizon-level bound: the share of validation windows with every step inside
+            from vimpc.models.calibration import horizon_coverage
+
+            report["validation_horizon_coverage"] = horizon_coverage(model, validation, horizon)
     return report
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from vimpc.closedloop.episode import Trajectory
 from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
 from vimpc.mpc.result import Status
 
 FAILED_STATUSES = ("FAILED", "INFEASIBLE")
@@ -54,6 +55,25 @@ def prediction_check(traj: Trajectory, model: DiscreteModel) -> dict[str, np.nda
     return out
 
 
+def _coverage_horizon(traj: Trajectory, horizon: int | None) -> int:
+    """The horizon of the per-horizon coverage: ``horizon``, else the plans' length."""
+    if horizon is None:
+        return max(1, int(traj.plan_obs.shape[1]) - 1)
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+        raise InputError(f"horizon must be a positive integer, got {horizon!r}")
+    return int(horizon)
+
+
+def windows_inside(inside: np.ndarray, horizon: int) -> np.ndarray:
+    """For per-step flags ``inside`` ``(T,)``, whether all ``horizon`` steps of each window
+    of consecutive steps are inside, ``(T - horizon + 1,)`` (empty when ``T < horizon``)."""
+    inside = np.asarray(inside, dtype=bool)
+    if len(inside) < horizon:
+        return np.zeros(0, dtype=bool)
+    outside = np.concatenate([[0], np.cumsum(~inside)])
+    return outside[horizon:] == outside[: len(inside) - horizon + 1]
+
+
 def nonfinite_plans(traj: Trajectory) -> np.ndarray:
     """``(T,)`` booleans: the steps whose plan predicts a NaN or inf although the controller
     did not fall back (a fallback's plan is NaN by definition)."""
@@ -87,6 +107,7 @@ def episode_metrics(
     *,
     model: DiscreteModel | None = None,
     safety: ca.Function | None = None,
+    horizon: int | None = None,
 ) -> dict[str, float]:
     """Per-episode metrics.
 
@@ -107,7 +128,11 @@ def episode_metrics(
     found a spurious root, see :mod:`vimpc.integrators.variational`); ``prediction_rmse``
     of its other one-step errors and, when it has a bound, ``coverage`` (fraction of steps
     whose error lies within the bound in every entry; a failed step counts as outside) and
-    ``max_error_over_bound`` (over the steps predicted). With the controller's ``safety`` rows:
+    ``max_error_over_bound`` (over the steps predicted), and per horizon
+    ``horizon_coverage``: the share of the windows of ``coverage_horizon`` consecutive steps
+    (every start along the episode; the controller's horizon, from the recorded plans,
+    unless ``horizon`` is given) in which every step's error lay within the bound (NaN for
+    an episode shorter than the horizon). With the controller's ``safety`` rows:
     ``min_planned_margin`` (smallest ``planned - tube``: how far inside the tightened
     constraint the plans stayed) and ``max_tube`` (largest tightening). ``empty_tube_steps``:
     the steps whose tightened set was empty at some stage of the plan (no cap hides it;
@@ -153,6 +178,10 @@ def episode_metrics(
             inside = np.all(np.abs(check["error"]) <= check["bound"], axis=1)
             ratio = np.abs(errors) / np.maximum(check["bound"][predicted], 1e-300)
             out["coverage"] = float(inside.mean())
+            n = _coverage_horizon(traj, horizon)
+            windows = windows_inside(inside, n)
+            out["horizon_coverage"] = float(windows.mean()) if windows.size else math.nan
+            out["coverage_horizon"] = n
             out["max_error_over_bound"] = float(ratio.max()) if ratio.size else math.nan
     if safety is not None and safety.numel_out(0):
         rows = safety_rows(traj, safety)
@@ -198,7 +227,9 @@ def summarize(
     Solve-time statistics
     and the solve counts by status (``solves``, ``failed_solves``, ``late_solves``,
     ``iteration_limit_solves``) pool all steps of all episodes, as do ``nonfinite_plans``
-    and (with a model) ``failed_model_steps``.
+    and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
+    and ``horizon_coverage_mean`` (per window of ``coverage_horizon`` steps), each with its
+    ``_std`` over episodes and ``_min`` (the worst episode).
     """
     if not per_episode:
         raise ValueError("summarize needs at least one episode")
@@ -236,6 +267,7 @@ def summarize(
         ("tracking_rmse", "tracking_rmse"),
         ("min_margin", "min_margin"),
         ("coverage", "coverage"),
+        ("horizon_coverage", "horizon_coverage"),
         ("prediction_rmse", "prediction_rmse"),
         ("min_planned_margin", "min_planned_margin"),
     ):
@@ -245,6 +277,10 @@ def summarize(
     coverages = [m["coverage"] for m in per_episode if "coverage" in m]
     if coverages:
         out["coverage_min"] = float(min(coverages))
+    per_horizon = [m["horizon_coverage"] for m in per_episode if "horizon_coverage" in m]
+    if per_horizon and np.any(np.isfinite(per_horizon)):
+        out["horizon_coverage_min"] = float(np.nanmin(per_horizon))
+        out["coverage_horizon"] = int(max(m["coverage_horizon"] for m in per_episode))
     out["max_constraint_residual"] = float(max(m["max_constraint_residual"] for m in per_episode))
     out["solve_time_median_ms"] = float(np.median(times_ms))
     out["solve_time_p95_ms"] = float(np.percentile(times_ms, 95))

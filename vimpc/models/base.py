@@ -32,12 +32,12 @@ from typing import Any, ClassVar, Self
 import casadi as ca
 
 from vimpc import _checks, _settings
-from vimpc._settings import PROBABILITY, Setting
+from vimpc._settings import NONNEGATIVE, PROBABILITY, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError, NotFittedError
 from vimpc.mechanics.system import MechanicalSystem
-from vimpc.models.calibration import Bound, calibrate, residual_scale
+from vimpc.models.calibration import LEVELS, Bound, calibrate, residual_scale, state_scale
 from vimpc.models.evaluation import check_data
 
 #: Settings every family has: the calibrated bound.
@@ -54,8 +54,23 @@ BOUND_SETTINGS: dict[str, Setting] = {
     "conformal_scale": Setting(
         str,
         "constant",
-        "bound shape: per-entry RMS of the training errors, or the family's state-dependent spread",
-        choices=("constant", "spread"),
+        "bound shape: per-entry RMS of the training errors, the family's state-dependent "
+        "spread, or `state`: max(a + b abs(v) + c abs(u), floor) per entry, fitted on the "
+        "training errors",
+        choices=("constant", "spread", "state"),
+    ),
+    "bound_level": Setting(
+        str,
+        "step",
+        "what delta refers to: one step, or `horizon`: all bound_horizon consecutive one-step "
+        "errors inside the bound at once (conformal bounds)",
+        choices=LEVELS,
+    ),
+    "bound_horizon": Setting(
+        int,
+        0,
+        "steps of a horizon-level bound (>= controller.horizon; 0: none, for bound_level = `step`)",
+        rule=NONNEGATIVE,
     ),
 }
 
@@ -173,8 +188,9 @@ class ModelFamily(abc.ABC):
         self, data: Dataset | None = None, calibration: Dataset | None = None, **bound: Any
     ) -> Self:
         """Derive the bound again with other bound settings (``bound``, ``delta``,
-        ``conformal_scale``) on the fitted model, without fitting it again: ``data`` are
-        the training data (needed by ``conformal_scale = "constant"``), ``calibration``
+        ``conformal_scale``, ``bound_level``, ``bound_horizon``) on the fitted model, without
+        fitting it again: ``data`` are the training data (needed by ``conformal_scale =
+        "constant"`` and ``"state"``), ``calibration``
         the held-out trajectories of a conformal bound. Returns ``self``.
 
         Raises:
@@ -209,6 +225,22 @@ class ModelFamily(abc.ABC):
                 f"conformal_scale = 'spread' needs a family with a state-dependent spread; "
                 f"{self.name!r} has none, use conformal_scale = 'constant'"
             )
+        level, horizon = values["bound_level"], values["bound_horizon"]
+        if level == "horizon" and values["bound"] != "conformal":
+            raise InputError(
+                f"bound_level = 'horizon' is for a conformal bound, got bound = "
+                f"{values['bound']!r}; set bound = 'conformal' or bound_level = 'step'"
+            )
+        if level == "horizon" and horizon < 1:
+            raise InputError(
+                "bound_level = 'horizon' needs bound_horizon, the number of consecutive steps "
+                f"the bound covers at once (the controller's horizon), got {horizon}"
+            )
+        if level == "step" and horizon != 0:
+            raise InputError(
+                f"bound_horizon = {horizon} is for bound_level = 'horizon'; set bound_level = "
+                "'horizon' or leave bound_horizon at 0"
+            )
         self._settings = values
         for key, value in values.items():
             setattr(self, key, value)
@@ -223,10 +255,10 @@ class ModelFamily(abc.ABC):
                 f"{type(self).__name__} with bound = 'conformal' needs held-out "
                 f"calibration data: {call}"
             )
-        if self.conformal_scale == "constant" and data is None:
+        if self.conformal_scale in ("constant", "state") and data is None:
             raise InputError(
-                "conformal_scale = 'constant' sets the bound's shape from the training "
-                f"errors: {call} needs training data"
+                f"conformal_scale = {self.conformal_scale!r} sets the bound's shape from the "
+                f"training errors: {call} needs training data"
             )
 
     def _calibrate(self, data: Dataset | None, calibration: Dataset | None) -> Bound | None:
@@ -236,11 +268,22 @@ class ModelFamily(abc.ABC):
         if self.bound != "conformal":
             return None
         model = self._build()
+        scale, spread, shape = None, None, None
         if self.conformal_scale == "spread":
-            scale, spread = None, self._spread()
+            spread = self._spread()
+        elif self.conformal_scale == "state":
+            spread, shape = state_scale(model, data)
         else:
-            scale, spread = residual_scale(model, data), None
-        return calibrate(model, calibration, self.delta, scale=scale, spread=spread)
+            scale = residual_scale(model, data)
+        level = {}
+        if self.bound_level == "horizon":
+            # windows or Bonferroni, the tighter one measured on the training data (or, for
+            # a family fitted without them, the windows: never looser in the population)
+            level = {"level": "horizon", "horizon": self.bound_horizon}
+            level.update({"choose_on": data} if data is not None else {"method": "windows"})
+        return calibrate(
+            model, calibration, self.delta, scale=scale, spread=spread, shape=shape, **level
+        )
 
     def discrete_model(self) -> DiscreteModel:
         """The fitted model as a :class:`DiscreteModel` (with its bound, if calibrated)."""

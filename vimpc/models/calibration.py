@@ -28,6 +28,37 @@ Angelopoulos & Bates 2023, sec. 1). Taking the maximum over entries gives the jo
 guarantee directly, without splitting ``delta`` over the entries. ``k <= n`` needs
 ``n >= 1/delta - 1`` transitions.
 
+Two refinements (:func:`calibrate`'s ``level`` and :func:`state_scale`):
+
+- **Horizon level** (``level = "horizon"``, ``horizon = N``): the probability refers to
+  ``N`` consecutive one-step errors, each measured from the true state (what a plan's tube
+  propagates), all inside the bound at once. Two calibrations, the tighter one chosen by
+  measurement on data the bound is not calibrated on (the training data):
+
+  * ``"windows"``: the score of a window of ``N`` consecutive transitions is the largest
+    score of its steps; one window per calibration trajectory, at a start drawn uniformly
+    (seeded, :data:`WINDOW_SEED`) among the trajectory's windows, so the windows come from
+    distinct, independent trajectories and are exchangeable with a window of a fresh
+    trajectory (overlapping windows of one trajectory are not, and are not used). The
+    conformal quantile of the window scores at ``1 - delta`` needs ``1/delta - 1``
+    trajectories of at least ``N`` steps;
+  * ``"bonferroni"``: the per-step calibration above at ``delta / N`` on all the
+    transitions; the union bound over the ``N`` steps gives ``1 - delta`` (it needs
+    ``N/delta - 1`` transitions, and inherits the per-step calibration's assumption that
+    transitions are exchangeable).
+
+  In the population the window quantile is never larger (the union bound is loose); with
+  few trajectories its finite-sample rank can be, hence the measurement. The choice is
+  made on the training scores at the ranks the calibration set will use, so choosing
+  does not spend the calibration set's guarantee.
+- **State-dependent scale** (:func:`state_scale`): ``s_j(x, u) = max(a_j + b_j . |v| +
+  c_j . |u|, floor_j)``, an affine function of the absolute velocities (the observation's
+  second half) and inputs per state entry, fitted by non-negative least squares to the
+  absolute training errors and floored at :data:`STATE_SCALE_FLOOR` times the entry's
+  mean absolute training error; a CasADi function, so the bound stays one of
+  ``(x, u, p)``. Any scale fixed before the calibration data keeps the guarantee; a
+  better shape gives a narrower bound at the same coverage.
+
 Assumptions, stated plainly: transitions inside one trajectory are not independent, and
 closed-loop states come from another distribution than open-loop excitation data; the
 guarantee holds exactly only for exchangeable data, so vimpc measures the coverage it
@@ -49,6 +80,7 @@ from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.models.evaluation import (
+    bound_values,
     describe_failures,
     failed_transitions,
     one_step_errors,
@@ -67,6 +99,17 @@ def minimum_calibration_size(delta: float) -> int:
 
 #: how a bound was obtained
 OBTAINED = ("conformal", "theorem")
+#: what a conformal bound's probability refers to: one transition, or N consecutive ones
+LEVELS = ("step", "horizon")
+#: how a horizon-level bound is calibrated (``"auto"``: the tighter one, measured)
+HORIZON_METHODS = ("auto", "windows", "bonferroni")
+#: seed of the window starts drawn in each trajectory (a fixed seed: calibration is
+#: deterministic, and the draw ignores the data, so the windows stay exchangeable)
+WINDOW_SEED = 0
+#: the state-dependent scale of an entry is at least this fraction of the entry's mean
+#: absolute training error (an affine fit that reaches zero at rest must not divide a
+#: score by zero, nor promise an error-free step there)
+STATE_SCALE_FLOOR = 0.1
 
 
 @dataclass(frozen=True)
@@ -164,28 +207,55 @@ def conformal_bound(
     *,
     scale: np.ndarray | None = None,
     spread: ca.Function | None = None,
+    shape: Mapping[str, Any] | None = None,
+    level: str = "step",
+    horizon: int | None = None,
+    figures: Mapping[str, Any] | None = None,
 ) -> Bound:
     """The conformal bound ``quantile * scale`` (constant) or ``quantile * spread(x, u, p)``
     (state-dependent) of ``model``, from ``n_calibration`` calibration transitions.
 
+    ``shape`` describes a spread in the record (default ``"state-dependent spread"``);
+    ``level`` and ``horizon`` say what the probability refers to; ``figures`` are further
+    calibration figures to record.
+
     Raises:
         InputError: both or neither of ``scale`` and ``spread``; a scale that is not
-            ``nx`` positive finite numbers; a spread that is not a casadi.Function.
+            ``nx`` positive finite numbers; a spread that is not a casadi.Function; a
+            level or horizon out of range.
     """
     if (scale is None) == (spread is None):
         raise InputError("a conformal bound needs exactly one of scale and spread")
+    horizon = _checked_level(level, horizon)
     x = ca.MX.sym("x", model.nx)
     u = ca.MX.sym("u", model.nu)
     p = ca.MX.sym("p", model.np)
     if spread is not None:
         _check_spread(spread)
-        e, shape = quantile * spread(x, u, p), "state-dependent spread"
+        e = quantile * spread(x, u, p)
+        described: Any = "state-dependent spread" if shape is None else dict(shape)
     else:
         scale = _checked_scale(scale, model.nx)
-        e, shape = ca.MX(ca.DM(quantile * scale)), scale.tolist()
+        e, described = ca.MX(ca.DM(quantile * scale)), scale.tolist()
     function = ca.Function("bound", [x, u, p], [e], ["x", "u", "p"], ["e"])
-    figures = {"quantile": float(quantile), "n_calibration": int(n_calibration), "scale": shape}
-    return Bound(function, float(delta), "conformal", "split conformal", figures)
+    record: dict[str, Any] = {
+        "quantile": float(quantile),
+        "n_calibration": int(n_calibration),
+        "scale": described,
+        "level": level,
+    }
+    method = "split conformal"
+    if horizon is not None:
+        record["horizon"] = horizon
+        chosen = (figures or {}).get("horizon_method", "windows")
+        how = (
+            "the largest score of one window per trajectory"
+            if chosen == "windows"
+            else f"Bonferroni, delta/{horizon} per step"
+        )
+        method = f"split conformal over {horizon}-step horizons ({how})"
+    record.update(figures or {})
+    return Bound(function, float(delta), "conformal", method, record)
 
 
 def _check_spread(spread) -> None:
@@ -202,12 +272,28 @@ def _checked_scale(scale, nx: int) -> np.ndarray:
     return scale
 
 
-def residual_scale(model: DiscreteModel, data: Dataset) -> np.ndarray:
-    """Per-entry RMS of the model's one-step errors on ``data`` (the constant scale).
+def _checked_level(level: Any, horizon: Any) -> int | None:
+    """``horizon`` as an int for ``level = "horizon"`` (None for ``"step"``)."""
+    if level not in LEVELS:
+        raise InputError(
+            f"level must be one of {LEVELS} (what the bound's probability refers to: one "
+            f"transition, or a horizon of consecutive ones), got {level!r}"
+        )
+    if level == "step":
+        if horizon is not None:
+            raise InputError(
+                f"horizon = {horizon!r} is for level = 'horizon'; a step-level bound takes none"
+            )
+        return None
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+        raise InputError(
+            "level = 'horizon' needs horizon, the number of consecutive steps the bound "
+            f"covers at once (a positive integer, the controller's horizon), got {horizon!r}"
+        )
+    return int(horizon)
 
-    Raises:
-        InputError: the model's step failed (NaN) on some of the transitions, named.
-    """
+
+def _training_errors(model: DiscreteModel, data: Dataset) -> np.ndarray:
     errors = one_step_errors(model, data)
     failed = failed_transitions(errors, data)
     if failed:
@@ -215,8 +301,161 @@ def residual_scale(model: DiscreteModel, data: Dataset) -> np.ndarray:
             f"{describe_failures(failed, len(errors), 'training')}; the bound's scale cannot "
             "be set from them (check the model on those states, or drop the trajectories)"
         )
+    return errors
+
+
+def residual_scale(model: DiscreteModel, data: Dataset) -> np.ndarray:
+    """Per-entry RMS of the model's one-step errors on ``data`` (the constant scale).
+
+    Raises:
+        InputError: the model's step failed (NaN) on some of the transitions, named.
+    """
+    errors = _training_errors(model, data)
     rms = np.sqrt(np.mean(errors**2, axis=0))
     return np.maximum(rms, _SCALE_FLOOR * max(float(rms.max()), 1e-300))
+
+
+def _velocity_entries(model: DiscreteModel) -> slice:
+    # the observation is (q, v) with nv = nq (vimpc.mechanics): v is its second half
+    if model.nobs % 2:
+        raise InputError(
+            f"a state-dependent scale reads the velocities from the observation (q, v), "
+            f"which has an even size; this model's has {model.nobs}"
+        )
+    return slice(model.nobs // 2, model.nobs)
+
+
+def state_features(model: DiscreteModel, X: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """The state scale's features ``[1, |v|, |u|]`` of the rows of ``X`` (model states) and
+    ``U``, ``(m, 1 + nv + nu)``; ``v`` is the second half of ``to_obs(x)``."""
+    m = len(U)
+    obs = np.asarray(model.to_obs.map(m)(X.T), dtype=np.float64).reshape(-1, m).T
+    v = obs[:, _velocity_entries(model)]
+    return np.hstack([np.ones((m, 1)), np.abs(v), np.abs(np.asarray(U, dtype=np.float64))])
+
+
+def state_scale(model: DiscreteModel, data: Dataset) -> tuple[ca.Function, dict[str, Any]]:
+    """The state-dependent scale ``s_j(x, u) = max(a_j + b_j . |v| + c_j . |u|, floor_j)``
+    fitted on the training transitions ``data`` (module docstring), and its record.
+
+    Each entry's coefficients ``(a_j, b_j, c_j) >= 0`` minimise the squared difference to
+    the entry's absolute errors (non-negative least squares on features scaled to unit
+    RMS); ``floor_j`` is :data:`STATE_SCALE_FLOOR` times the entry's mean absolute error
+    (and at least ``1e-9`` of the largest, as for the constant scale).
+
+    Raises:
+        InputError: the model's step failed (NaN) on some of the transitions, named; an
+            observation of odd size (no velocities to read).
+    """
+    from scipy.optimize import nnls
+
+    velocities = _velocity_entries(model)
+    errors = np.abs(_training_errors(model, data))
+    X, U, _ = transitions(model, data)
+    F = state_features(model, X, U)
+    norms = np.sqrt(np.mean(F**2, axis=0))
+    norms = np.where(norms > 0, norms, 1.0)
+    coef = np.empty((model.nx, F.shape[1]))
+    for j in range(model.nx):
+        c, _ = nnls(F / norms, errors[:, j])
+        coef[j] = c / norms
+    mean_abs = errors.mean(axis=0)
+    floor = np.maximum(
+        STATE_SCALE_FLOOR * mean_abs, _SCALE_FLOOR * max(float(mean_abs.max()), 1e-300)
+    )
+    x = ca.MX.sym("x", model.nx)
+    u = ca.MX.sym("u", model.nu)
+    p = ca.MX.sym("p", model.np)
+    v = model.to_obs(x)[velocities.start : velocities.stop]
+    features = ca.vertcat(1.0, ca.fabs(v), ca.fabs(u))
+    s = ca.fmax(ca.mtimes(ca.DM(coef), features), ca.DM(floor))
+    function = ca.Function("state_scale", [x, u, p], [s], ["x", "u", "p"], ["s"])
+    nv = velocities.stop - velocities.start
+    record = {
+        "kind": "state: max(a + b.|v| + c.|u|, floor) per entry, fitted on the training errors",
+        "intercept": coef[:, 0].tolist(),
+        "per_abs_velocity": coef[:, 1 : 1 + nv].tolist(),
+        "per_abs_input": coef[:, 1 + nv :].tolist(),
+        "floor": floor.tolist(),
+        "floor_fraction_of_mean_abs_error": STATE_SCALE_FLOOR,
+    }
+    return function, record
+
+
+def _scale_values(
+    model: DiscreteModel,
+    data: Dataset,
+    scale: np.ndarray | None,
+    spread: ca.Function | None,
+    X: np.ndarray,
+    U: np.ndarray,
+) -> np.ndarray:
+    n = len(U)
+    if spread is None:
+        return np.broadcast_to(scale, (n, model.nx))
+    P = np.tile(model.p_default, (n, 1))
+    s = np.asarray(spread.map(n)(X.T, U.T, P.T), dtype=np.float64).reshape(-1, n).T
+    if not np.all(s > 0):
+        raise InputError("spread(x, u, p) must be > 0 on the calibration data")
+    return s
+
+
+def step_scores(
+    model: DiscreteModel,
+    data: Dataset,
+    *,
+    scale: np.ndarray | None = None,
+    spread: ca.Function | None = None,
+    what: str = "calibration",
+) -> np.ndarray:
+    """The score ``max_j |e_j| / s_j(x, u)`` of every transition of ``data``, shaped
+    ``(trajectories, steps)``.
+
+    Raises:
+        InputError: the model's step failed (NaN) on some transitions (named); a spread
+            that is not > 0 there.
+    """
+    errors = np.abs(one_step_errors(model, data))
+    failed = failed_transitions(errors, data)
+    if failed:
+        raise InputError(
+            f"{describe_failures(failed, len(errors), what)}; a bound cannot be calibrated on "
+            "them (check the model on those states, or drop the trajectories)"
+        )
+    X, U, _ = transitions(model, data)
+    s = _scale_values(model, data, scale, spread, X, U)
+    scores = np.max(errors / s, axis=1)
+    if not np.all(np.isfinite(scores)):
+        bad = int(np.count_nonzero(~np.isfinite(scores)))
+        raise InputError(
+            f"the model's one-step error is not finite on {bad} of {len(scores)} {what} "
+            "transitions (its step failed there); a bound cannot be calibrated on them"
+        )
+    return scores.reshape(data.n_trajectories, data.n_steps)
+
+
+def window_scores(scores: np.ndarray, horizon: int, seed: int = WINDOW_SEED) -> np.ndarray:
+    """One window score per trajectory: the largest of ``horizon`` consecutive step scores
+    (rows of ``scores``, ``(trajectories, steps)``) from a start drawn uniformly with
+    ``seed``, independently of the scores. Empty when the trajectories are shorter than
+    ``horizon``."""
+    n, T = scores.shape
+    if T < horizon:
+        return np.zeros(0)
+    starts = np.random.default_rng(seed).integers(0, T - horizon + 1, size=n)
+    cols = starts[:, None] + np.arange(horizon)
+    return scores[np.arange(n)[:, None], cols].max(axis=1)
+
+
+def conformal_rank(n: int, delta: float) -> int:
+    """``k = ceil((n + 1)(1 - delta))``: the rank of the conformal quantile among ``n``
+    scores (``k > n``: too few scores for ``delta``)."""
+    return max(1, math.ceil((n + 1) * (1.0 - delta) - 1e-12))  # k = 0 only for delta ~ 1
+
+
+def _check_delta(delta: Any) -> None:
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
+        raise InputError(f"delta must be a probability in (0, 1), got {delta!r}")
 
 
 def calibrate(
@@ -226,59 +465,160 @@ def calibrate(
     *,
     scale: np.ndarray | None = None,
     spread: ca.Function | None = None,
+    shape: Mapping[str, Any] | None = None,
+    level: str = "step",
+    horizon: int | None = None,
+    method: str = "auto",
+    choose_on: Dataset | None = None,
 ) -> Bound:
     """Calibrate a bound for ``model`` on the held-out transitions of ``data``.
 
     Args:
         model: the fitted model (its own ``bound``, if any, is ignored).
         data: calibration trajectories the model was not fitted on.
-        delta: probability that a transition's error leaves the bound, in (0, 1).
+        delta: probability that a transition's error (``level = "step"``) or any of
+            ``horizon`` consecutive ones (``level = "horizon"``) leaves the bound, in (0, 1).
         scale: constant per-entry scale ``(nx,)``, > 0, fixed before looking at ``data``
             (e.g. :func:`residual_scale` on the training data).
-        spread: ``(x, u, p) -> s`` (nx entries, > 0), the state-dependent alternative.
+        spread: ``(x, u, p) -> s`` (nx entries, > 0), the state-dependent alternative
+            (a family's own spread, or :func:`state_scale`); ``shape`` describes it in the
+            record.
+        level: ``"step"`` or ``"horizon"`` (module docstring).
+        horizon: the horizon's number of steps (``level = "horizon"`` only).
+        method: for ``level = "horizon"``: ``"windows"``, ``"bonferroni"`` or ``"auto"``
+            (the one with the smaller quantile on ``choose_on``, at the ranks ``data``
+            will use; a method ``data`` is too small for is not chosen).
+        choose_on: data the bound is not calibrated on (the training data), for
+            ``method = "auto"``.
 
     Raises:
         InputError: ``delta`` outside (0, 1); both or neither of ``scale`` and ``spread``;
-            a calibration set smaller than ``1/delta - 1`` transitions.
+            a level, horizon or method out of range; ``method = "auto"`` without
+            ``choose_on``; a calibration set too small for ``delta`` (and the horizon).
     """
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise InputError(f"delta must be a probability in (0, 1), got {delta!r}")
+    _check_delta(delta)
     if (scale is None) == (spread is None):
         raise InputError(
             "calibrate needs exactly one of scale (constant) and spread (state-dependent)"
         )
-    errors = np.abs(one_step_errors(model, data))
-    n = len(errors)
-    failed = failed_transitions(errors, data)
-    if failed:
-        raise InputError(
-            f"{describe_failures(failed, n, 'calibration')}; a bound cannot be calibrated on "
-            "them (check the model on those states, or drop the trajectories)"
-        )
-    need = minimum_calibration_size(delta)
-    if n < need:
-        raise InputError(
-            f"a calibration set of {n} transitions is too small for delta = {delta}: split "
-            f"conformal needs at least 1/delta - 1 = {need}; collect more held-out data or "
-            "raise delta"
-        )
+    horizon = _checked_level(level, horizon)
+    if horizon is not None:
+        if method not in HORIZON_METHODS:
+            raise InputError(
+                f"method must be one of {HORIZON_METHODS} for a horizon-level bound, got {method!r}"
+            )
+        if method == "auto" and choose_on is None:
+            raise InputError(
+                "method = 'auto' chooses between windows and bonferroni on data the bound "
+                "is not calibrated on: pass choose_on (the training data), or name the method"
+            )
     if spread is not None:
         _check_spread(spread)
-        X, U, _ = transitions(model, data)
-        P = np.tile(model.p_default, (n, 1))
-        s = np.asarray(spread.map(n)(X.T, U.T, P.T), dtype=np.float64).reshape(-1, n).T
-        if not np.all(s > 0):
-            raise InputError("spread(x, u, p) must be > 0 on the calibration data")
     else:
         scale = _checked_scale(scale, model.nx)
-        s = np.broadcast_to(scale, errors.shape)
-    scores = np.max(errors / s, axis=1)
-    if not np.all(np.isfinite(scores)):
-        bad = int(np.count_nonzero(~np.isfinite(scores)))
+    scores = step_scores(model, data, scale=scale, spread=spread)
+    n = scores.size
+    kw = {"scale": scale, "spread": spread, "shape": shape}
+    if horizon is None:
+        k = conformal_rank(n, delta)
+        if k > n:
+            need = minimum_calibration_size(delta)
+            raise InputError(
+                f"a calibration set of {n} transitions is too small for delta = {delta}: split "
+                f"conformal needs at least 1/delta - 1 = {need}; collect more held-out data or "
+                "raise delta"
+            )
+        quantile = float(np.sort(scores.ravel())[k - 1])
+        return conformal_bound(model, float(delta), quantile, n, **kw)
+
+    windows = window_scores(scores, horizon)
+    k_w, k_b = conformal_rank(len(windows), delta), conformal_rank(n, delta / horizon)
+    feasible = {"windows": 0 < len(windows) and k_w <= len(windows), "bonferroni": k_b <= n}
+    if not any(feasible.values()):
         raise InputError(
-            f"the model's one-step error is not finite on {bad} of {n} calibration transitions "
-            "(its step failed there); a bound cannot be calibrated on them"
+            f"the calibration set ({data.n_trajectories} trajectories of {data.n_steps} steps) "
+            f"is too small for a {horizon}-step horizon at delta = {delta}: the window "
+            f"calibration needs at least {minimum_calibration_size(delta)} trajectories of "
+            f"at least {horizon} steps, the Bonferroni one at least "
+            f"{minimum_calibration_size(delta / horizon)} transitions; collect more held-out "
+            "data, raise delta or use level = 'step'"
         )
-    k = max(1, math.ceil((n + 1) * (1.0 - delta) - 1e-12))  # k = 0 only for delta ~ 1
-    quantile = float(np.sort(scores)[k - 1])
-    return conformal_bound(model, float(delta), quantile, n, scale=scale, spread=spread)
+    figures: dict[str, Any] = {"windows": len(windows), "window_start_seed": WINDOW_SEED}
+    if method == "auto":
+        # the quantiles the two calibrations would give, measured on other data at the
+        # ranks this calibration set will use
+        train = step_scores(model, choose_on, scale=scale, spread=spread, what="training")
+        predicted = {}
+        if feasible["windows"]:
+            w = window_scores(train, horizon)
+            predicted["windows"] = _quantile_at(w, k_w / len(windows))
+        if feasible["bonferroni"]:
+            predicted["bonferroni"] = _quantile_at(train.ravel(), k_b / n)
+        finite = {m: q for m, q in predicted.items() if np.isfinite(q)}
+        method = min(finite or predicted, key=lambda m: (finite or predicted)[m])
+        figures["horizon_method_chosen_on"] = "training data"
+        figures["predicted_quantile"] = {m: float(q) for m, q in predicted.items()}
+    elif not feasible[method]:
+        raise InputError(
+            f"method = {method!r} needs at least "
+            + (
+                f"{minimum_calibration_size(delta)} calibration trajectories of at least "
+                f"{horizon} steps, got {data.n_trajectories} of {data.n_steps}"
+                if method == "windows"
+                else f"{minimum_calibration_size(delta / horizon)} calibration transitions, got {n}"
+            )
+        )
+    if method == "windows":
+        quantile = float(np.sort(windows)[k_w - 1])
+    else:
+        quantile = float(np.sort(scores.ravel())[k_b - 1])
+    figures["horizon_method"] = method
+    return conformal_bound(
+        model, float(delta), quantile, n, level="horizon", horizon=horizon, figures=figures, **kw
+    )
+
+
+def _quantile_at(scores: np.ndarray, fraction: float) -> float:
+    """The smallest score with at least ``fraction`` of ``scores`` at or below it (inf for
+    none: a window set that is empty)."""
+    if scores.size == 0:
+        return math.inf
+    k = min(scores.size, max(1, math.ceil(fraction * scores.size - 1e-12)))
+    return float(np.sort(scores)[k - 1])
+
+
+def horizon_coverage(model: DiscreteModel, data: Dataset, horizon: int) -> float:
+    """Share of the windows of ``horizon`` consecutive transitions of ``data`` (every start
+    in every trajectory) whose errors all lie within the model's bound in every entry: the
+    event a horizon-level bound promises with probability ``1 - delta``.
+
+    Raises:
+        InputError: a model without a bound; a horizon that is not a positive integer no
+            longer than the trajectories.
+    """
+    if model.bound is None:
+        raise InputError("the model has no bound")
+    T = data.n_steps
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)):
+        raise InputError(f"horizon must be a positive integer, got {horizon!r}")
+    if not 1 <= horizon <= T:
+        raise InputError(f"horizon must be in [1, {T}] (the trajectories' length), got {horizon}")
+    X, U, _ = transitions(model, data)
+    errors = np.abs(one_step_errors(model, data))
+    bound = bound_values(model, X, U)
+    inside = np.all(errors <= bound, axis=1).reshape(data.n_trajectories, T)
+    return float(windows_inside(inside, horizon).mean())
+
+
+def windows_inside(inside: np.ndarray, horizon: int) -> np.ndarray:
+    """For step flags ``inside`` (``(T,)`` or ``(trajectories, T)``), whether every step of
+    each window of ``horizon`` consecutive steps is inside: ``(..., T - horizon + 1)``
+    (empty when ``T < horizon``)."""
+    inside = np.asarray(inside, dtype=bool)
+    T = inside.shape[-1]
+    if T < horizon:
+        return np.zeros((*inside.shape[:-1], 0), dtype=bool)
+    outside = np.concatenate(
+        [np.zeros((*inside.shape[:-1], 1)), np.cumsum(~inside, axis=-1)], axis=-1
+    )
+    return (outside[..., horizon:] - outside[..., : T - horizon + 1]) == 0

@@ -107,6 +107,10 @@ class ModelSpec:
                     f"{env.nobs} and {env.nu}"
                 )
             problems += _settings_differences(mcfg, model.info)
+            recorded = model.info.get("bound")
+            if isinstance(recorded, dict):
+                short = _horizon_shortfall(cfg, recorded.get("level"), recorded.get("horizon"))
+                problems += [f"its bound: {short}"] if short else []
             if problems:
                 raise ConfigError(
                     f"model.path = {mcfg['path']!r} does not fit the scenario: "
@@ -158,6 +162,24 @@ def build_family(cfg: dict[str, Any], nominal_system):
             raise ConfigError(f"model.params: {exc}") from None
     settings = {k: mcfg[k] for k in cls.all_settings()}
     try:
-        return cls(system, cfg["env"]["dt"], **settings)
+        built = cls(system, cfg["env"]["dt"], **settings)
     except VimpcError as exc:
         raise ConfigError(f"model: {exc}") from None
+    problem = _horizon_shortfall(cfg, settings.get("bound_level"), settings.get("bound_horizon"))
+    if problem:
+        raise ConfigError(f"model.bound_horizon = {settings['bound_horizon']}: {problem}")
+    return built
+
+
+def _horizon_shortfall(cfg: dict[str, Any], level: Any, steps: Any) -> str:
+    """Why a horizon-level bound of ``steps`` steps does not cover the controller's horizon
+    ("" when it does, or the bound is per step)."""
+    horizon = cfg.get("controller", {}).get("horizon")
+    if level != "horizon" or not isinstance(horizon, int) or not isinstance(steps, int):
+        return ""
+    if steps >= horizon:
+        return ""
+    return (
+        f"a horizon-level bound covers {steps} consecutive steps, fewer than the "
+        f"controller's horizon of {horizon}: set it to controller.horizon = {horizon}"
+    )
