@@ -55,7 +55,9 @@ class CartPoleEnv(MechanicalEnv):
 
     ## Starting State
     Hanging near the rail centre: ``s, theta ~ U(-0.1, 0.1)`` [m, rad],
-    ``s_dot, theta_dot ~ U(-0.1, 0.1)`` [m/s, rad/s], from the ``reset`` seed;
+    ``s_dot, theta_dot ~ U(-0.1, 0.1)`` [m/s, rad/s], from the ``reset`` seed; with
+    ``start="upright"`` near upright instead: ``s ~ U(-0.2, 0.2)``, ``theta ~ pi +
+    U(-0.2, 0.2)``, ``s_dot, theta_dot ~ U(-0.2, 0.2)`` (a balancing task);
     ``options={"state": x}`` sets the exact start.
 
     ## Episode End
@@ -72,6 +74,7 @@ class CartPoleEnv(MechanicalEnv):
     - ``param_seed=0``: seed of the perturbation and friction draws.
     - ``params=None``: nominal parameters ``mc, Jc, m, l, J, g`` to override.
     - ``s_max=1.0``: half-length of the rail [m].
+    - ``start="hanging"``: the start distribution, ``"hanging"`` or ``"upright"``.
     - ``jit=True``: compile the integrator to C (CasADi JIT, ~0.3 s once per process
       and true system; bit-identical results; interpreted if no C compiler is found).
     - ``render_mode=None`` or ``"rgb_array"``.
@@ -90,9 +93,11 @@ class CartPoleEnv(MechanicalEnv):
         self,
         *,
         s_max: float = 1.0,
+        start: str = "hanging",
         **common: Any,
     ) -> None:
         self.s_max = _checks.positive("s_max", s_max)
+        self.start = _checks.one_of("start", start, ("hanging", "upright"))
         # the arguments every env shares (dt, substep, perturbation, friction, ...)
         super().__init__(**common)
 
@@ -118,6 +123,8 @@ class CartPoleEnv(MechanicalEnv):
         return (self._bound(0, -self.s_max, self.s_max, rows=(0, 1)),)
 
     def _sample_state(self) -> np.ndarray:
+        if self.start == "upright":
+            return np.array([0.0, math.pi, 0.0, 0.0]) + self.np_random.uniform(-0.2, 0.2, 4)
         return self.np_random.uniform(-0.1, 0.1, size=4)
 
     def _task_metadata(self) -> dict[str, Any]:
