@@ -592,3 +592,32 @@ def test_empty_tube_steps_are_counted_per_episode_and_pooled():
     old = dataclasses.replace(runs[0], empty_tube=np.zeros(0))
     assert "empty_tube_steps" not in episode_metrics(old)
     assert "empty_tube_fraction" not in summarize([episode_metrics(old)], [old])
+
+
+def test_with_soft_bounds_the_inputs_share_is_a_soft_row_whose_slack_reports_an_empty_set():
+    N = 6
+    problem = dict(
+        horizon=N,
+        cost=Cost(Q=[1.0, 0.1], R=[1e-3], reference=[0.5, 0.0]),
+        constraints=Constraints(
+            u_min=[-1.0], u_max=[1.0], obs_min=[-100.0, -np.inf], obs_max=[100.0, np.inf],
+            soft_bounds=True,
+        ),
+        tightening="tube",
+        tube="feedback",
+        tube_R=1e-3,
+    )  # fmt: skip
+    # a small bound: the share fits, the plan keeps it and no slack is needed
+    fits = MPC(_double_integrator(np.array([1e-4, 1e-3]), implicit=False), **problem)
+    result = fits(np.array([0.0, 0.0]))
+    share = result.tube_inputs[:, 0]
+    assert result.status.ok and result.empty_tube_stages == 0 and result.slack < 1e-6
+    assert 0.0 < share[1:].min() and share.max() < 1.0 and share[0] == 0.0
+    assert np.all(np.abs(result.u_plan[1:, 0]) <= 1.0 - share[1:] + 1e-6)
+    assert np.abs(result.u_plan[1:, 0]).max() > 0.5  # the tightened limit is active
+    # a bound so wide that the share exceeds the range: solved anyway, the slack says so
+    wide = MPC(_double_integrator(np.array([0.5, 5.0]), implicit=False), **problem)
+    result = wide(np.array([0.0, 0.0]))
+    assert result.status.ok and not result.fallback
+    assert result.empty_tube_stages > 0
+    assert result.slack == pytest.approx(result.tube_inputs[1:, 0].max() - 1.0, rel=1e-3)

@@ -137,9 +137,11 @@ class MPC:
     No cap: where the tightened set of a stage is empty (a bounded observation entry whose
     lower and upper margins exceed its range, or an input whose margins exceed its range),
     ``MPCResult.empty_tube_stages`` counts the stages. Soft rows then report it in
-    ``slack``; for hard observation rows the solver reports the problem infeasible; an
-    empty input interval is not solved at all (``Status.INFEASIBLE``). Either of the last
-    two applies the fallback input.
+    ``slack``; for hard observation rows the solver reports the problem infeasible. With
+    ``constraints.soft_bounds`` the feedback's share of the inputs is a soft row as well
+    (inside the hard input bounds: an empty interval shows in ``slack``); without, the input
+    bounds themselves are tightened and an empty interval is not solved at all
+    (``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
     """
 
     def __init__(
@@ -276,16 +278,28 @@ class MPC:
                 "with one substep per dt); use transcription='step' for this model"
             )
         self.transcription = transcription
-        check_problem_size(
-            self.horizon, model.nx, model.nu, transcription == "implicit", n_slacks(self._cons)
-        )
         # without safety rows there is nothing to tighten: the NLP stays the plain one
         tightened = self.tightening == "tube" and n_safety > 0
+        # with soft bounds the feedback's share of the inputs is a soft row too
+        soft_inputs = tightened and self.tube == "feedback" and self._cons.soft_bounds
+        check_problem_size(
+            self.horizon,
+            model.nx,
+            model.nu,
+            transcription == "implicit",
+            n_slacks(self._cons, soft_inputs),
+        )
         staged, self.model_compiled = (
             _compiled_stage(model, transcription) if self.jit == "model" else (model, False)
         )
         self._tr = transcribe(
-            staged, self.horizon, self._cost, self._cons, transcription, tightened=tightened
+            staged,
+            self.horizon,
+            self._cost,
+            self._cons,
+            transcription,
+            tightened=tightened,
+            soft_input_tube=soft_inputs,
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
         lo_rows, hi_rows, _ = self._cons.safety_layout()
@@ -385,17 +399,19 @@ class MPC:
             start = time.perf_counter()
             P, applied, applied_u = self._tube_fn(w0, P)
             tube = applied.full().T
+            inputs_empty_at = np.zeros(N, bool)
             if self.tube == "feedback":
                 tube_inputs = applied_u.full().T
+                c = self._cons
+                inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
+            if self.tube == "feedback" and not self._tr.soft_input_tube:
+                # hard input bounds: tightened in the box bounds, and not solved when empty
                 bounds = dict(bounds)
                 lbx, ubx = self._tr.lbw.copy(), self._tr.ubw.copy()
                 lbx[L.u] += tube_inputs
                 ubx[L.u] -= tube_inputs
                 bounds.update(lbx=ca.DM(lbx), ubx=ca.DM(ubx))
-                inputs_empty_at = np.any(lbx[L.u] > ubx[L.u], axis=1)
                 inputs_empty = bool(inputs_empty_at.any())
-            else:
-                inputs_empty_at = np.zeros(N, bool)
             lo, hi, span = self._paired_rows
             obs_empty_at = np.any(tube[1:, lo] + tube[1:, hi] > span, axis=1)
             empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
@@ -471,7 +487,8 @@ class MPC:
         X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
         U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
         t, t_u = fn(X, U, P[n_p - m.np :])
-        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(P, ca.vec(t[:, 1:])), t, t_u])
+        params = [P, ca.vec(t[:, 1:])] + ([ca.vec(t_u)] if self._tr.soft_input_tube else [])
+        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u])
 
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
         L = self._layout

@@ -18,7 +18,11 @@ convexification or for FATROP's Riccati recursion.
 The NLP parameter vector is ``(x_init, reference_0..N, u_prev, p)``, followed with
 ``tightened=True`` by the tightening ``t_k`` of the safety rows at stages ``1..N``
 (``m x N``, column by column): each safety row ``h_j(obs_k) >= 0`` becomes
-``h_j(obs_k) >= t_{k,j}``. Without tightening the NLP has no such parameters.
+``h_j(obs_k) >= t_{k,j}``. Without tightening the NLP has no such parameters. With
+``soft_input_tube=True`` (a feedback tube with soft bounds) the tightening ``t_u`` of the
+inputs follows (``nu x N``, column by column): at stages ``1..N-1`` each finite input bound
+gets the soft row ``u_k - u_min >= t_u`` (``u_max - u_k >= t_u``), one slack per input entry
+penalised like the observation bounds, inside the hard input bounds.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Transcription:
     expandable: bool
     n_tube: int  # tightening parameters at the end of the NLP's ``p`` (0 without tightening)
     gauss_newton: ca.Function  # (x, p, lam_f, lam_g) -> Gauss–Newton Hessian of the Lagrangian
+    soft_input_tube: bool = False  # the inputs' tightening ends the tube parameters, soft rows
 
 
 def _soft_bounds(cons: Constraints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,11 +75,22 @@ def _soft_bounds(cons: Constraints) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
 
 
-def n_slacks(cons: Constraints) -> int:
+def _soft_inputs(cons: Constraints, soft_input_tube: bool) -> tuple[np.ndarray, ...]:
+    """The input entries with a soft tightened bound (a finite bound, soft bounds and a soft
+    input tube), and those with a finite lower / upper bound."""
+    if not (soft_input_tube and cons.soft_bounds):
+        empty = np.zeros(0, int)
+        return empty, empty, empty
+    lo, hi = np.isfinite(cons.u_min), np.isfinite(cons.u_max)
+    return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
+
+
+def n_slacks(cons: Constraints, soft_input_tube: bool = False) -> int:
     """The slacks per stage: one per softly bounded observation entry, one per row of each
-    soft path constraint."""
+    soft path constraint, and with ``soft_input_tube`` one per bounded input entry."""
     soft_entries, _, _ = _soft_bounds(cons)
-    return len(soft_entries) + sum(c.function.numel_out(0) for c in cons.path if c.soft)
+    n_u = len(_soft_inputs(cons, soft_input_tube)[0])
+    return len(soft_entries) + sum(c.function.numel_out(0) for c in cons.path if c.soft) + n_u
 
 
 def transcribe(
@@ -84,6 +100,7 @@ def transcribe(
     cons: Constraints,
     transcription: str,
     tightened: bool = False,
+    soft_input_tube: bool = False,
 ) -> Transcription:
     N = _checks.positive_int("horizon", horizon)
     _checks.one_of("transcription", transcription, TRANSCRIPTIONS)
@@ -103,17 +120,20 @@ def transcribe(
     soft_path = [c for c in cons.path if c.soft]
     hard_path = [c for c in cons.path if not c.soft]
     n_soft_path = sum(c.function.numel_out(0) for c in soft_path)
-    ns = len(soft_entries) + n_soft_path
+    u_soft, u_lo, u_hi = _soft_inputs(cons, soft_input_tube)
+    ns_obs = len(soft_entries) + n_soft_path
+    ns = ns_obs + len(u_soft)
     # rows of the soft constraints -> their slacks: a bounded entry's two rows share one slack
     slack_of_row = [int(np.searchsorted(soft_entries, i)) for i in (*soft_lo, *soft_hi)]
-    slack_of_row += list(range(len(soft_entries), ns))
-    slack_map = np.zeros((len(slack_of_row), ns))
+    slack_of_row += list(range(len(soft_entries), ns_obs))
+    slack_map = np.zeros((len(slack_of_row), ns_obs))
     slack_map[np.arange(len(slack_of_row)), slack_of_row] = 1.0
     slack_weights = (
         np.concatenate(
             [
                 np.full(len(soft_entries), cons.bound_weight),
                 *[np.full(c.function.numel_out(0), c.weight) for c in soft_path],
+                np.full(len(u_soft), cons.bound_weight),
             ]
         )
         if ns
@@ -128,6 +148,11 @@ def transcribe(
     safe_lo, safe_hi, path_rows = cons.safety_layout()
     n_safety = safe_lo.size + safe_hi.size + sum(r.size for r in path_rows)
     tube = ca.MX.sym("tube", n_safety, N) if tightened else None
+    tube_u = ca.MX.sym("tube_u", nu, N) if len(u_soft) else None
+    # the input rows' slacks: a bounded input's two rows share one
+    u_slack_map = np.zeros((len(u_lo) + len(u_hi), ns))
+    for r, i in enumerate((*u_lo, *u_hi)):
+        u_slack_map[r, ns_obs + int(np.searchsorted(u_soft, i))] = 1.0
     lo_rows = np.arange(safe_lo.size)
     hi_rows = np.arange(safe_lo.size, safe_lo.size + safe_hi.size)
     hard_path_rows = [r for c, r in zip(cons.path, path_rows, strict=True) if not c.soft]
@@ -204,15 +229,28 @@ def transcribe(
                 rows_g.append(tight(c.function(obs), k, rows))
                 rows_lb.append(np.zeros(c.function.numel_out(0)))
                 rows_ub.append(np.full(c.function.numel_out(0), np.inf))
-            if ns:
+            if ns_obs:
                 soft = [
                     obs[soft_lo.tolist()] - cons.obs_min[soft_lo],
                     cons.obs_max[soft_hi] - obs[soft_hi.tolist()],
                 ]
                 soft += [c.function(obs) for c in soft_path]
-                rows_g.append(tight(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k]), k, soft_rows))
+                rows_g.append(
+                    tight(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k][:ns_obs]), k, soft_rows)
+                )
                 rows_lb.append(np.zeros(len(slack_of_row)))
                 rows_ub.append(np.full(len(slack_of_row), np.inf))
+        if tube_u is not None and 0 < k < N:  # the feedback's share of the inputs, soft
+            t = tube_u[:, k]
+            rows_g.append(
+                ca.vertcat(
+                    U[k][u_lo.tolist()] - cons.u_min[u_lo] - t[u_lo.tolist()],
+                    cons.u_max[u_hi] - U[k][u_hi.tolist()] - t[u_hi.tolist()],
+                )
+                + ca.mtimes(u_slack_map, S[k])
+            )
+            rows_lb.append(np.zeros(len(u_lo) + len(u_hi)))
+            rows_ub.append(np.full(len(u_lo) + len(u_hi), np.inf))
         if ns:
             # exact L1 penalty plus a small quadratic that keeps the Hessian regular
             J += ca.dot(slack_weights, S[k])
@@ -230,7 +268,14 @@ def transcribe(
         lbg.extend(rows_lb)
         ubg.extend(rows_ub)
 
-    P = ca.vertcat(x_init, ca.vec(refs), u_prev, p, *([] if tube is None else [ca.vec(tube)]))
+    P = ca.vertcat(
+        x_init,
+        ca.vec(refs),
+        u_prev,
+        p,
+        *([] if tube is None else [ca.vec(tube)]),
+        *([] if tube_u is None else [ca.vec(tube_u)]),
+    )
     W = ca.vertcat(*w)
     rho = ca.vertcat(*residuals)
     nlp = {"x": W, "p": P, "f": J + ca.sumsqr(rho), "g": ca.vertcat(*g)}
@@ -269,6 +314,7 @@ def transcribe(
         lbg=np.concatenate(lbg),
         ubg=np.concatenate(ubg),
         expandable=expandable,
-        n_tube=0 if tube is None else tube.numel(),
+        n_tube=(0 if tube is None else tube.numel()) + (0 if tube_u is None else tube_u.numel()),
         gauss_newton=gauss_newton.expand() if expandable else gauss_newton,
+        soft_input_tube=tube_u is not None,
     )
