@@ -621,3 +621,32 @@ def test_with_soft_bounds_the_inputs_share_is_a_soft_row_whose_slack_reports_an_
     assert result.status.ok and not result.fallback
     assert result.empty_tube_stages > 0
     assert result.slack == pytest.approx(result.tube_inputs[1:, 0].max() - 1.0, rel=1e-3)
+
+
+def test_gaussian_errors_scale_the_box_ellipsoid_by_the_quantile_ratio():
+    from statistics import NormalDist
+
+    from vimpc.mpc.tube import gaussian_factors
+
+    w, N, delta = np.array([2e-3, 1e-2]), 8, 0.05
+    model = dataclasses.replace(_double_integrator(w, implicit=False), delta=delta)
+    problem = dict(
+        horizon=N,
+        cost=Cost(Q=[1.0, 0.1], R=[0.1]),
+        constraints=Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-1.0, -5.0], obs_max=[1.0, 5.0]),
+        tightening="tube",
+        tube="feedback",
+    )  # fmt: skip
+    box = MPC(model, **problem)(np.array([0.1, 0.0]))
+    gauss = MPC(model, **problem, tube_errors="gaussian")(np.array([0.1, 0.0]))
+    z_w, z_c = NormalDist().inv_cdf(1 - delta / 4), NormalDist().inv_cdf(1 - delta)
+    assert gaussian_factors(delta, 2) == pytest.approx((1 / z_w**2, z_c), rel=1e-12)
+    ratio = z_c / (z_w * np.sqrt(2))  # sigma = w / z_w against the box's sqrt(nx) w
+    np.testing.assert_allclose(gauss.tube, ratio * box.tube, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(gauss.tube_inputs, ratio * box.tube_inputs, rtol=1e-9, atol=1e-15)
+    with pytest.raises(
+        InputError, match=r"tube_errors = 'gaussian' applies only to tube='feedback'"
+    ):
+        MPC(model, **{**problem, "tube": "open_loop"}, tube_errors="gaussian")
+    with pytest.raises(InputError, match=r"tube_errors must be one of .*got 'normal'"):
+        MPC(model, **problem, tube_errors="normal")

@@ -398,6 +398,7 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
             tube=ccfg["tube"],
             tube_Q=ccfg["tube_Q"],
             tube_R=ccfg["tube_R"],
+            tube_errors=ccfg["tube_errors"],
             tube_lipschitz=ccfg["tube_lipschitz"],
             obs_names=env.obs_names,
         )

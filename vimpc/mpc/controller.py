@@ -28,7 +28,7 @@ from vimpc.mpc.solvers import (
     option_error,
 )
 from vimpc.mpc.transcription import TRANSCRIPTIONS, n_slacks, transcribe
-from vimpc.mpc.tube import TUBES, step_jacobians, tube_function, weight_matrix
+from vimpc.mpc.tube import ERRORS, TUBES, step_jacobians, tube_function, weight_matrix
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
@@ -91,6 +91,10 @@ class MPC:
         tube_Q, tube_R: with ``tube="feedback"``, the LQR's weights on the observation
             (scalar, diagonal or matrix; positive semidefinite) and on the input (positive
             definite). Default: the cost's ``Q`` and ``R``.
+        tube_errors: with ``tube="feedback"``, ``"box"`` (default: the ellipsoid holds every
+            error in the bound's box) or ``"gaussian"`` (the bound read as quantiles of
+            independent Gaussian errors, each row held with probability ``1 - delta`` per
+            stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
         tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
             the infinity norm that propagates the bound as ``L max(e_k)`` instead of
             through the Jacobian ``|A_k| e_k``.
@@ -165,6 +169,7 @@ class MPC:
         tube: str = "open_loop",
         tube_Q: Any = None,
         tube_R: Any = None,
+        tube_errors: str = "box",
         tube_lipschitz: float | None = None,
         obs_names: Sequence[str] | None = None,
         **unknown: Any,
@@ -234,6 +239,12 @@ class MPC:
                     f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
                     f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
                 )
+        self.tube_errors = _checks.one_of("tube_errors", tube_errors, ERRORS)
+        if tube_errors != "box" and tube != "feedback":
+            raise InputError(
+                f"tube_errors = {tube_errors!r} applies only to tube='feedback', got tube={tube!r}; "
+                "drop tube_errors or set tube='feedback'"
+            )
         for name, value in (("tube_Q", tube_Q), ("tube_R", tube_R)):
             if value is not None and tube != "feedback":
                 raise InputError(
@@ -479,7 +490,14 @@ class MPC:
         which ``__call__`` counts."""
         m, N, L = self.model, self.horizon, self._tr.layout
         fn = tube_function(
-            m, N, self.safety_function, lipschitz, kind=self.tube, Q=self.tube_Q, R=self.tube_R
+            m,
+            N,
+            self.safety_function,
+            lipschitz,
+            kind=self.tube,
+            Q=self.tube_Q,
+            R=self.tube_R,
+            errors=self.tube_errors,
         )
         sym = ca.SX if fn.is_a("SXFunction") else ca.MX
         n_p = self._tr.nlp["p"].numel() - self._tr.n_tube
@@ -570,6 +588,7 @@ _KEYWORDS = (
     "tube",
     "tube_Q",
     "tube_R",
+    "tube_errors",
     "tube_lipschitz",
     "obs_names",
 )

@@ -34,6 +34,12 @@ the box has), the propagation of cautious GP-MPC (Hewing et al. 2020). The worst
 linearised system over all error sequences in the boxes is larger: the tube experiment
 (tests/experiments/tube_propagation.py) measures it next to this one.
 
+``errors="gaussian"`` (the chance constraints of cautious GP-MPC, Hewing et al. 2020) reads
+the bound instead as the quantiles of independent zero-mean Gaussian errors
+(:func:`gaussian_factors`): ``W_k = diag((w_k / z_w)^2)`` and the margins ``z_c sqrt(...)``, so
+each row and each input bound holds with probability ``1 - delta`` at each stage under that
+assumption; it no longer holds the whole box at stage 1 (``z_c / z_w < 1``).
+
 Everything is one CasADi function of the plan, built once and evaluated once per solve.
 """
 
@@ -48,6 +54,19 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 
 TUBES = ("feedback", "open_loop")
+ERRORS = ("box", "gaussian")
+
+
+def gaussian_factors(delta: float, nx: int) -> tuple[float, float]:
+    """``(1 / z_w^2, z_c)`` of the feedback tube's ``"gaussian"`` errors: the bound ``w`` read
+    as the two-sided quantiles of independent zero-mean Gaussian errors at ``delta / nx`` per
+    entry (all entries inside at once with probability ``>= 1 - delta``, as the bound
+    promises), ``sigma = w / z_w``, ``z_w = Phi^-1(1 - delta / (2 nx))``; each row held with
+    probability ``1 - delta`` at each stage, ``z_c = Phi^-1(1 - delta)``."""
+    from statistics import NormalDist
+
+    z_w = NormalDist().inv_cdf(1 - delta / (2 * nx))
+    return 1.0 / z_w**2, NormalDist().inv_cdf(1 - delta)
 
 
 def step_jacobians(model: DiscreteModel) -> ca.Function:
@@ -117,6 +136,7 @@ def tube_function(
     kind: str = "open_loop",
     Q: Any = None,
     R: Any = None,
+    errors: str = "box",
 ) -> ca.Function:
     """``(x (nx, N+1), u (nu, N), p) -> (t (m, N+1), t_u (nu, N))``: the tightening of the
     ``m`` rows of ``safety`` (a function of the observation) at every stage (column 0 is
@@ -141,6 +161,12 @@ def tube_function(
             )
         Q = weight_matrix("tube_Q", Q, model.nobs, definite=False)
         R = weight_matrix("tube_R", R, nu, definite=True)
+        if errors not in ERRORS:
+            raise InputError(
+                f"tube_errors must be one of {', '.join(map(repr, ERRORS))}, got {errors!r}"
+            )
+    # the ellipsoid's shape per unit w^2, and the margin per unit sqrt(g^T Sigma g)
+    shape, margin = gaussian_factors(model.delta, nx) if errors == "gaussian" else (nx, 1.0)
     fns = {"bound": model.bound, "to_obs": model.to_obs, "safety": safety}
     if lipschitz is None:
         fns["jacobians"] = step_jacobians(model)
@@ -207,12 +233,12 @@ def tube_function(
     Sigma = sym.zeros(nx, nx)
     for k in range(N):
         closed = As[k] + ca.mtimes(Bs[k], gains[k])
-        Sigma = ca.mtimes([closed, Sigma, closed.T]) + nx * ca.diag(W[:, k] ** 2)
+        Sigma = ca.mtimes([closed, Sigma, closed.T]) + shape * ca.diag(W[:, k] ** 2)
         G = C[:, k * nx : (k + 1) * nx]
-        columns.append(ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(G, Sigma) * G), 0)))
+        columns.append(margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(G, Sigma) * G), 0)))
         if k + 1 < N:
             Kn = gains[k + 1]
-            inputs.append(ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(Kn, Sigma) * Kn), 0)))
+            inputs.append(margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(Kn, Sigma) * Kn), 0)))
     return ca.Function(
         "tube",
         [X, U, P],

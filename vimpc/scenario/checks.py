@@ -157,6 +157,12 @@ def check(cfg: dict[str, Any]) -> None:
             f"controller.tube_lipschitz = {ctrl['tube_lipschitz']} applies only to "
             f"controller.tube = 'open_loop', got {ctrl['tube']!r}"
         )
+    if ctrl["tube_errors"] != "box" and ctrl["tube"] != "feedback":
+        raise ConfigError(
+            f"controller.tube_errors = {ctrl['tube_errors']!r} applies only to controller.tube = "
+            f"'feedback', got {ctrl['tube']!r}; drop controller.tube_errors or set "
+            "controller.tube = 'feedback'"
+        )
     for key in ("tube_Q", "tube_R"):
         if ctrl[key] is not None and ctrl["tube"] != "feedback":
             raise ConfigError(

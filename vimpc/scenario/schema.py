@@ -240,6 +240,14 @@ SCHEMA: dict[str, dict[str, Any]] = {
             items=float,
             rule=POSITIVE,
         ),
+        "tube_errors": Setting(
+            str,
+            "box",
+            "the feedback tube's reading of the bound: `box` (every error in it) or `gaussian` "
+            "(quantiles of independent Gaussian errors; each row held with probability "
+            "1 - delta per stage, as in cautious GP-MPC)",
+            choices=("box", "gaussian"),
+        ),
         "tube_lipschitz": Setting(
             float,
             None,
