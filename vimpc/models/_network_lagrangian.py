@@ -14,6 +14,7 @@ Training needs torch; everything here that does not train imports it locally, so
 
 from __future__ import annotations
 
+import functools
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -341,46 +342,80 @@ def _activation(name: str, z):
     raise InputError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
 
 
-def _times(W: np.ndarray, X):
-    """``W X`` for a constant ``W``, written ``(X^T W^T)^T``: CasADi's product then runs
-    as dot products over contiguous storage, measured 1.7-2x faster than ``mtimes(W, X)``
-    for a 128 x 128 weight (20 us against 36 us per column on a shared 2-core machine)."""
-    return ca.mtimes(X.T, ca.DM(np.ascontiguousarray(W.T))).T
+@functools.cache
+def _blas(columns: int) -> str:
+    """CasADi's BLAS plugin for a dense product of a hidden-to-hidden weight with
+    ``columns`` columns in the exported model: BLASFEO up to 3 columns, the OpenBLAS bundled
+    with CasADi (``"classic"``) above, CasADi's own triple loop (``"reference"``) where this
+    CasADi lacks the plugin. Measured for a 128 x 128 weight on a shared 2-core machine, per
+    product with 1 / 3 / 5 columns: reference 21 / 60 / 97 us, classic 7.4 / 12 / 13 us,
+    BLASFEO 6.5 / 9.8 / 64 us; a row times the weight (the backward pass): reference 13 us,
+    classic 13 us, BLASFEO 6.0 us. The sums run in another order than the reference's, so
+    results differ from it by round-off."""
+    name = "blasfeo" if columns <= 3 else "classic"
+    return name if ca.has_blas(name) else "reference"
 
 
-def network_pass(network: Network, x, directions: np.ndarray | None = None, grad: bool = True):
+def layer_weights(network: Network) -> dict[int, object]:
+    """The weights of the hidden-to-hidden layers (those of the input and output layers are
+    small) as one MX constant node each, for :func:`network_pass`'s ``weights``: passes that
+    share them, inside one function, share one copy. CasADi copies a constant into its work
+    vector at every evaluation of a function that holds it (~7 us for 128 x 128, about what
+    a product with it costs)."""
+    return {i: ca.MX(ca.DM(W)) for i, (W, _) in enumerate(network.layers[1:-1], start=1)}
+
+
+def network_pass(
+    network: Network,
+    x,
+    directions: np.ndarray | None = None,
+    grad: bool = True,
+    weights: dict[int, object] | None = None,
+):
     """A scalar network ``y = f(x)`` on the MX column ``x`` with its derivatives in closed
     form: ``(y, dy/dx, D^T (d2y/dx2) D)`` (None for what is not asked; ``directions`` is the
-    constant ``D``, e.g. the identity for the whole Hessian).
+    constant ``D``, e.g. the identity for the whole Hessian). ``weights`` (from
+    :func:`layer_weights`) are the hidden-to-hidden weights as MX; by default one constant
+    node each, shared by the forward and backward products.
 
-    With ``z_i`` the pre-activations, ``T_i = (dz_i/dx) D`` (forward, one dense product per
-    layer) and ``d_i = dy/da_i`` (backward): ``dy/dx = W_1^T (s'(z_1) * d_1)`` and
-    ``D^T (d2y/dx2) D = sum_i T_i^T diag(d_i * s''(z_i)) T_i``. A few dense products per
-    layer, where automatic differentiation of the network's graph builds many more (and,
-    on SX, expands every weight into scalar operations)."""
+    With ``z_i`` the pre-activations, ``T_i = (dz_i/dx) D`` (forward) and ``d_i = dy/da_i``
+    (backward): ``dy/dx = W_1^T (s'(z_1) * d_1)`` and ``D^T (d2y/dx2) D = sum_i T_i^T
+    diag(d_i * s''(z_i)) T_i``. Per hidden-to-hidden layer one dense product for the
+    activation and the tangents together (``W_i [a, T]``) and one for the backward pass
+    (``(s' d)^T W_i``), each by the BLAS plugin :func:`_blas` picks; ``T_1 = W_1 D`` is a
+    constant. Automatic differentiation of the network's graph builds many more products
+    (and, on SX, expands every weight into scalar operations)."""
     if network.sizes[-1] != 1:
         raise InputError(f"network_pass needs a scalar network, got sizes {network.sizes}")
+    if weights is None:
+        weights = layer_weights(network)
+    k = 0 if directions is None else int(np.shape(directions)[1])
     a, tangent, saved = x, None, []
     for i, (W, b) in enumerate(network.layers[:-1]):
-        z = _times(W, a) + ca.DM(b)
-        a, s1, s2 = _activation(network.activation, z)
-        if directions is not None:
-            T = _times(W, ca.DM(directions) if i == 0 else tangent)
-            tangent = T * ca.repmat(s1, 1, T.shape[1])
+        if i == 0:
+            Wi = ca.DM(W)
+            z = ca.mtimes(Wi, a) + ca.DM(b)
+            T = ca.DM(W @ np.asarray(directions, dtype=np.float64)) if k else None
         else:
-            T = None
-        saved.append((W, T, s1, s2))
+            Wi = weights[i]
+            Y = ca.mtimes(Wi, ca.horzcat(a, tangent) if k else a, _blas(1 + k))
+            z, T = (Y[:, 0] + ca.DM(b), Y[:, 1:]) if k else (Y + ca.DM(b), None)
+        a, s1, s2 = _activation(network.activation, z)
+        if k:
+            tangent = T * ca.repmat(s1, 1, k)
+        saved.append((Wi, T, s1, s2))
     WL, bL = network.layers[-1]
-    y = _times(WL, a) + ca.DM(bL)
+    y = ca.mtimes(ca.DM(WL), a) + ca.DM(bL)
     if not grad and directions is None:
         return y, None, None
     d = ca.DM(WL.T)
     hess = None
-    for W, T, s1, s2 in reversed(saved):
+    for i in reversed(range(len(saved))):
+        Wi, T, s1, s2 = saved[i]
         if T is not None:
-            term = ca.mtimes(T.T, T * ca.repmat(d * s2, 1, T.shape[1]))
+            term = ca.mtimes(T.T, T * ca.repmat(d * s2, 1, k))
             hess = term if hess is None else hess + term
-        d = ca.mtimes((d * s1).T, ca.DM(W)).T  # W^T (s' d), as dot products
+        d = ca.mtimes((d * s1).T, Wi, _blas(1) if i else "reference").T  # W^T (s' d)
     return y, d, hess
 
 
@@ -425,29 +460,43 @@ def midpoint_model(
         "fd", [qs, q1s, us], list(discrete_forces("midpoint", system.generalized_force,
                                                   qs, q1s, us, h))
     )  # fmt: skip
+    # One constant node per hidden-to-hidden weight, shared by every network pass below:
+    # CasADi copies a constant at every evaluation of a function that holds it (~7 us for
+    # 128 x 128). The pieces are Python functions that write their expressions at each
+    # use rather than CasADi functions called (each call would copy the weights again) or
+    # inlined (CasADi's re-evaluation of a product node drops its BLAS plugin).
+    weights = layer_weights(network)
 
     def net(q, v, directions=None, grad=True):
-        return network_pass(network, ca.mtimes(Ad, ca.vertcat(q, v)), directions, grad)
+        return network_pass(network, ca.mtimes(Ad, ca.vertcat(q, v)), directions, grad, weights)
 
     # -- functions of a state (q, v): momentum, energy, mass matrices ------------------------
-    q, v = ca.MX.sym("q", n), ca.MX.sym("v", n)
-    x = ca.vertcat(q, v)
     zero = ca.DM.zeros(n, 1)
+    Av = Ad[:, n:]
     if order == 0:
-        y, g, Hvv = net(q, v, A[:, n:])
-        p, M = c * ca.mtimes(Ad[:, n:].T, g), c * Hvv
-        E = ca.dot(v, p) - c * y
-        state = ca.Function("state", [x], [p, E, M, M])  # momentum, energy, M of L, M of p
-        momentum = ca.Function("dLdv", [q, v], [c * ca.mtimes(Ad[:, n:].T, net(q, v)[1])])
-        energy = ca.Function("energy", [x], [E])
-        y_rest = net(q, zero, grad=False)[0]
-        rest = ca.Function("energy_at_rest", [q], [-c * y_rest])
-        _, g_all, H_all = net(q, v, np.eye(A.shape[0]))
-        momentum_jac = ca.Function(
-            "dLdv_jac", [q, v], [c * ca.mtimes(Ad[:, n:].T, g_all),
-                                 c * ca.mtimes([Ad[:, n:].T, H_all, Ad])],
-        )  # fmt: skip
-    else:
+
+        def state(x):  # momentum, energy, M of L, M of p
+            y, g, Hvv = net(x[:n], x[n:], A[:, n:])
+            p, M = c * ca.mtimes(Av.T, g), c * Hvv
+            return p, ca.dot(x[n:], p) - c * y, M, M
+
+        def momentum(q, v):
+            return c * ca.mtimes(Av.T, net(q, v)[1])
+
+        def energy(x):
+            y, g, _ = net(x[:n], x[n:])
+            return ca.dot(x[n:], c * ca.mtimes(Av.T, g)) - c * y
+
+        def rest(q):
+            return -c * net(q, zero, grad=False)[0]
+
+        def momentum_jac(q, v):
+            _, g, H = net(q, v, np.eye(A.shape[0]))
+            return c * ca.mtimes(Av.T, g), c * ca.mtimes([Av.T, H, Ad])
+
+    else:  # CasADi functions: the BEA terms differentiate the network's derivatives
+        q, v = ca.MX.sym("q", n), ca.MX.sym("v", n)
+        x = ca.vertcat(q, v)
         y, g, Hw = net(q, v, A)
         L, gw, Hw = c * y, c * ca.mtimes(Ad.T, g), c * Hw
         force = gw[:n] - ca.mtimes(Hw[n:, :n], v)
@@ -471,9 +520,9 @@ def midpoint_model(
         rest = ca.Function("energy_at_rest", [q], [energy(ca.vertcat(q, zero))])
 
     # -- D1 L_d, D2 L_d of L_d(q0, q1) = h L((q0 + q1) / 2, (q1 - q0) / h) --------------------
-    qa, qb = ca.MX.sym("qa", n), ca.MX.sym("qb", n)
-    gp = c * ca.mtimes(Ad.T, net(0.5 * (qa + qb), (qb - qa) / h)[1])
-    D = ca.Function("DLd", [qa, qb], [0.5 * h * gp[:n] - gp[n:], 0.5 * h * gp[:n] + gp[n:]])
+    def D(qa, qb):
+        gp = c * ca.mtimes(Ad.T, net(0.5 * (qa + qb), (qb - qa) / h)[1])
+        return 0.5 * h * gp[:n] - gp[n:], 0.5 * h * gp[:n] + gp[n:]
 
     X, XN, U = ca.MX.sym("x", 2 * n), ca.MX.sym("x_next", 2 * n), ca.MX.sym("u", nu)
     P, P0 = ca.MX.sym("p", 0), ca.MX.sym("p0", n)
