@@ -642,7 +642,10 @@ def test_gaussian_errors_scale_the_box_ellipsoid_by_the_quantile_ratio():
     z_w, z_c = NormalDist().inv_cdf(1 - delta / 4), NormalDist().inv_cdf(1 - delta)
     assert gaussian_factors(delta, 2) == pytest.approx((1 / z_w**2, z_c), rel=1e-12)
     ratio = z_c / (z_w * np.sqrt(2))  # sigma = w / z_w against the box's sqrt(nx) w
-    np.testing.assert_allclose(gauss.tube, ratio * box.tube, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(gauss.tube[2:], ratio * box.tube[2:], rtol=1e-9, atol=1e-15)
+    # stage 1 holds the box: |g| . w for the rows s >= -1, v >= -5, s <= 1, v <= 5
+    np.testing.assert_allclose(gauss.tube[1], [w[0], w[1], w[0], w[1]], rtol=1e-12)
+    assert np.all(ratio * box.tube[1] < gauss.tube[1])
     np.testing.assert_allclose(gauss.tube_inputs, ratio * box.tube_inputs, rtol=1e-9, atol=1e-15)
     with pytest.raises(
         InputError, match=r"tube_errors = 'gaussian' applies only to tube='feedback'"

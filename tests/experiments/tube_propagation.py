@@ -16,8 +16,10 @@ input's share under each propagation of the error ``e``:
 - ``feedback, ellipsoid outer``: ellipsoids that contain the sum of the boxes (the Minkowski
   sum's outer ellipsoid with the trace-minimising weight);
 - ``feedback, ellipsoid second moment``: ``Sigma_{k+1} = (A + B K) Sigma (A + B K)^T + nx
-  diag(w^2)`` (``tube = "feedback"``; checked here against the controller's own tube
-  function).
+  diag(w^2)`` (``tube = "feedback"``, ``tube_errors = "box"``);
+- ``feedback, gaussian chance``: the same with ``W = diag((w / z_w)^2)`` and margins ``z_c
+  sqrt(g^T Sigma g)`` (``tube_errors = "gaussian"``). Both checked here against the
+  controller's own tube function.
 
 ``K_k`` is the LQR of the row's ``tube_Q`` and ``tube_R`` (defaults the cost's Q and R).
 
@@ -40,6 +42,8 @@ import numpy as np
 from _quick import add_options, command, parse
 from _tables import interval, vimpc_run, write_table
 
+from vimpc.mpc.tube import gaussian_factors
+
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "tube_propagation"
 SAFE = ROOT / "scenarios" / "cartpole_safe.toml"
@@ -51,11 +55,18 @@ GAINS = {
     "cost's Q, R = 1": (None, [1.0]),
     "cost's Q, R = 100": (None, [100.0]),
 }
+GAUSSIAN = 'controller.tube_errors="gaussian"'
 ROWS = {
-    "open-loop tube": [],
-    "feedback tube, cost's Q, R": [FEEDBACK],
-    "feedback tube, cost's Q, R = 1": [FEEDBACK, "controller.tube_R=[1.0]"],
-    "feedback tube, cost's Q, R = 100": [FEEDBACK, "controller.tube_R=[100.0]"],
+    "no tightening": ['controller.tightening="none"'],
+    "open-loop tube (box)": ['controller.tube="open_loop"'],
+    "feedback tube, box, cost's Q, R": [FEEDBACK, 'controller.tube_errors="box"'],
+    "feedback tube, box, cost's Q, R = 1": [
+        FEEDBACK,
+        'controller.tube_errors="box"',
+        "controller.tube_R=[1.0]",
+    ],
+    "feedback tube, gaussian, cost's Q, R": [FEEDBACK, GAUSSIAN],
+    "feedback tube, gaussian, cost's Q, R = 1": [FEEDBACK, GAUSSIAN, "controller.tube_R=[1.0]"],
 }
 QUICK_SETS = [
     "data.trajectories=4",
@@ -63,7 +74,7 @@ QUICK_SETS = [
     "data.steps=5",
     "episodes.steps=3",
 ]
-QUICK_ROWS = ("open-loop tube", "feedback tube, cost's Q, R")
+QUICK_ROWS = ("open-loop tube (box)", "feedback tube, gaussian, cost's Q, R")
 
 
 def lqr_gains(A, B, Q, R, N):
@@ -77,7 +88,7 @@ def lqr_gains(A, B, Q, R, N):
     return gains[::-1][:N]
 
 
-def propagations(A, B, w, gains, N):
+def propagations(A, B, w, gains, N, delta):
     """Per propagation, ``(t_s, t_u)``: the cart position's tube at stages 0..N and the
     input's share at stages 0..N-1 (NaN where the propagation has no feedback)."""
     nx = len(w)
@@ -124,6 +135,11 @@ def propagations(A, B, w, gains, N):
             if k + 1 < N:
                 u.append(np.sqrt(gains[k + 1] @ S @ gains[k + 1].T).item())
         out[name] = (np.array(t), np.array(u))
+    shape, margin = gaussian_factors(delta, nx)
+    t, u = out["feedback, ellipsoid second moment"]
+    t_g = t * margin * np.sqrt(shape / nx)
+    t_g[1] = max(t_g[1], w[0])  # stage 1 holds the box: |g| . w_0 for the row of s
+    out["feedback, gaussian chance"] = (t_g, u * margin * np.sqrt(shape / nx))
     return out
 
 
@@ -146,14 +162,20 @@ def part_one(cfg, model, env) -> list[dict]:
             "tube_R", ctrl.cost.R if tube_R is None else tube_R, model.nu, definite=True
         )
         gains = lqr_gains(A, B, Q, R, N)
-        tubes = propagations(A, B, w, gains, N)
-        # the controller's own feedback tube at a plan resting at the upright agrees
-        fn = tube_function(model, N, ctrl.safety_function, kind="feedback", Q=Q, R=R)
-        t, t_u = fn(np.tile(x, (N + 1, 1)).T, np.zeros((model.nu, N)), p)
-        mine, mine_u = tubes["feedback, ellipsoid second moment"]
-        # rows 0, 1 of the safety function: s >= -1, s <= 1 (obs = state for this model)
-        np.testing.assert_allclose(np.asarray(t)[1], mine, rtol=1e-6, atol=1e-12)
-        np.testing.assert_allclose(np.asarray(t_u)[0], mine_u, rtol=1e-6, atol=1e-12)
+        tubes = propagations(A, B, w, gains, N, model.delta)
+        # the controller's own feedback tubes at a plan resting at the upright agree
+        for errors, name in (
+            ("box", "feedback, ellipsoid second moment"),
+            ("gaussian", "feedback, gaussian chance"),
+        ):
+            fn = tube_function(
+                model, N, ctrl.safety_function, kind="feedback", Q=Q, R=R, errors=errors
+            )
+            t, t_u = fn(np.tile(x, (N + 1, 1)).T, np.zeros((model.nu, N)), p)
+            mine, mine_u = tubes[name]
+            # row 1 of the safety function: s <= 1 (obs = state for this model)
+            np.testing.assert_allclose(np.asarray(t)[1], mine, rtol=1e-6, atol=1e-12)
+            np.testing.assert_allclose(np.asarray(t_u)[0], mine_u, rtol=1e-6, atol=1e-12)
         for name, (t_s, t_in) in tubes.items():
             if name.startswith("open loop") and label != next(iter(GAINS)):
                 continue  # no gain in it: one row is enough
@@ -207,8 +229,9 @@ def main(argv: list[str] | None = None) -> None:
         f"{model.delta}), 20 steps. t_s: the tightening of the rail rows; input share: the "
         "tightening of the force bounds |F| <= 30 N for the feedback. The rail has room "
         "while 2 t_s < 2 m, the force while 2 share < 60 N. The open-loop box is the "
-        "`open_loop` tube, the second-moment ellipsoid the `feedback` tube (checked here "
-        "against the controller's tube function); the worst cases are those of the "
+        "`open_loop` tube, the second-moment ellipsoid the `feedback` tube with `tube_errors = "
+        '"box"`, the gaussian chance one with `tube_errors = "gaussian"` (both checked '
+        "here against the controller's tube function); the worst cases are those of the "
         "linearised system over all error sequences in the boxes.",
         rows,
         headers,

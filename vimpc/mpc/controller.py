@@ -128,15 +128,18 @@ class MPC:
 
     What is guaranteed: the state measured next lies within the bound of stage 1's
     prediction whenever that step's error lies within the bound (probability ``>= 1 - delta``
-    for transitions exchangeable with the calibration ones), and both tubes hold that box at
-    stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
+    for transitions exchangeable with the calibration ones), and every tube holds that box
+    at stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
     margin holds on the true state at the next step (first order for a nonlinear row). Past
     stage 1 the tubes are first-order predictions along the guess: the open-loop box holds
     the worst case of the linearised system under the planned inputs; the feedback
-    ellipsoid adds second moments (the covariance bound for errors independent from step
-    to step, as in cautious GP-MPC), which is smaller than the worst case over all error
-    sequences in the boxes; it assumes the feedback's inputs fit within the input bounds
-    (they are tightened for it). Neither makes later problems feasible.
+    ellipsoid (``tube_errors="box"``) adds second moments (the covariance bound for errors
+    independent from step to step), which is smaller than the worst case over all error
+    sequences in the boxes; ``tube_errors="gaussian"`` holds each row with probability
+    ``1 - delta`` per stage if the errors are independent Gaussians whose quantiles the
+    bound gives (a model's systematic error is not). The feedback tubes assume the
+    feedback's inputs fit within the input bounds (they are tightened for it). Nothing
+    makes later problems feasible.
 
     No cap: where the tightened set of a stage is empty (a bounded observation entry whose
     lower and upper margins exceed its range, or an input whose margins exceed its range),

@@ -38,7 +38,9 @@ linearised system over all error sequences in the boxes is larger: the tube expe
 the bound instead as the quantiles of independent zero-mean Gaussian errors
 (:func:`gaussian_factors`): ``W_k = diag((w_k / z_w)^2)`` and the margins ``z_c sqrt(...)``, so
 each row and each input bound holds with probability ``1 - delta`` at each stage under that
-assumption; it no longer holds the whole box at stage 1 (``z_c / z_w < 1``).
+assumption. Its ellipsoid does not hold the box (``z_c / z_w < 1``), so at stage 1, where
+``e_1`` is the one-step error itself, a row's margin is the larger of its own and the box's
+worst case ``|g_{1,j}| . w_0``.
 
 Everything is one CasADi function of the plan, built once and evaluated once per solve.
 """
@@ -235,7 +237,10 @@ def tube_function(
         closed = As[k] + ca.mtimes(Bs[k], gains[k])
         Sigma = ca.mtimes([closed, Sigma, closed.T]) + shape * ca.diag(W[:, k] ** 2)
         G = C[:, k * nx : (k + 1) * nx]
-        columns.append(margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(G, Sigma) * G), 0)))
+        t = margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(G, Sigma) * G), 0))
+        if k == 0 and errors == "gaussian":  # stage 1 holds the box too: e_1 = d_0, |d_0| <= w_0
+            t = ca.fmax(t, ca.mtimes(ca.fabs(G), W[:, 0]))
+        columns.append(t)
         if k + 1 < N:
             Kn = gains[k + 1]
             inputs.append(margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(Kn, Sigma) * Kn), 0)))
