@@ -4,6 +4,7 @@ paper's cart-pendulum reproduction.
 Run from the repository root::
 
     python tests/benchmarks/bench_dlnn.py [--epochs 100] [--calls 200] [--threads 1]
+        [--before REV]
 
 Data: the cart-pendulum (``CartPendulum``, m = M = l = 1, upright at phi = 0) from
 ``(s, phi, s', phi') = (0.1, 0.1, 0, 0)``, one unforced trajectory of 200 steps at
@@ -12,12 +13,19 @@ ground truth), i.e. 199 triples. Network 3x128 softplus (the paper's notebooks).
 epochs per second of DLNN (``symmetries = 0`` and 1) and of LNN over ``--epochs`` epochs
 (the symmetry run's first half is its warm-up), then, for DLNN at ``order = 0`` and
 ``order = 2`` and for LNN, the build time and the median and p95 of ``--calls`` calls of
-``step`` (``casadi.Function(model.step)``, without the contract's argument check) of the
-exported model (MX, the network's derivatives in closed form:
-``vimpc.models._network_lagrangian.midpoint_model``) and of the reference it replaced (the
-``VariationalIntegrator`` of the same Lagrangian on SX, the network expanded into scalar
-operations; ``--no-reference`` skips it: its order-2 build takes minutes), with the
-nominal model (the true cart-pendulum's midpoint integrator) timed in the same run. The
+``step`` (``casadi.Function(model.step)``, without the contract's argument check), wall
+clock and CPU time of the calling thread (the CPU time leaves out waits for a core the
+other processes on the machine hold), of the exported model (MX, the network's derivatives
+in closed form: ``vimpc.models._network_lagrangian.midpoint_model``), of that model as
+written at git revision ``--before`` (its module loaded from git, "before"; default the
+revision before the exported step's dense products went to CASADi's BLAS plugins) and of
+the reference both replaced (the ``VariationalIntegrator`` of the same Lagrangian on SX,
+the network expanded into scalar operations; ``--no-reference`` skips it: its order-2
+build takes minutes), with the nominal model (the true cart-pendulum's midpoint
+integrator) timed in the same run. Also the median wall time of the step's Jacobian (by
+``x`` and ``u``), of the residual and of its Jacobian (by ``x``, ``u``, ``x_next``: what
+the MPC's implicit transcription evaluates) at the same states and their steps, not for
+the SX reference (its order-2 Jacobians take minutes to build). The
 states: positions uniform in +-0.2, velocities in +-1, input 0 (the network is trained on
 unforced data, so its scale, and hence its response to an input, is not identified);
 "refused" counts steps whose root the acceptance test refused (NaN).
@@ -27,19 +35,23 @@ unforced data, so its scale, and hence its response to an input, is not identifi
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
+import types
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import casadi as ca
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import OUT, add_options, ms_stats, parse, write_results  # noqa: E402
+from _common import OUT, ROOT, add_options, ms_stats, parse, write_results  # noqa: E402
 
 from vimpc.integrators import VariationalIntegrator  # noqa: E402
 from vimpc.mechanics import CartPendulum  # noqa: E402
+from vimpc.models import _network_lagrangian as nl  # noqa: E402
 from vimpc.models._integrated import integrator_model  # noqa: E402
 from vimpc.models.families.dlnn import DLNNModel  # noqa: E402
 from vimpc.models.families.lnn import LNNModel  # noqa: E402
@@ -50,18 +62,85 @@ from _dlnn_systems import CART, cart_data  # noqa: E402  (the paper's data, shar
 H, STEPS = CART["h"], CART["steps"]
 #: the project's target for the exported DLNN step [ms]
 STEP_MS = 1.0
+#: the revision before the exported step's dense products went to CASADi's BLAS plugins
+BEFORE = "63aa246"
+MODULE = "vimpc/models/_network_lagrangian.py"
+NO_COSTS = {"step_jac_ms": float("nan"), "residual_ms": float("nan"),
+            "residual_jac_ms": float("nan")}  # fmt: skip
 
 
 def _time_steps(model, states, u):
     step = ca.Function(model.step)
     step(states[0], u, [])
-    times, refused = [], 0
+    times, cpu, refused, nexts = [], [], 0, []
     for x in states:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         xn = step(x, u, [])
+        cpu.append(time.thread_time() - c)
         times.append(time.perf_counter() - t)
-        refused += int(not np.all(np.isfinite(np.asarray(xn))))
-    return times, refused
+        xn = np.asarray(xn).ravel()
+        refused += int(not np.all(np.isfinite(xn)))
+        nexts.append(xn)
+    return times, cpu, refused, nexts
+
+
+def _median_ms(fn, args) -> float:
+    fn(*args[0])
+    times = []
+    for a in args:
+        t = time.perf_counter()
+        fn(*a)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times) * 1e3)
+
+
+def _derivative_costs(model, states, u, nexts) -> dict[str, float]:
+    """Median wall time [ms] of the step's Jacobian, the residual and its Jacobian."""
+    step = ca.Function(model.step)
+    X, U, P = step.mx_in()
+    jac_step = ca.Function("J", [X, U, P], [ca.jacobian(step(X, U, P), ca.vertcat(X, U))])
+    res = ca.Function(model.residual)
+    X, U, XN, P = res.mx_in()
+    jac_res = ca.Function(
+        "Jr", [X, U, XN, P], [ca.jacobian(res(X, U, XN, P), ca.vertcat(X, U, XN))]
+    )
+    finite = [(x, xn) for x, xn in zip(states, nexts, strict=True) if np.all(np.isfinite(xn))]
+    pairs = [(x, u, xn, []) for x, xn in finite] or [(states[0], u, states[0], [])]
+    return {
+        "step_jac_ms": _median_ms(jac_step, [(x, u, []) for x in states]),
+        "residual_ms": _median_ms(res, pairs),
+        "residual_jac_ms": _median_ms(jac_res, pairs),
+    }
+
+
+def _module_at(rev: str) -> types.ModuleType | None:
+    """``vimpc.models._network_lagrangian`` as written at git revision ``rev`` (loaded from
+    git as a separate module), or None where git cannot show it."""
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:{MODULE}"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"no 'before' rows: git cannot show {rev}:{MODULE} ({exc})")
+        return None
+    name = f"vimpc.models._network_lagrangian_at_{rev}"
+    module = types.ModuleType(name)
+    module.__file__ = f"{rev}:{MODULE}"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+@contextmanager
+def _midpoint_model_of(module):
+    """The families build their exported model by ``module``'s ``midpoint_model``."""
+    now = nl.midpoint_model
+    nl.midpoint_model = module.midpoint_model
+    try:
+        yield
+    finally:
+        nl.midpoint_model = now
 
 
 def main(argv=None) -> int:
@@ -70,6 +149,12 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hidden", type=int, nargs="+", default=[128, 128, 128])
+    ap.add_argument(
+        "--before",
+        default=BEFORE,
+        help=f"git revision whose exported step is timed as 'before' (default {BEFORE}; "
+        "'none' skips it)",
+    )
     ap.add_argument(
         "--no-reference",
         action="store_true",
@@ -101,40 +186,56 @@ def main(argv=None) -> int:
     u = np.zeros(1)
     rows = []
 
-    def record(label, export, build_fn):
+    def record(label, export, build_fn, derivatives=True):
         t = time.perf_counter()
         model = build_fn()
         build = time.perf_counter() - t
-        times, refused = _time_steps(model, states, u)
+        times, cpu, refused, nexts = _time_steps(model, states, u)
+        costs = _derivative_costs(model, states, u, nexts) if derivatives else {}
         row = {"model": label, "export": export, "build_s": build, **ms_stats(times),
-               "refused": refused, "calls": len(times)}  # fmt: skip
+               "cpu_median_ms": float(np.median(cpu) * 1e3), "refused": refused,
+               "calls": len(times), **NO_COSTS, **costs}  # fmt: skip
         rows.append(row)
         print(row, flush=True)
         return model
 
+    before = None if args.before == "none" else _module_at(args.before)
+    was = f"MX, closed form (before: {args.before})"
     nominal = integrator_model(VariationalIntegrator(s, "midpoint"), H)
     record("nominal (true cart-pendulum)", "SX integrator", lambda: nominal)
     m = fits["dlnn"]
     agree = []
+
+    def compare(label, fit):
+        fast = record(label, "MX, closed form (now)", fit.discrete_model)
+        if before is not None:
+            with _midpoint_model_of(before):
+                old = record(label, was, fit.discrete_model)
+            agree.append((f"{label}: now vs before", _difference(fast, old, states, u)))
+        if not args.no_reference:
+            slow = record(label, "SX integrator", fit._integrator_model, derivatives=False)
+            agree.append((f"{label}: now vs SX integrator", _difference(fast, slow, states, u)))
+
     for order in (0, 2):
         m.order = m._settings["order"] = order
-        fast = record(f"dlnn order {order}", "MX, closed form", m.discrete_model)
-        if not args.no_reference:
-            slow = record(f"dlnn order {order}", "SX integrator (before)", m._integrator_model)
-            agree.append((f"dlnn order {order}", _difference(fast, slow, states, u)))
-    lnn = fits["lnn"]
-    fast = record("lnn", "MX, closed form", lnn.discrete_model)
-    if not args.no_reference:
-        slow = record("lnn", "SX integrator (before)", lnn._integrator_model)
-        agree.append(("lnn", _difference(fast, slow, states, u)))
-    best = next(r for r in rows if r["model"] == "dlnn order 0" and r["export"].startswith("MX"))
+        compare(f"dlnn order {order}", m)
+    compare("lnn", fits["lnn"])
+    best = next(r for r in rows if r["model"] == "dlnn order 0" and r["export"].endswith("(now)"))
+    old = [r for r in rows if r["model"] == "dlnn order 0" and r["export"] == was]
     extra = (
         "\nTraining speed (3 fits on the same data):\n" + "\n".join(speed) + "\n"
-        + "".join(f"\n{name}: largest |step difference| exported vs reference over the "
-                  f"calls {d:.1e}" for name, d in agree)
-        + f"\n\nTarget: the exported DLNN (order 0) step <= {STEP_MS:g} ms median: "
+        + "".join(f"\n{name}: largest |step difference| over the calls {d:.1e}"
+                  for name, d in agree)
+        + f"\n\nDense products of the exported step: {nl._blas(1)} up to 3 columns, "
+        + f"{nl._blas(4)} above (CasADi's BLAS plugins; vimpc.models._network_lagrangian"
+        + "._blas).\n"
+        + f"\nTarget: the exported DLNN (order 0) step <= {STEP_MS:g} ms median: "
         + ("met" if best["median_ms"] <= STEP_MS else "NOT met")
-        + f" ({best['median_ms']:.2f} ms).\n"
+        + f" ({best['median_ms']:.2f} ms median, {best['p95_ms']:.2f} ms p95, "
+        + f"{best['cpu_median_ms']:.2f} ms CPU median"
+        + (f"; before: {old[0]['median_ms']:.2f} ms median, {old[0]['p95_ms']:.2f} ms p95"
+           if old else "")
+        + ").\n"
     )  # fmt: skip
     write_results(
         "dlnn",
@@ -146,6 +247,10 @@ def main(argv=None) -> int:
             ("build_s", "build [s]", ".2f"),
             ("median_ms", "step median [ms]", ".3f"),
             ("p95_ms", "step p95 [ms]", ".3f"),
+            ("cpu_median_ms", "step CPU median [ms]", ".3f"),
+            ("step_jac_ms", "step Jacobian [ms]", ".3f"),
+            ("residual_ms", "residual [ms]", ".3f"),
+            ("residual_jac_ms", "residual Jacobian [ms]", ".3f"),
             ("refused", "refused", "d"),
             ("calls", "calls", "d"),
         ],

@@ -609,7 +609,11 @@ def midpoint_model(
         input_names=system.input_names,
         param_names=(),
         p_default=np.zeros(0),
-        info={**info, "step_acceptance": reference.acceptance()},
+        info={
+            **info,
+            "step_acceptance": reference.acceptance(),
+            "dense_products": f"{_blas(1)} up to 3 columns, {_blas(4)} above",
+        },
     )
 
 
