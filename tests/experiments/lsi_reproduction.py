@@ -154,13 +154,21 @@ def nu(model, order: int) -> float:
 
 def sampled_velocities(dynamics, Q: np.ndarray, qdot0, every: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices ``0, every, 2 every, ...`` of the snapshots ``Q`` and the model's velocities
-    there (``qdot0`` at 0): each from its pair ``(q_{k-1}, q_k)``, the pairs solved at once
-    (interleaved; the results of the pairs between them are dropped)."""
+    there (``qdot0`` at 0), each from its pair ``(q_{k-1}, q_k)``: what
+    ``dynamics.velocities(Q)`` gives at those indices, without solving at the others.
+
+    The pairs are solved in one call, each as the three snapshots ``(q_{k-1}, q_k,
+    2 q_k - q_{k-1})``: ``velocities`` starts Newton at the central difference of its
+    neighbours, which is then the pair's own difference quotient ``(q_k - q_{k-1}) / h``;
+    the solves at the other two entries are dropped. (Pairs simply put one after another
+    gave Newton the difference of snapshots ``every`` steps apart as its start, and the
+    momentum map, which is not one-to-one far from the data, has other roots there: on
+    Hénon–Heiles such roots gave |v| ~ 30 and H_ref errors up to 3e83.)"""
     idx = np.arange(every, len(Q), every)
-    pairs = np.empty((2 * len(idx), Q.shape[1]))
-    pairs[0::2], pairs[1::2] = Q[idx - 1], Q[idx]
+    triples = np.empty((3 * len(idx), Q.shape[1]))
+    triples[0::3], triples[1::3], triples[2::3] = Q[idx - 1], Q[idx], 2 * Q[idx] - Q[idx - 1]
     with np.errstate(all="ignore"):
-        V = dynamics.velocities(pairs)[1::2]
+        V = dynamics.velocities(triples)[1::3]
     return np.concatenate([[0], idx]), np.vstack([np.reshape(qdot0, (1, -1)), V])
 
 
