@@ -86,8 +86,11 @@ AUTHORS_P = {  # the authors' numbers (notebook outputs, implementations.md sec.
     "LGPExact H^[[0]]": 3.4e-5,
     "LGPExact H^[[2]]": 0.116,
 }
-NU_TARGET = 0.0104
+# the goal is the authors' value, judged at the 4 significant digits they give
+NU_TARGET = AUTHORS_P["LSI H^[[2]]"]
+NU_DIGITS = 4
 TRAJECTORY_TARGET = 1e-3
+AUTHORS_TRAJECTORY = 4.9e-4  # their max |q - q_ref| over 10^4 steps
 FIT_TIME_TARGET = 30.0
 
 # -- Hénon–Heiles ------------------------------------------------------------------------------
@@ -143,6 +146,16 @@ def cached(cache: Path | None, name: str, make, n: int = 0, default: int = 0) ->
     cache.mkdir(parents=True, exist_ok=True)
     data.save(path, overwrite=True)
     return data
+
+
+def within_nu_target(value) -> np.ndarray:
+    """Whether ``value`` (or each of an array), rounded to ``NU_DIGITS`` significant digits
+    as the authors' number is, is at most ``NU_TARGET``."""
+    rounded = np.vectorize(lambda x: float(f"{x:.{NU_DIGITS}g}"))(np.asarray(value, float))
+    return rounded <= NU_TARGET
+
+
+NU_TARGET_TEXT = f"<= {NU_TARGET:g} (at {NU_DIGITS} significant digits)"
 
 
 def nu(model, order: int) -> float:
@@ -254,8 +267,8 @@ def pendulum(args, progress) -> list[str]:
         is_target = key == "LSI H^[[2]]"
         row(
             "nu", what[key], data, value, AUTHORS_P[key],
-            f"<= {NU_TARGET:g}" if is_target else "-",
-            ("yes" if value <= NU_TARGET else "no") if is_target else "-",
+            NU_TARGET_TEXT if is_target else "-",
+            ("yes" if within_nu_target(value) else "no") if is_target else "-",
         )  # fmt: skip
 
     for key, value in values.items():
@@ -293,19 +306,29 @@ def pendulum(args, progress) -> list[str]:
         g = LagrangianGP(PENDULUM, H_P, length=LENGTH_P).fit(d)
         scrambles.append(
             {"seed": s, "LSI H^[[2]]": nu(m, 2), "LSI H^[[0]]": nu(m, 0), "LGP H^[[0]]": nu(g, 0),
-             "LGP H^[[2]]": nu(g, 2), "fit time": m.fit_time_}
+             "LGP H^[[2]]": nu(g, 2), "fit time": m.fit_time_, "rank": m.collocation_.rank}
         )  # fmt: skip
         progress.update()
     if scrambles:
+        draws = f"{len(scrambles)} scrambled Halton sets (seeds 0-{len(scrambles) - 1})"
         for key in ("LSI H^[[2]]", "LSI H^[[0]]", "LGP H^[[0]]", "LGP H^[[2]]"):
             v = np.array([x[key] for x in scrambles])
+            is_target = key == "LSI H^[[2]]"
             row(
-                "nu, mean (min-max)", what[key], f"{len(v)} scrambled Halton sets (seeds 0-{len(v) - 1})",
-                float(v.mean()), AUTHORS_P[key],
-                f"<= {NU_TARGET:g}" if key == "LSI H^[[2]]" else "-",
-                (f"{int(np.sum(v <= NU_TARGET))} of {len(v)}" if key == "LSI H^[[2]]" else "-"),
-                f"min {v.min():.4g}, max {v.max():.4g}; per seed " + ", ".join(f"{x:.4g}" for x in v),
+                "nu, min to max over the data draws", what[key], draws,
+                f"{v.min():.4g} to {v.max():.4g}", AUTHORS_P[key],
+                NU_TARGET_TEXT if is_target else "-",
+                f"{int(np.sum(within_nu_target(v)))} of {len(v)}" if is_target else "-",
+                f"mean {v.mean():.4g}; per seed " + ", ".join(f"{x:.4g}" for x in v),
             )  # fmt: skip
+        # the main set's nu is one draw: its row says how far another draw moves it
+        v = np.array([x["LSI H^[[2]]"] for x in scrambles])
+        for r in rows:
+            if (r["quantity"], r["model"], r["data"]) == ("nu", what["LSI H^[[2]]"], main):
+                r["note"] = (
+                    f"depends on the data draw: {v.min():.2g} to {v.max():.2g} on {draws} "
+                    "of the same size"
+                )
     fit_times = [lsi.fit_time_] + [x["fit time"] for x in scrambles]
     row(
         "fit time [s]", "LSI (collocation, lstsq, BEA functions)", main, lsi.fit_time_, "-",
@@ -338,7 +361,7 @@ def pendulum(args, progress) -> list[str]:
         is_lsi = name == "LSI"
         row(
             f"max |q - q_ref|, {steps} steps", name, main, float(e.max()),
-            4.9e-4 if is_lsi else "-",
+            AUTHORS_TRAJECTORY if is_lsi else "-",
             f"<= {TRAJECTORY_TARGET:g}" if is_lsi else "-",
             ("yes" if e.max() <= TRAJECTORY_TARGET else "no") if is_lsi else "-",
             (f"p0 = dL^[[{2 if name.startswith('LSI') else 0}]]/dv (q0, qdot0)"
@@ -441,16 +464,23 @@ def pendulum(args, progress) -> list[str]:
     )  # fmt: skip
     lsi_nu = values["LSI H^[[2]]"]
     authors_rows = [r for r in rows if r["data"] == "authors' starts and step 0.500005"]
+    agreement = max(abs(r["ours"] / r["authors"] - 1) for r in authors_rows)
     reading = (
         f"On `pendulum_data()` LSI's H^[[2]] has nu = {lsi_nu:.4g}, "
-        f"{'within' if lsi_nu <= NU_TARGET else 'above'} the target {NU_TARGET:g} (authors "
-        f"0.01044). On the authors' own training set (their Halton points and their snapshot "
-        f"step) it is {authors_rows[0]['ours']:.4g} and H^[[0]] {authors_rows[1]['ours']:.4g}, "
-        f"LGP {authors_rows[2]['ours']:.4g} / {authors_rows[3]['ours']:.4g} (authors 0.01044, "
-        "0.1019, 0.0261, 0.0478): the implementation reproduces the authors' numbers, and the "
-        "gap on `pendulum_data()` is its training set (Halton points 1..400 instead of 4..403)."
+        f"{'within' if within_nu_target(lsi_nu) else 'above'} the target {NU_TARGET_TEXT}, "
+        "the authors' value. On the authors' own training set (their Halton points and their "
+        f"snapshot step) it is {authors_rows[0]['ours']:.4g} and H^[[0]] {authors_rows[1]['ours']:.4g}, "
+        f"LGP {authors_rows[2]['ours']:.4g} / {authors_rows[3]['ours']:.4g} (authors "
+        + ", ".join(
+            f"{AUTHORS_P[k]:g}"
+            for k in ("LSI H^[[2]]", "LSI H^[[0]]", "LGP H^[[0]]", "LGP H^[[2]]")
+        )
+        + f"): the four agree with the authors' to {agreement:.2%} at most (their numbers are "
+        f"given to {NU_DIGITS} significant digits); `pendulum_data()` differs from that set in its "
+        "Halton points (1..400 instead of 4..403) and its snapshot step (0.5)."
     )
     if scrambles:
+        col = lsi.collocation_
         s2 = np.array([x["LSI H^[[2]]"] for x in scrambles])
         s0 = np.array([x["LSI H^[[0]]"] for x in scrambles])
         g0 = np.array([x["LGP H^[[0]]"] for x in scrambles])
@@ -459,19 +489,21 @@ def pendulum(args, progress) -> list[str]:
             f" The value does not carry over to other training sets: on {len(s2)} scrambled "
             f"Halton sets of the same size LSI's nu(H^[[2]]) is {s2.min():.3g} to "
             f"{s2.max():.3g} (mean {s2.mean():.3g}; within the target on "
-            f"{int(np.sum(s2 <= NU_TARGET))}), below LGP with BEA on {int(np.sum(s2 < g2))} of "
+            f"{int(np.sum(within_nu_target(s2)))}), below LGP with BEA on {int(np.sum(s2 < g2))} of "
             f"{len(s2)} sets and below LGP without BEA ({g0.min():.3g} to {g0.max():.3g}, "
             f"the one robust number here) on {int(np.sum(s2 < g0))}; the BEA correction "
             f"improves on H^[[0]] on every set (H^[[0]] / H^[[2]] = {np.min(s0 / s2):.3g} to "
-            f"{np.max(s0 / s2):.3g}). The collocation system has rank ~61 of 2000 weights, and "
-            "its minimum-norm solution away from the data's span depends on which starts were "
+            f"{np.max(s0 / s2):.3g}). The collocation system has rank {col.rank} of "
+            f"{col.n_centres} weights on `pendulum_data()` ("
+            f"{min(x['rank'] for x in scrambles)} to {max(x['rank'] for x in scrambles)} on the "
+            "scrambled sets), and its minimum-norm solution away from the data's span depends on which starts were "
             "drawn: the plain Halton sets are favourable draws, so one dataset's nu is an "
             "anecdote."
         )
     reading += (
         f" The trajectory error is {e1.max():.3g} over {steps} steps "
         f"({'within' if e1.max() <= TRAJECTORY_TARGET else 'above'} the target "
-        f"{TRAJECTORY_TARGET:g}; authors 4.9e-4), {e1[:201].max():.3g} already within the first "
+        f"{TRAJECTORY_TARGET:g}; authors {AUTHORS_TRAJECTORY:g}), {e1[:201].max():.3g} already within the first "
         f"200 steps: the first step is off by {first_step:.2g} (p0 = dL^[[2]]/dv carries "
         "L^[[2]]'s truncation error at h = 0.5) and the motion goes on along a neighbouring "
         f"orbit. Started from the exact q1 the error is {exact_q1[:201].max():.2g} after 200 "
