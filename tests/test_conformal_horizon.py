@@ -42,6 +42,7 @@ from vimpc.models.calibration import (
 )
 from vimpc.models.evaluation import bound_values, coverage, one_step_errors
 from vimpc.pipeline import fit_report
+from vimpc.report import fit_table, summary_table
 
 DT = 0.1
 GAIN = 0.5
@@ -369,6 +370,12 @@ def test_a_family_calibrates_a_horizon_bound_with_a_state_scale_and_reports_it()
     report = fit_report(model, train, cal, val, 0.0)
     assert report["validation_horizon_coverage"] == horizon_coverage(model, val, 10)
     assert report["validation_horizon_coverage"] <= report["validation_coverage"]
+    assert report["bound_horizon"] == 10
+    text = fit_table(report, ["q", "v"])
+    assert (
+        f"per 10-step window (all errors inside): {report['validation_horizon_coverage']:.3f}"
+        in (text)
+    )
     # back to a step-level bound without fitting again: no horizon figures
     family.recalibrate(train, cal, bound_level="step", bound_horizon=0)
     info = family.discrete_model().info["bound"]
@@ -443,3 +450,6 @@ def test_episode_metrics_report_coverage_per_step_and_per_horizon():
     s = summarize([m, short], [_episode(obs, inputs, 3), _episode(obs[:3], inputs[:2], 3)])
     assert s["horizon_coverage_mean"] == 0.5 and s["horizon_coverage_min"] == 0.5
     assert s["coverage_horizon"] == 3 and s["coverage_mean"] == pytest.approx(0.9)
+    line = next(x for x in summary_table(s).splitlines() if "3-step windows" in x)
+    assert line.strip().startswith("bound coverage (3-step windows)")
+    assert line.endswith("mean 0.500, worst episode 0.500 (every error of the window inside)")

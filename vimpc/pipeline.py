@@ -306,6 +306,7 @@ def fit_report(
             # a horizon-level bound: the share of validation windows with every step inside
             from vimpc.models.calibration import horizon_coverage
 
+            report["bound_horizon"] = horizon
             report["validation_horizon_coverage"] = horizon_coverage(model, validation, horizon)
     return report
 

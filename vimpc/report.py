@@ -159,6 +159,14 @@ def summary_table(
                 f"mean {summary['coverage_mean']:.3f}, worst episode {summary['coverage_min']:.3f}",
             )
         )
+    if "horizon_coverage_mean" in summary:
+        rows.append(
+            (
+                f"bound coverage ({summary['coverage_horizon']}-step windows)",
+                f"mean {summary['horizon_coverage_mean']:.3f}, worst episode "
+                f"{summary['horizon_coverage_min']:.3f} (every error of the window inside)",
+            )
+        )
     if "min_planned_margin_mean" in summary:
         rows.append(
             (
@@ -221,6 +229,11 @@ def fit_table(report: dict[str, Any], names: list[str], units: Sequence[str] | N
         lines.append(
             f"  bound coverage on validation data: {report['validation_coverage']:.3f} "
             f"(promised >= {1 - report['delta']:.3f})"
+        )
+    if "validation_horizon_coverage" in report:
+        lines.append(
+            f"  per {report['bound_horizon']}-step window (all errors inside): "
+            f"{report['validation_horizon_coverage']:.3f} (promised >= {1 - report['delta']:.3f})"
         )
     return "\n".join(lines)
 
