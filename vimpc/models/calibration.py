@@ -384,19 +384,20 @@ def state_scale(model: DiscreteModel, data: Dataset) -> tuple[ca.Function, dict[
 
 def _scale_values(
     model: DiscreteModel,
-    data: Dataset,
     scale: np.ndarray | None,
     spread: ca.Function | None,
     X: np.ndarray,
     U: np.ndarray,
+    what: str,
 ) -> np.ndarray:
     n = len(U)
     if spread is None:
-        return np.broadcast_to(scale, (n, model.nx))
+        return np.broadcast_to(_checked_scale(scale, model.nx), (n, model.nx))
+    _check_spread(spread)
     P = np.tile(model.p_default, (n, 1))
     s = np.asarray(spread.map(n)(X.T, U.T, P.T), dtype=np.float64).reshape(-1, n).T
     if not np.all(s > 0):
-        raise InputError("spread(x, u, p) must be > 0 on the calibration data")
+        raise InputError(f"spread(x, u, p) must be > 0 on the {what} data")
     return s
 
 
@@ -415,6 +416,8 @@ def step_scores(
         InputError: the model's step failed (NaN) on some transitions (named); a spread
             that is not > 0 there.
     """
+    if (scale is None) == (spread is None):
+        raise InputError("scores need exactly one of scale (constant) and spread")
     errors = np.abs(one_step_errors(model, data))
     failed = failed_transitions(errors, data)
     if failed:
@@ -423,7 +426,7 @@ def step_scores(
             "them (check the model on those states, or drop the trajectories)"
         )
     X, U, _ = transitions(model, data)
-    s = _scale_values(model, data, scale, spread, X, U)
+    s = _scale_values(model, scale, spread, X, U, what)
     scores = np.max(errors / s, axis=1)
     if not np.all(np.isfinite(scores)):
         bad = int(np.count_nonzero(~np.isfinite(scores)))
