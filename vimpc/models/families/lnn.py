@@ -13,6 +13,13 @@ the Lagrangian's scale; on unforced data the degeneracy term
 ``degeneracy_weight * mean(1 - sigmoid(c det(d2L/dv2)))`` alone keeps ``L`` away from zero
 and the fit warns that the scale is not identified. Only positions are used.
 
+The determinant cannot tell the sign of ``d2L/dv2`` in even dimension, so on unforced data
+the learned ``L`` may come out negated (energy and momenta of the wrong sign): after
+training on unforced data the network's last layer is negated (exactly) when ``d2L/dv2`` is
+negative definite at more interior snapshots than positive definite
+(``info["lagrangian_negated"]``); forced data fix the sign, which is kept. Snapshots where
+``d2L/dv2`` is not positive definite are warned of (FitWarning) by count and the first one.
+
 The exported model is the midpoint :class:`~vimpc.integrators.VariationalIntegrator` of the
 learned ``L`` (position-momentum form, state ``(q, v)``, momentum ``dL/dv``, energy
 ``v . dL/dv - L``): unlike DLNN, it carries the midpoint rule's O(h^2) discretisation error
@@ -161,6 +168,15 @@ class LNNModel(nl.NetworkFamily):
     def _check_fit(self, q, v, a, force, per: int) -> None:
         n = self.system.nq
         qs, vs = ca.MX.sym("q", n), ca.MX.sym("v", n)
+        mass = ca.Function("M", [qs, vs], [ca.hessian(self._l_function()(ca.vertcat(qs, vs)),
+                                                      vs)[0]]).map(len(q))  # fmt: skip
+        M = np.asarray(mass(q.T, v.T)).reshape(n, len(q), n).transpose(1, 0, 2)
+        # d2L/dv2 positive definite on the data: unforced data leave the sign open
+        self.network_, self.negated_ = nl.orient(
+            "lnn", self.network_, M, self.forced_, "interior snapshot", per
+        )
+        if self.negated_:
+            self._l = None
         L = self._l_function()(ca.vertcat(qs, vs))
         p = ca.gradient(L, vs)
         M = ca.jacobian(p, vs)
@@ -186,6 +202,9 @@ class LNNModel(nl.NetworkFamily):
             "el_residual": self.el_residual_,
             "epochs": self.training_.epochs,
             "stopped": self.training_.stopped,
+            # unforced data leave L's sign open: negated after training when d2L/dv2 was
+            # negative definite at most interior snapshots
+            "lagrangian_negated": self.negated_,
         }
 
     def _integrator_model(self) -> DiscreteModel:
