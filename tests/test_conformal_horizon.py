@@ -32,6 +32,7 @@ from vimpc.models import NominalModel, calibrate
 from vimpc.models.calibration import (
     STATE_SCALE_FLOOR,
     WINDOW_SEED,
+    choose_scale,
     conformal_rank,
     horizon_coverage,
     residual_scale,
@@ -302,6 +303,44 @@ def test_state_dependent_bound_is_narrower_at_equal_coverage():
         at_equal[name] = np.quantile(scores, 0.9) * shape.mean(axis=0)
     assert np.all(widths["state"] < 0.85 * widths["constant"]), widths
     assert np.all(at_equal["state"] < 0.85 * at_equal["constant"]), at_equal
+
+
+def test_choose_scale_measures_the_width_at_equal_coverage_on_training_data():
+    rng = np.random.default_rng(14)
+    model = tiny_model()
+    train = speed_data(rng, 4000)
+    function, _ = state_scale(model, train)
+    constant = residual_scale(model, train)
+    candidates = {"constant": (constant, None), "state": (None, function)}
+    chosen, ratios = choose_scale(model, train, 0.1, candidates)
+    assert chosen == "state" and ratios["constant"] == 1.0 and ratios["state"] < 0.85
+    # the ratio is the one of q * mean scale, q covering 90 % of the training scores
+    scores = step_scores(model, train, scale=constant).ravel()
+    q = np.sort(scores)[math.ceil(0.9 * scores.size) - 1]
+    s_state = np.asarray(function.map(4000)(train.obs[:, 0].T, train.inputs[:, 0].T, [])).T
+    q_state = np.sort(step_scores(model, train, spread=function).ravel())[3599]
+    expected = np.mean(q_state * s_state.mean(0) / (q * constant))
+    assert ratios["state"] == pytest.approx(expected, rel=1e-12)
+    # a scale twice as large changes nothing: the quantile halves
+    doubled = {"constant": (constant, None), "twice": (2 * constant, None)}
+    assert choose_scale(model, train, 0.1, doubled)[1]["twice"] == pytest.approx(1.0, rel=1e-12)
+    with pytest.raises(InputError, match="exactly one of scale"):
+        choose_scale(model, train, 0.1, {"neither": (None, None)})
+
+
+def test_a_family_with_the_auto_scale_records_its_choice():
+    rng = np.random.default_rng(15)
+    train, cal = pendulum_data(rng, 60, 15), pendulum_data(rng, 60, 15)
+    family = NominalModel(Pendulum(), DT, bound="conformal", delta=0.1, conformal_scale="auto")
+    info = family.fit(train, cal).discrete_model().info["bound"]
+    ratios = info["width_vs_constant_on_training"]
+    assert set(ratios) == {"constant", "state"} and ratios["constant"] == 1.0
+    assert info["scale_chosen"] == min(ratios, key=ratios.get)
+    # the same bound as asking for the chosen scale by name
+    family.recalibrate(train, cal, conformal_scale=info["scale_chosen"])
+    assert family.calibration_.quantile == info["quantile"]
+    with pytest.raises(InputError, match="conformal_scale = 'auto' sets the bound's shape"):
+        NominalModel(Pendulum(), DT, bound="conformal", conformal_scale="auto").fit(None, cal)
 
 
 def test_state_scale_needs_velocities_in_an_even_observation():

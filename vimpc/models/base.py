@@ -37,7 +37,14 @@ from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError, NotFittedError
 from vimpc.mechanics.system import MechanicalSystem
-from vimpc.models.calibration import LEVELS, Bound, calibrate, residual_scale, state_scale
+from vimpc.models.calibration import (
+    LEVELS,
+    Bound,
+    calibrate,
+    choose_scale,
+    residual_scale,
+    state_scale,
+)
 from vimpc.models.evaluation import check_data
 
 #: Settings every family has: the calibrated bound.
@@ -55,9 +62,10 @@ BOUND_SETTINGS: dict[str, Setting] = {
         str,
         "constant",
         "bound shape: per-entry RMS of the training errors, the family's state-dependent "
-        "spread, or `state`: max(a + b abs(v) + c abs(u), floor) per entry, fitted on the "
-        "training errors",
-        choices=("constant", "spread", "state"),
+        "spread, `state`: max(a + b abs(v) + c abs(u), floor) per entry, fitted on the "
+        "training errors, or `auto`: the narrowest of these at equal coverage on the "
+        "training data",
+        choices=("constant", "spread", "state", "auto"),
     ),
     "bound_level": Setting(
         str,
@@ -255,7 +263,7 @@ class ModelFamily(abc.ABC):
                 f"{type(self).__name__} with bound = 'conformal' needs held-out "
                 f"calibration data: {call}"
             )
-        if self.conformal_scale in ("constant", "state") and data is None:
+        if self.conformal_scale in ("constant", "state", "auto") and data is None:
             raise InputError(
                 f"conformal_scale = {self.conformal_scale!r} sets the bound's shape from the "
                 f"training errors: {call} needs training data"
@@ -268,18 +276,29 @@ class ModelFamily(abc.ABC):
         if self.bound != "conformal":
             return None
         model = self._build()
-        scale, spread, shape = None, None, None
-        if self.conformal_scale == "spread":
+        scale, spread, shape, figures = None, None, None, {}
+        kind = self.conformal_scale
+        horizon = self.bound_horizon if self.bound_level == "horizon" else None
+        if kind == "auto":
+            state, record = state_scale(model, data)
+            candidates = {"constant": (residual_scale(model, data), None), "state": (None, state)}
+            if isinstance(self, SpreadFamily):
+                candidates["spread"] = (None, self._spread())
+            kind, ratios = choose_scale(model, data, self.delta, candidates, horizon=horizon)
+            figures = {"scale_chosen": kind, "width_vs_constant_on_training": ratios}
+            scale, spread = candidates[kind]
+            shape = record if kind == "state" else None
+        elif kind == "spread":
             spread = self._spread()
-        elif self.conformal_scale == "state":
+        elif kind == "state":
             spread, shape = state_scale(model, data)
         else:
             scale = residual_scale(model, data)
-        level = {}
+        level = {"figures": figures}
         if self.bound_level == "horizon":
             # windows or Bonferroni, the tighter one measured on the training data (or, for
             # a family fitted without them, the windows: never looser in the population)
-            level = {"level": "horizon", "horizon": self.bound_horizon}
+            level.update({"level": "horizon", "horizon": horizon})
             level.update({"choose_on": data} if data is not None else {"method": "windows"})
         return calibrate(
             model, calibration, self.delta, scale=scale, spread=spread, shape=shape, **level

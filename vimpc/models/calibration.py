@@ -57,7 +57,8 @@ Two refinements (:func:`calibrate`'s ``level`` and :func:`state_scale`):
   absolute training errors and floored at :data:`STATE_SCALE_FLOOR` times the entry's
   mean absolute training error; a CasADi function, so the bound stays one of
   ``(x, u, p)``. Any scale fixed before the calibration data keeps the guarantee; a
-  better shape gives a narrower bound at the same coverage.
+  better shape gives a narrower bound at the same coverage, and :func:`choose_scale`
+  measures which one on the training data.
 
 Assumptions, stated plainly: transitions inside one trajectory are not independent, and
 closed-loop states come from another distribution than open-loop excitation data; the
@@ -473,6 +474,7 @@ def calibrate(
     horizon: int | None = None,
     method: str = "auto",
     choose_on: Dataset | None = None,
+    figures: Mapping[str, Any] | None = None,
 ) -> Bound:
     """Calibrate a bound for ``model`` on the held-out transitions of ``data``.
 
@@ -493,6 +495,7 @@ def calibrate(
             will use; a method ``data`` is too small for is not chosen).
         choose_on: data the bound is not calibrated on (the training data), for
             ``method = "auto"``.
+        figures: further figures to record with the bound (how its scale was chosen).
 
     Raises:
         InputError: ``delta`` outside (0, 1); both or neither of ``scale`` and ``spread``;
@@ -532,7 +535,7 @@ def calibrate(
                 "raise delta"
             )
         quantile = float(np.sort(scores.ravel())[k - 1])
-        return conformal_bound(model, float(delta), quantile, n, **kw)
+        return conformal_bound(model, float(delta), quantile, n, figures=figures, **kw)
 
     windows = window_scores(scores, horizon)
     k_w, k_b = conformal_rank(len(windows), delta), conformal_rank(n, delta / horizon)
@@ -546,7 +549,11 @@ def calibrate(
             f"{minimum_calibration_size(delta / horizon)} transitions; collect more held-out "
             "data, raise delta or use level = 'step'"
         )
-    figures: dict[str, Any] = {"windows": len(windows), "window_start_seed": WINDOW_SEED}
+    record: dict[str, Any] = {
+        **(figures or {}),
+        "windows": len(windows),
+        "window_start_seed": WINDOW_SEED,
+    }
     if method == "auto":
         # the quantiles the two calibrations would give, measured on other data at the
         # ranks this calibration set will use
@@ -559,8 +566,8 @@ def calibrate(
             predicted["bonferroni"] = _quantile_at(train.ravel(), k_b / n)
         finite = {m: q for m, q in predicted.items() if np.isfinite(q)}
         method = min(finite or predicted, key=lambda m: (finite or predicted)[m])
-        figures["horizon_method_chosen_on"] = "training data"
-        figures["predicted_quantile"] = {m: float(q) for m, q in predicted.items()}
+        record["horizon_method_chosen_on"] = "training data"
+        record["predicted_quantile"] = {m: float(q) for m, q in predicted.items()}
     elif not feasible[method]:
         raise InputError(
             f"method = {method!r} needs at least "
@@ -575,10 +582,50 @@ def calibrate(
         quantile = float(np.sort(windows)[k_w - 1])
     else:
         quantile = float(np.sort(scores.ravel())[k_b - 1])
-    figures["horizon_method"] = method
+    record["horizon_method"] = method
     return conformal_bound(
-        model, float(delta), quantile, n, level="horizon", horizon=horizon, figures=figures, **kw
+        model, float(delta), quantile, n, level="horizon", horizon=horizon, figures=record, **kw
     )
+
+
+def choose_scale(
+    model: DiscreteModel,
+    data: Dataset,
+    delta: float,
+    candidates: Mapping[str, tuple[np.ndarray | None, ca.Function | None]],
+    *,
+    horizon: int | None = None,
+) -> tuple[str, dict[str, float]]:
+    """The candidate scale whose bound is narrowest at equal coverage on ``data`` (the
+    training data: the choice must not look at the calibration set), and each candidate's
+    mean width relative to the first one's.
+
+    For each candidate ``name: (scale, spread)`` (exactly one of the two), the quantile
+    ``q`` that covers ``1 - delta`` of the scores on ``data`` (of the steps, or with
+    ``horizon``, of every window of that many consecutive steps, where the trajectories
+    are long enough) makes the bound ``q s(x, u)``; its width is that bound averaged over
+    the transitions of ``data``, per entry, and the ratio the mean over entries of the
+    width over the first candidate's.
+
+    Raises:
+        InputError: no candidate; a candidate without exactly one of scale and spread.
+    """
+    if not candidates:
+        raise InputError("choose_scale needs at least one candidate scale")
+    X, U, _ = transitions(model, data)
+    widths = {}
+    for name, (scale, spread) in candidates.items():
+        scores = step_scores(model, data, scale=scale, spread=spread, what="training")
+        T = scores.shape[1]
+        if horizon is not None and T >= horizon:
+            scores = np.stack(
+                [scores[:, s : s + horizon].max(axis=1) for s in range(T - horizon + 1)], axis=1
+            )
+        q = _quantile_at(scores.ravel(), 1.0 - delta)
+        widths[name] = q * _scale_values(model, scale, spread, X, U, "training").mean(axis=0)
+    first = widths[next(iter(widths))]
+    ratios = {name: float(np.mean(w / first)) for name, w in widths.items()}
+    return min(ratios, key=ratios.__getitem__), ratios
 
 
 def _quantile_at(scores: np.ndarray, fraction: float) -> float:
