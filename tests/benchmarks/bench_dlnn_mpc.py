@@ -74,23 +74,19 @@ def main(argv: list[str] | None = None) -> None:
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"seeds": [100], "steps": 3, "configs": [SCENARIO_ROW]})
     args.out.mkdir(parents=True, exist_ok=True)
-    quick = [*QUICK_SETS, *QUICK_DLNN] if args.quick else []
+    quick = {"DLNN": [*QUICK_SETS, *QUICK_DLNN], "nominal": QUICK_SETS} if args.quick else {}
     with tempfile.TemporaryDirectory() as tmp:
         sources = {"DLNN": SCENARIO, "nominal": nominal_variant(Path(tmp))}
-        base = {
-            name: load_scenario(path, [p for p in quick if name == "DLNN" or "model." not in p])
-            for name, path in sources.items()
-        }
+        base = {name: load_scenario(path, quick.get(name, [])) for name, path in sources.items()}
         env = build_env(base["DLNN"])
         models, fits = {}, {}
         for name, cfg in base.items():
             source = obtain_model(cfg, env, log=lambda text: print(text, flush=True))
-            models[name], fits[name] = source.model, source.fit or {}
+            models[name], fits[name] = source.model, source.report or {}
         controllers, builds, compiled = {}, {}, {}
         for label in args.configs:
             for name, path in sources.items():
-                sets = [*CONFIGS[label], *(p for p in quick if name == "DLNN" or "model." not in p)]
-                cfg = load_scenario(path, sets)
+                cfg = load_scenario(path, [*CONFIGS[label], *quick.get(name, [])])
                 t0 = time.perf_counter()
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", RuntimeWarning)

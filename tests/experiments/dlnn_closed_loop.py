@@ -39,20 +39,23 @@ NOMINAL_MODEL = (
     '[model]\nfamily = "nominal"\nintegrator = "midpoint"\nbound = "conformal"\ndelta = 0.05\n\n'
 )
 # --quick: 4 training and 8 held-out trajectories of 5 steps (20 calibration transitions,
-# the fewest split conformal takes at delta 0.05), 3 control steps. The DLNN 2x8, 20
-# epochs, without bound and tube: a network this short-trained has no root of its step
-# equations on some transitions, and a conformal bound refuses to calibrate on those
+# the fewest split conformal takes at delta 0.05), 3 control steps of at most 5 solver
+# iterations. The DLNN 2x8, 20 epochs, without bound and tube: a network this short-trained
+# has no root of its step equations on some transitions, and a conformal bound refuses to
+# calibrate on those
 QUICK_SETS = [
     "data.trajectories=4",
     "data.heldout_trajectories=8",
     "data.steps=5",
     "episodes.steps=3",
+    "controller.max_iter=5",
 ]
 QUICK_DLNN = [
     "model.hidden=[8, 8]",
     "model.epochs=20",
     'model.bound="none"',
     'controller.tightening="none"',
+    'controller.tube="open_loop"',  # the default, the only one without tightening
 ]
 
 
