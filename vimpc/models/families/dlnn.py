@@ -57,20 +57,22 @@ generator is not called found because it fits: the symmetry residual of the fitt
 is a quadratic form in ``xi = (w, vec M)``, ``R(xi) = xi^T G xi`` (mean over pairs of
 ``((t0 + t1) / h)^2``, ``t0 = <M q0 + w, D1 L_d>``, ``t1 = <M q1 + w, D2 L_d>``), and the size
 of its terms is ``xi^T S xi`` (mean of ``(t0^2 + t1^2) / h^2``). On :data:`VERDICT_POINTS`
-pairs drawn from the data's box with a fixed seed (not the training draws) plus the data
-pairs, the generalised eigenproblem ``G v = lambda S v`` gives the learned Lagrangian's
+pairs drawn from the data's box with a fixed seed (not the training draws) and on the data
+pairs, the two sets weighing equally (each set's mean, so neither hides a failure on the
+other), the generalised eigenproblem ``G v = lambda S v`` gives the learned Lagrangian's
 near-symmetries: the directions whose relative residual ``sqrt(lambda)`` is at most the
 threshold ``SYMMETRY_RATIO`` times the relative DEL residual at the end of the warm-up (the
 DEL residual over the size of its terms on the training triples). A generator is *found*
-when (a) its own relative residual on these pairs is within that threshold, (b) the joint
+when (a) its own relative residual is within that threshold on the fresh pairs and on the
+data pairs (``ratio``: the larger, over the warm-up's relative DEL residual), (b) the joint
 training left the relative DEL residual within :data:`FIT_DEGRADATION` times the warm-up's
 (a network can bend itself to obey an absent symmetry, at the cost of its fit), and (c) it
 is identified: no more than K eigenvalues are within the threshold. With (a) and (b) but
 more than K, the learned Lagrangian is nearly invariant under a whole family of generators
 and the data do not pick this one: *ambiguous* (a FitWarning with the family's dimension).
 Otherwise it is *absent* (a FitWarning). ``info["symmetries"]`` holds each generator's
-``status``, ``ratio`` (its relative residual over the warm-up's relative DEL residual),
-``degradation`` and ``dimension``; ``info["learned_near_symmetries"]`` the spectrum (the
+``status``, ``ratio`` (and ``ratio_fresh``, ``ratio_data``), ``degradation`` and
+``dimension``; ``info["learned_near_symmetries"]`` the spectrum (the
 smallest relative residuals, the dimension and the threshold, and the near-symmetric
 generators), also for ``symmetries = 0``, where the threshold is ``SYMMETRY_RATIO`` times the
 final relative DEL residual: a property of the learned Lagrangian, reported, not a symmetry
@@ -187,10 +189,13 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
     lo, hi, dlo, dhi = P.min(0), P.max(0), steps.min(0), steps.max(0)
     q0 = lo + (hi - lo) * rng.random((VERDICT_POINTS, n))
     q1 = q0 + dlo + (dhi - dlo) * rng.random((VERDICT_POINTS, n))
-    q0 = np.vstack([q0, Q[:, :-1].reshape(-1, n)])
-    q1 = np.vstack([q1, Q[:, 1:].reshape(-1, n)])
-    D1, D2 = gradients(q0, q1)
-    G, S = symmetry_forms(D1, D2, q0 - centre, q1 - centre, h)
+    forms = []  # the fresh pairs', then the data pairs'
+    for a, b in ((q0, q1), (Q[:, :-1].reshape(-1, n), Q[:, 1:].reshape(-1, n))):
+        D1, D2 = gradients(a, b)
+        forms.append(symmetry_forms(D1, D2, a - centre, b - centre, h))
+    # the two sets weigh equally, so the many fresh pairs cannot hide a generator that
+    # fails where the data are, nor the data a failure over their region
+    G, S = 0.5 * (forms[0][0] + forms[1][0]), 0.5 * (forms[0][1] + forms[1][1])
     rho, V = generalised_spectrum(G, S)
     threshold = SYMMETRY_RATIO * reference
     dimension = int(np.sum(rho <= threshold))
@@ -211,14 +216,20 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
         "dimension": dimension,
         "threshold": float(threshold),
         "reference": float(reference),
-        "points": len(q0),
+        "points": {"fresh": VERDICT_POINTS, "data": int(Q.shape[0] * (Q.shape[1] - 1))},
         # the generators of the directions within the threshold (at least the smallest's)
         "generators": shown,
     }
+
+    def relative_residual(xi, G, S):
+        size = float(xi @ S @ xi)
+        return float(np.sqrt(max(xi @ G @ xi, 0.0) / size)) if size > 0 else 0.0
+
     entries = []
     for xi in np.asarray(generators, dtype=np.float64):
-        size = float(xi @ S @ xi)
-        relative = float(np.sqrt(max(xi @ G @ xi, 0.0) / size)) if size > 0 else 0.0
+        # a symmetry holds where the data are and over their region: the larger of the two
+        fresh, data = relative_residual(xi, *forms[0]), relative_residual(xi, *forms[1])
+        relative = max(fresh, data)
         w, M = in_data_coordinates(xi)
         small = relative <= threshold
         kept = degradation is not None and degradation <= FIT_DEGRADATION
@@ -230,6 +241,7 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
             "w": w.tolist(), "M": M.tolist(), "w_at_centre": (xi[:n] / np.linalg.norm(xi)).tolist(),
             "centre": np.asarray(centre).tolist(), "norm": float(np.linalg.norm(xi)),
             "relative_residual": relative, "ratio": relative / reference,
+            "ratio_fresh": fresh / reference, "ratio_data": data / reference,
             "degradation": degradation, "dimension": dimension, "status": status,
             "found": status == "found",
         })  # fmt: skip
