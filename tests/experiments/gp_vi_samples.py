@@ -513,8 +513,13 @@ def main(argv: list[str] | None = None) -> None:
     fewer = (
         f" (fewer than the script's default 7: the slowest fit of this run, "
         f"{slowest['system']} {slowest['coordinates']} at {slowest['samples']} samples, took "
-        f"{slowest['fit_s']:.3g} s; with {args.repeats} values the 10/90 percentiles "
-        "lie between the extremes and the median)"
+        f"{slowest['fit_s']:.3g} s; "
+        + (
+            f"with {args.repeats} values the 10/90 percentiles lie between the extremes and "
+            "the median)"
+            if args.repeats > 1
+            else "with one value the median and the 10/90 percentiles are that value)"
+        )
         if args.repeats < 7
         else ""
     )
@@ -557,7 +562,7 @@ def main(argv: list[str] | None = None) -> None:
     intro = f"""
 {reading}
 
-Setting: {args.repeats} dataset realisations{fewer} (param_seed {args.first}..{args.first + args.repeats - 1};
+Setting: {args.repeats} dataset realisation{"s" if args.repeats != 1 else ""}{fewer} (param_seed {args.first}..{args.first + args.repeats - 1};
 the paper used 100), GPVIModel restarts = {args.restarts} (the paper: 100 initial guesses;
 a fit whose every start failed was repeated once with {FALLBACK_RESTARTS} starts: {retried}
 such fits, {failed} failed also then and score inf), iterations = {iterations}, exact posterior.
