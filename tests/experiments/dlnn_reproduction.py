@@ -66,7 +66,15 @@ from matplotlib.figure import Figure
 from vimpc.errors import FitWarning, InputError, SolverError
 from vimpc.integrators import discrete_lagrangian
 from vimpc.models import _network_lagrangian as nl
-from vimpc.models.families.dlnn import DLNNModel
+from vimpc.models.families.dlnn import (
+    FIT_DEGRADATION,
+    SYMMETRY_RATIO,
+    DLNNModel,
+    generalised_spectrum,
+    network_gradients,
+    symmetry_forms,
+    symmetry_verdict,
+)
 from vimpc.models.families.lnn import LNNModel
 
 OUT = Path(__file__).parents[2] / "results" / "dlnn"
@@ -269,6 +277,13 @@ def fit_one(system_name: str, model_name: str, seed: int, args) -> tuple[dict, d
     e_ref, m_ref = true_quantities(system, system_name, X[:, :n], h)
     out["energy_ref"], out["momentum_ref"] = e_ref, m_ref
     row["I_spread"] = ""
+    if model_name != "LNN":  # the network, so the verdict can be recomputed without a refit
+        for i, (W, b) in enumerate(model.network_.layers):
+            out[f"net_W{i}"], out[f"net_b{i}"] = W, b
+        out["centre"] = np.asarray(model._centre)
+        row.update(activation=model.activation, negated=model.negated_,
+                   del_relative=model.del_relative_,
+                   del_relative_warmup=getattr(model, "del_relative_warmup_", None))  # fmt: skip
     if model_name == "SymDLNN":
         g = model.symmetries_[0]
         w, M = np.asarray(g["w"]), np.asarray(g["M"]).ravel()
@@ -276,7 +291,9 @@ def fit_one(system_name: str, model_name: str, seed: int, args) -> tuple[dict, d
         gen = gen / np.linalg.norm(gen)  # unit norm in the data's coordinates
         if system_name == "cart" and w[0] < 0 or system_name != "cart" and M @ ROTATION < 0:
             gen = -gen  # a generator's sign is arbitrary: shown with the answer's
-        row.update(found=g["found"], ratio=g["ratio"], degradation=g["degradation"],
+        out["xi_centred"] = np.asarray(model._xi)
+        row.update(found=g["found"], status=g["status"], ratio=g["ratio"],
+                   degradation=g["degradation"], dimension=g["dimension"],
                    xi_init=init_generator(seed, n).round(4).tolist(),
                    xi=gen.round(5).tolist(), **generator_goal(system_name, gen, n))  # fmt: skip
         if g["found"]:
@@ -339,8 +356,74 @@ MODEL_COLUMNS = ["system", "model", "seed", "epochs", "epochs_set", "stopped", "
                  "rmse_test", "diverged_at", "test_diverged_at", "true_momentum_drift",
                  "true_energy_drift", "learned_energy_spread", "I_spread",
                  "test_true_momentum_drift", "test_true_energy_drift", "scale"]  # fmt: skip
-SYM_COLUMNS = ["system", "seed", "epochs", "train_s", "xi_init", "xi", "found", "ratio",
-               "degradation", "w_error", "cosine", "M_norm", "angle_deg", "goal_met"]  # fmt: skip
+SYM_COLUMNS = ["system", "seed", "epochs", "train_s", "xi_init", "xi", "old_found",
+               "ratio_data", "degradation", "ratio_fresh", "ratio", "spectrum", "dimension",
+               "status",
+               "found", "w_error", "cosine", "M_norm", "angle_deg", "goal_met"]  # fmt: skip
+
+
+def stored_network(arrays: dict, activation: str) -> nl.Network | None:
+    count = sum(k.startswith("net_W") for k in arrays)
+    if not count:
+        return None
+    return nl.Network(tuple((arrays[f"net_W{i}"], arrays[f"net_b{i}"]) for i in range(count)),
+                      activation)  # fmt: skip
+
+
+def reverdict(records: list[tuple[dict, dict]]) -> None:
+    """The family's verdict recomputed from each DLNN/SymDLNN record's stored network (in
+    place): SymDLNN's generator (``status``, ``found``, ``ratio``, ``dimension``,
+    ``spectrum``) and, next to it, the earlier test on the same fit (``old_found``: the
+    residual ratio on the data pairs alone at most SYMMETRY_RATIO and the degradation at
+    most FIT_DEGRADATION, no identification); DLNN: the learned Lagrangian's near-symmetry
+    dimension. Records without a stored network are marked ``verdict = "not stored"``."""
+    for row, arrays in records:
+        if row["model"] == "LNN":
+            continue
+        net = stored_network(arrays, row.get("activation", "softplus"))
+        if net is None:
+            row["verdict"] = "not stored"
+            row.setdefault("old_found", row.get("found", ""))
+            continue
+        h = setup(row["system"], False)[1]
+        Q = np.asarray(arrays["obs"])[None]
+        grads = network_gradients(net.casadi_function("L_d"))
+        centre = np.asarray(arrays["centre"])
+        if row["model"] == "DLNN":
+            n = Q.shape[2]
+            _, spectrum = symmetry_verdict(grads, Q, h, np.zeros((0, n + n * n)), centre,
+                                           row["del_relative"])  # fmt: skip
+            row.update(verdict="recomputed", near_dimension=spectrum["dimension"],
+                       near_spectrum=[round(x, 4) for x in spectrum["relative_residuals"]])  # fmt: skip
+            continue
+        reference = row["del_relative_warmup"]
+        degradation = row["del_relative"] / reference
+        xi = np.asarray(arrays["xi_centred"])
+        (entry,), spectrum = symmetry_verdict(grads, Q, h, xi, centre, reference, degradation)
+        D1, D2 = grads(Q[0, :-1], Q[0, 1:])
+        G, S = symmetry_forms(D1, D2, Q[0, :-1] - centre, Q[0, 1:] - centre, h)
+        ratio_data = entry["ratio_data"]  # the earlier test's ratio, on the data pairs alone
+        row.update(verdict="recomputed", status=entry["status"], found=entry["found"],
+                   ratio=entry["ratio"], ratio_fresh=entry["ratio_fresh"],
+                   dimension=spectrum["dimension"],
+                   spectrum=[round(x / reference, 3) for x in spectrum["relative_residuals"]],
+                   ratio_data=ratio_data, degradation=degradation,
+                   old_found=bool(ratio_data <= SYMMETRY_RATIO
+                                  and degradation <= FIT_DEGRADATION))  # fmt: skip
+        # the data-pairs spectrum alone, for the text: how many directions the data pin down
+        row["data_dimension"] = int(np.sum(generalised_spectrum(G, S)[0]
+                                           <= SYMMETRY_RATIO * reference))  # fmt: skip
+
+
+def confusion(rows: list[dict], key: str) -> str:
+    """``found`` against ``goal_met`` as a markdown table (counts)."""
+    cells = {(f, g): sum(bool(r[key]) == f and bool(r["goal_met"]) == g for r in rows)
+             for f in (True, False) for g in (True, False)}  # fmt: skip
+    return "\n".join([
+        "| | goal met | goal not met |", "|---|---|---|",
+        f"| {key} | {cells[True, True]} | {cells[True, False]} |",
+        f"| not {key} | {cells[False, True]} | {cells[False, False]} |",
+    ])  # fmt: skip
 
 
 def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
@@ -387,16 +470,40 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
             )
     write_table(folder, "models", "DLNN, SymDLNN and LNN: prediction and conservation",
                 cmd, intro, rows, after="\n".join(lines) + "\n")  # fmt: skip
-    sym = [{k: r[k] for k in SYM_COLUMNS} for r, _ in records if r["model"] == "SymDLNN"]
+    reverdict(records)
+    sym = [{k: r.get(k, "") for k in SYM_COLUMNS} for r, _ in records
+           if r["model"] == "SymDLNN"]  # fmt: skip
     if sym:
         summary = []
         for s in SYSTEMS:
-            these = [r for r in sym if r["system"] == s]
+            these = [(r, a) for r, a in records if r["system"] == s and r["model"] == "SymDLNN"]
             if these:
+                rs = [r for r, _ in these]
+                status = {k: sum(r.get("status") == k for r in rs)
+                          for k in ("found", "ambiguous", "absent")}  # fmt: skip
+                stored = sum(r.get("verdict") == "recomputed" for r in rs)
+                dims = [r["data_dimension"] for r in rs if "data_dimension" in r]
                 summary.append(
-                    f"- {s}: found (family test) {sum(r['found'] for r in these)}/{len(these)}, "
-                    f"goal met {sum(r['goal_met'] for r in these)}/{len(these)}"
+                    f"- {s}: earlier test found {sum(bool(r['old_found']) for r in rs)}/"
+                    f"{len(rs)}; verdict: found {status['found']}, ambiguous "
+                    f"{status['ambiguous']}, absent {status['absent']} (recomputed from the "
+                    f"stored network for {stored}/{len(rs)}); goal met "
+                    f"{sum(r['goal_met'] for r in rs)}/{len(rs)}; near-symmetry dimension on "
+                    f"the verdict's pairs {[r.get('dimension', '') for r in rs]}, on the data "
+                    f"pairs alone {dims}"
                 )
+        dlnn = [r for r, _ in records if r["model"] == "DLNN" and "near_dimension" in r]
+        if dlnn:
+            summary.append(
+                "- DLNN (no generator trained), the learned Lagrangian's near-symmetry "
+                "dimension against its final relative DEL residual: "
+                + "; ".join(
+                    f"{r['system']} seed {r['seed']}: {r['near_dimension']}" for r in dlnn
+                )  # fmt: skip
+            )
+        summary += ["", "Earlier test against the goal (all SymDLNN fits):", "",
+                    confusion(sym, "old_found"), "", "The verdict against the goal:", "",
+                    confusion(sym, "found")]  # fmt: skip
         after = (
             "\nxi = (w, vec M) row-major, unit norm, in the data's coordinates, sign chosen "
             "to match the answer (cart: w_x > 0; Kepler: positive overlap with the rotation). "
@@ -406,11 +513,22 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
             "-7.8e-6, -3.6e-5) from (1.5, 0.5, -0.1, 0.1, -0.1, 0.1); Kepler (0.057, 0.077, "
             "0.074, 0.814, -0.568, -0.019), noisy (0.064, 0.079, 0.047, 0.814, -0.569, 0.005), "
             "both from near the answer. `xi_init`: the family's random start (about the "
-            "data's mean position). `found`: the family's test (residual ratio <= 10, DEL "
-            "degradation <= 3). The symmetry residual's pairs per epoch are in each fit's "
-            "command (`--symmetry-points`; the family's 256 when absent).\n\n"
-            + "\n".join(summary)
-            + "\n"
+            "data's mean position). `old_found`: the earlier test, on the data pairs alone "
+            f"(`ratio_data` <= SYMMETRY_RATIO = {SYMMETRY_RATIO}, `degradation` <= "
+            f"FIT_DEGRADATION = {FIT_DEGRADATION}). `status` / `found`: the family's verdict "
+            "recomputed from the stored network (vimpc.models.families.dlnn.symmetry_verdict): "
+            "the generator's relative residual over the warm-up's relative DEL residual on "
+            "VERDICT_POINTS fresh pairs from the data's box (`ratio_fresh`) and on the data "
+            "pairs (`ratio_data`), the larger (`ratio`) at most SYMMETRY_RATIO, "
+            "`degradation` at most FIT_DEGRADATION, and `dimension` (the number of generalised eigenvalues of the symmetry residual whose "
+            "relative residual is within SYMMETRY_RATIO x the warm-up's relative DEL "
+            "residual, the two sets of pairs weighing equally) at most the number of "
+            "generators, 1; otherwise `ambiguous` (dimension "
+            "> 1) or `absent`. `spectrum`: the smallest relative residuals over the warm-up's "
+            "relative DEL residual (a direction counts when <= SYMMETRY_RATIO). The "
+            "thresholds are the family's constants, not chosen on these fits. The symmetry "
+            "residual's pairs per epoch are in each fit's command (`--symmetry-points`; "
+            "the family's default when absent).\n\n" + "\n".join(summary) + "\n"
         )
         write_table(folder, "symmetries", "SymDLNN: the learned generator",
                     cmd, "One generator per fit, random "
@@ -499,7 +617,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kepler-epochs", type=int, default=4000)
     ap.add_argument("--hidden", nargs="+", type=int, default=[128, 128, 128])
     ap.add_argument("--symmetry-points", type=int, default=None,
-                    help="SymDLNN's symmetry_points (default: the family's, 256)")  # fmt: skip
+                    help="SymDLNN's symmetry_points (default: the family's)")  # fmt: skip
     ap.add_argument("--budget", type=float, default=300.0,
                     help="training seconds per model (the family's time_budget)")  # fmt: skip
     ap.add_argument("--report-only", action="store_true",
