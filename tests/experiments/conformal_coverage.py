@@ -193,11 +193,11 @@ def _level_rows(name, cfg, env, train, calibration, test, horizon, delta) -> lis
     if name == GP_SCENARIO:
         family = scenario.build_family(cfg, env.nominal_system)
         family.fit(train, calibration)
-        model_name, scales = "gp_vi", ("constant", "spread", "state")
+        model_name, scales = "gp_vi", ("constant", "spread", "state", "auto")
     else:
         family = NominalModel(env.nominal_system, env.dt, bound="conformal", delta=delta)
         family.fit(train, calibration)
-        model_name, scales = "nominal", ("constant", "state")
+        model_name, scales = "nominal", ("constant", "state", "auto")
     rows = []
     for level in ("step", "horizon"):
         reference: dict[str, np.ndarray] = {}
@@ -223,6 +223,7 @@ def _level_rows(name, cfg, env, train, calibration, test, horizon, delta) -> lis
                     "scenario": name,
                     "model": model_name,
                     "scale": scale,
+                    "chosen": bound.figures.get("scale_chosen", scale),
                     "level": level,
                     "horizon": horizon,
                     "delta": delta,
@@ -326,13 +327,15 @@ def _level_outputs(
     right.legend(fontsize=8)
     fig.savefig(out / "levels.png", dpi=110, bbox_inches="tight")
 
+    shipped = ", the shipped scenarios' value" if delta == LEVEL_DELTA else ""
     intro = (
-        f"delta = {delta}, the shipped scenarios' value. Each scenario's model is calibrated "
+        f"delta = {delta}{shipped}. Each scenario's model is calibrated "
         "on the first half of its held-out trajectories with each bound scale: `constant` "
         "(per-entry RMS of the training errors), `state` (max(a + b abs(v) + c abs(u), "
         "floor) per entry by non-negative least squares on the training errors, floor 0.1 "
         "times the entry's mean absolute training error) and, for the GP-VI model, "
-        "`spread` (its posterior standard deviation); at each level: `step` (delta per "
+        "`spread` (its posterior standard deviation), and `auto`, the narrowest of these at "
+        "equal coverage measured on the training data (`chosen`); at each level: `step` (delta per "
         "transition) and `horizon` (delta for all `horizon` consecutive errors at once; "
         "`calibrated by` names the calibration chosen on the training scores: `windows`, "
         "the largest normalised error over one window of `horizon` steps per calibration "
