@@ -18,7 +18,7 @@ clock and CPU time of the calling thread (the CPU time leaves out waits for a co
 other processes on the machine hold), of the exported model (MX, the network's derivatives
 in closed form: ``vimpc.models._network_lagrangian.midpoint_model``), of that model as
 written at git revision ``--before`` (its module loaded from git, "before"; default the
-revision before the exported step's dense products went to CASADi's BLAS plugins) and of
+revision before the exported step's dense products went to CasADi's BLAS plugins) and of
 the reference both replaced (the ``VariationalIntegrator`` of the same Lagrangian on SX,
 the network expanded into scalar operations; ``--no-reference`` skips it: its order-2
 build takes minutes), with the nominal model (the true cart-pendulum's midpoint
@@ -62,7 +62,7 @@ from _dlnn_systems import CART, cart_data  # noqa: E402  (the paper's data, shar
 H, STEPS = CART["h"], CART["steps"]
 #: the project's target for the exported DLNN step [ms]
 STEP_MS = 1.0
-#: the revision before the exported step's dense products went to CASADi's BLAS plugins
+#: the revision before the exported step's dense products went to CasADi's BLAS plugins
 BEFORE = "63aa246"
 MODULE = "vimpc/models/_network_lagrangian.py"
 NO_COSTS = {"step_jac_ms": float("nan"), "residual_ms": float("nan"),

@@ -435,8 +435,14 @@ def midpoint_model(
     scalar operations, and with each network evaluation shared where the integrator's
     separate functions repeat it: the momentum at ``x`` is computed once outside the Newton
     loop, the acceptance test reuses the momentum, energy and mass matrix of ``x`` and of
-    the root. ``tests/test_dlnn.py`` and ``tests/test_lnn.py`` check step, residual and
-    energy (values and Jacobians) against the integrator's to 1e-10."""
+    the root. The dense products run on CasADi's BLAS plugins (:func:`_blas`; ``info``'s
+    ``dense_products`` names them) and each function holds each hidden-to-hidden weight
+    once (:func:`layer_weights`). ``tests/test_dlnn.py`` and ``tests/test_lnn.py`` check
+    step, residual and energy (values and Jacobians) against the integrator's to 1e-10,
+    ``tests/test_network_step.py`` the plugins against CasADi's reference kernel. Measured
+    (``tests/benchmarks/bench_dlnn.py``, cart-pendulum, 3x128 softplus, order 0, shared
+    2-core machine): 0.54 ms per step (median; 1.84 ms before the plugins and the shared
+    weights, in the same run)."""
     from vimpc.integrators import VariationalIntegrator, _newton
     from vimpc.integrators.discrete_lagrangians import discrete_forces
     from vimpc.integrators.variational import ENERGY_JUMP
