@@ -3,7 +3,7 @@ model, in the same run.
 
 Run from the repository root::
 
-    python tests/benchmarks/bench_dlnn_mpc.py [--seeds 100 101 102 103 104] [--steps 40]
+    python tests/benchmarks/bench_dlnn_mpc.py [--seeds 100 101 102 103 104] [--steps 20]
 
 The scenario ``scenarios/cartpole_dlnn_balance.toml`` (horizon 20, dt 0.05 s, the tube of
 a conformal bound on the rail, true perturbed cart-pole with friction and observation
@@ -66,7 +66,7 @@ MEDIAN_MS = 5.0
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102, 103, 104])
-    parser.add_argument("--steps", type=int, default=40, help="closed-loop steps per seed")
+    parser.add_argument("--steps", type=int, default=20, help="closed-loop steps per seed")
     parser.add_argument(
         "--configs", nargs="+", default=DEFAULT_CONFIGS, choices=list(CONFIGS), metavar="CONFIG",
         help=f"solver rows to time (default: the first four of {list(CONFIGS)})",
