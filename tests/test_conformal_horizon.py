@@ -489,6 +489,10 @@ def test_episode_metrics_report_coverage_per_step_and_per_horizon():
     s = summarize([m, short], [_episode(obs, inputs, 3), _episode(obs[:3], inputs[:2], 3)])
     assert s["horizon_coverage_mean"] == 0.5 and s["horizon_coverage_min"] == 0.5
     assert s["coverage_horizon"] == 3 and s["coverage_mean"] == pytest.approx(0.9)
+    # episodes all shorter than the horizon: no window, no line in the summary
+    none = summarize([short], [_episode(obs[:3], inputs[:2], 3)])
+    assert none["coverage_horizon"] == 3 and "horizon_coverage_min" not in none
+    assert "windows" not in summary_table(none)
     line = next(x for x in summary_table(s).splitlines() if "3-step windows" in x)
     assert line.strip().startswith("bound coverage (3-step windows)")
     assert line.endswith("mean 0.500, worst episode 0.500 (every error of the window inside)")

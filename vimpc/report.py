@@ -159,7 +159,7 @@ def summary_table(
                 f"mean {summary['coverage_mean']:.3f}, worst episode {summary['coverage_min']:.3f}",
             )
         )
-    if "horizon_coverage_mean" in summary:
+    if "horizon_coverage_min" in summary:  # absent: no episode as long as the horizon
         rows.append(
             (
                 f"bound coverage ({summary['coverage_horizon']}-step windows)",

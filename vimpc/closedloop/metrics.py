@@ -278,9 +278,10 @@ def summarize(
     if coverages:
         out["coverage_min"] = float(min(coverages))
     per_horizon = [m["horizon_coverage"] for m in per_episode if "horizon_coverage" in m]
-    if per_horizon and np.any(np.isfinite(per_horizon)):
-        out["horizon_coverage_min"] = float(np.nanmin(per_horizon))
+    if per_horizon:
         out["coverage_horizon"] = int(max(m["coverage_horizon"] for m in per_episode))
+        if np.any(np.isfinite(per_horizon)):  # NaN: every episode shorter than the horizon
+            out["horizon_coverage_min"] = float(np.nanmin(per_horizon))
     out["max_constraint_residual"] = float(max(m["max_constraint_residual"] for m in per_episode))
     out["solve_time_median_ms"] = float(np.median(times_ms))
     out["solve_time_p95_ms"] = float(np.percentile(times_ms, 95))
