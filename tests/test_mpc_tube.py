@@ -533,15 +533,6 @@ SAFE = "scenarios/cartpole_safe.toml"
         (["controller.tube_Q=[1.0, 1.0]"], "controller.tube_Q must have 4 entries"),
         (['controller.tube="feedback"', "controller.tube_R=[0.0]"], "controller.tube_R"),
         (
-            ["controller.tube_R=[1.0]"],
-            "controller.tube_R = [1.0] applies only to controller.tube = 'feedback', got "
-            "'open_loop'",
-        ),
-        (
-            ['controller.tube="feedback"', 'controller.tightening="none"'],
-            "controller.tube = 'feedback' applies only with controller.tightening = 'tube'",
-        ),
-        (
             ['controller.tube="feedback"', "controller.tube_lipschitz=2.0"],
             "controller.tube_lipschitz = 2.0 applies only to controller.tube = 'open_loop'",
         ),
@@ -555,6 +546,25 @@ def test_scenario_tube_keys_are_checked_on_load(overrides, message):
         load_scenario(SAFE, overrides)
     cfg = load_scenario(SAFE, ['controller.tube="feedback"', "controller.tube_R=[1.0]"])
     assert (cfg["controller"]["tube"], cfg["controller"]["tube_R"]) == ("feedback", [1.0])
+
+
+def test_overrides_that_turn_the_feedback_tube_off_leave_its_settings_unused():
+    from vimpc.pipeline import _tube_options
+    from vimpc.scenario import load_scenario
+
+    feedback = ['controller.tube="feedback"', 'controller.tube_errors="gaussian"']
+    feedback += ["controller.tube_R=[1.0]"]
+    cfg = load_scenario(SAFE, feedback)
+    assert _tube_options(cfg["controller"]) == {
+        "tube": "feedback",
+        "tube_Q": None,
+        "tube_R": [1.0],
+        "tube_errors": "gaussian",
+    }
+    off = load_scenario(SAFE, [*feedback, 'controller.tightening="none"'])
+    assert _tube_options(off["controller"]) == {}
+    open_loop = load_scenario(SAFE, [*feedback, 'controller.tube="open_loop"'])
+    assert _tube_options(open_loop["controller"]) == {"tube": "open_loop"}
 
 
 def test_empty_tube_steps_are_counted_per_episode_and_pooled():

@@ -396,15 +396,23 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
             time_budget=ccfg["time_budget"],
             jit=ccfg["jit"],
             tightening=ccfg["tightening"],
-            tube=ccfg["tube"],
-            tube_Q=ccfg["tube_Q"],
-            tube_R=ccfg["tube_R"],
-            tube_errors=ccfg["tube_errors"],
             tube_lipschitz=ccfg["tube_lipschitz"],
+            **_tube_options(ccfg),
             obs_names=env.obs_names,
         )
     except VimpcError as exc:
         raise ConfigError(f"controller: {exc}") from None
+
+
+def _tube_options(ccfg: dict[str, Any]) -> dict[str, Any]:
+    """The tube's settings that apply: a scenario keeps its tube settings when an override
+    turns the tube off (``controller.tightening = "none"``) or makes it open loop."""
+    if ccfg["tightening"] != "tube":
+        return {}
+    if ccfg["tube"] != "feedback":
+        return {"tube": ccfg["tube"]}
+    keys = ("tube", "tube_Q", "tube_R", "tube_errors")
+    return {key: ccfg[key] for key in keys}
 
 
 def success_test(cfg: dict[str, Any]):

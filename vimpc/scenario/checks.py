@@ -146,30 +146,11 @@ def check(cfg: dict[str, Any]) -> None:
         raise ConfigError(
             "controller.tube_lipschitz applies only with controller.tightening = 'tube'"
         )
-    if ctrl["tube"] != "open_loop" and ctrl["tightening"] != "tube":
-        raise ConfigError(
-            f"controller.tube = {ctrl['tube']!r} applies only with controller.tightening = "
-            f"'tube', got {ctrl['tightening']!r}; set controller.tightening = 'tube' or drop "
-            "controller.tube"
-        )
     if ctrl["tube_lipschitz"] is not None and ctrl["tube"] != "open_loop":
         raise ConfigError(
             f"controller.tube_lipschitz = {ctrl['tube_lipschitz']} applies only to "
             f"controller.tube = 'open_loop', got {ctrl['tube']!r}"
         )
-    if ctrl["tube_errors"] != "box" and ctrl["tube"] != "feedback":
-        raise ConfigError(
-            f"controller.tube_errors = {ctrl['tube_errors']!r} applies only to controller.tube = "
-            f"'feedback', got {ctrl['tube']!r}; drop controller.tube_errors or set "
-            "controller.tube = 'feedback'"
-        )
-    for key in ("tube_Q", "tube_R"):
-        if ctrl[key] is not None and ctrl["tube"] != "feedback":
-            raise ConfigError(
-                f"controller.{key} = {ctrl[key]!r} applies only to controller.tube = "
-                f"'feedback', got {ctrl['tube']!r}; drop controller.{key} or set "
-                "controller.tube = 'feedback'"
-            )
     if cost["energy_weight"] > 0:
         if "energy" not in fields:
             raise ConfigError(

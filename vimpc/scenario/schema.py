@@ -221,22 +221,25 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "tube": Setting(
             str,
             "open_loop",
-            "with `tightening = 'tube'`: `open_loop` (the planned inputs as they are, the "
-            "error in a box) or `feedback` (an LQR feedback on the plan's linearisation, the "
-            "error in an ellipsoid, the inputs tightened by the feedback's share)",
+            "read only with `tightening = 'tube'`: `open_loop` (the planned inputs as they "
+            "are, the error in a box) or `feedback` (an LQR feedback on the plan's "
+            "linearisation, the error in an ellipsoid, the inputs tightened by the feedback's "
+            "share)",
             choices=("open_loop", "feedback"),
         ),
         "tube_Q": Setting(
             list,
             None,
-            "the feedback tube's LQR weights on the observation (diagonal; default the cost's Q)",
+            "the feedback tube's LQR weights on the observation (diagonal; default the cost's "
+            "Q; read only with `tube = 'feedback'`)",
             items=float,
             rule=NONNEGATIVE,
         ),
         "tube_R": Setting(
             list,
             None,
-            "the feedback tube's LQR weights on the input (diagonal; default the cost's R)",
+            "the feedback tube's LQR weights on the input (diagonal; default the cost's R; "
+            "read only with `tube = 'feedback'`)",
             items=float,
             rule=POSITIVE,
         ),
@@ -245,7 +248,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "box",
             "the feedback tube's reading of the bound: `box` (every error in it) or `gaussian` "
             "(quantiles of independent Gaussian errors; each row held with probability "
-            "1 - delta per stage, as in cautious GP-MPC)",
+            "1 - delta per stage, as in cautious GP-MPC; read only with `tube = 'feedback'`)",
             choices=("box", "gaussian"),
         ),
         "tube_lipschitz": Setting(
