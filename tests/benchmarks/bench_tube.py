@@ -127,6 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     notes = f"""
 `scenarios/cartpole_safe.toml`, its fitted model (nominal midpoint, conformal bound, delta
 {model.delta}), seeds {args.seeds}, {steps} steps each, episodes interleaved across the rows.
+The scenario's tube: `tube = "{cfg["controller"]["tube"]}"`, `tube_errors =
+"{cfg["controller"]["tube_errors"]}"` (for the feedback tube the tube's time includes the
+LQR's Riccati recursion along the plan). Times are wall times on a shared machine: compare
+rows of one table, made under the load average above.
 "tube, bound x 1e-9" computes and passes the tube exactly as "tube" does, from a bound
 scaled to nothing, so its NLP is the untightened one: the difference to "none" is the cost
 of the tube's computation and parameters; the difference between "tube" and it is the
