@@ -167,20 +167,17 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
             raise InputError(f"jit must be True or False, got {jit!r}")
 
         self._nominal = self.system_type(**self._params_override)
-        rng = np.random.default_rng(self._param_seed)
-        # perturbation first, so the masses do not depend on whether friction is given
-        perturbed = self._nominal.perturbed(self._perturbation, rng)
-        drawn = rng.uniform(0.0, np.asarray(self.friction_max, dtype=np.float64))
-        if friction is None:
-            coefficients = drawn
-        else:
+        self._friction_given = None
+        if friction is not None:
             coefficients = _checks.finite_vector("friction", friction, self._nominal.n_rates)
             if np.any(coefficients < 0.0):
                 raise InputError(
                     f"friction must be >= 0 (viscous coefficients, one per rate "
                     f"{self._rate_units()}), got {coefficients.tolist()}"
                 )
-        self._true = perturbed.with_params(friction=coefficients)
+            self._friction_given = coefficients
+        self._jit = bool(jit)
+        self._true = self._draw_plant(self._param_seed)
 
         system = self._true
         self._nq, self._nv = system.nq, system.nv
@@ -192,17 +189,57 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
         self._action_low, self._action_high = -limit, limit.copy()
         self.metadata = {**type(self).metadata, "render_fps": 1.0 / self._dt}
 
-        # One CasADi call per step: the flow over dt, the constraint residual after it and
-        # the integrator's own residual (a Newton failure check that also holds compiled).
-        self._step_fn, self._compiled = _truth.step_function(
-            system, self._dt, self._substep, self._substeps, jit=bool(jit)
-        )
-        self._residual_fn = _truth.constraint_residual_function(system)
+        self._build_step(system)
 
         self._x: np.ndarray | None = None  # set by reset
         self._residual = 0.0
         self._steps = 0
         self._renderer = None
+
+    # -- the plant ---------------------------------------------------------------------
+    def _draw_plant(self, param_seed: int) -> MechanicalSystem:
+        """The true system of ``param_seed``: masses and inertias within the perturbation,
+        friction drawn (or the given one)."""
+        rng = np.random.default_rng(param_seed)
+        # perturbation first, so the masses do not depend on whether friction is given
+        perturbed = self._nominal.perturbed(self._perturbation, rng)
+        drawn = rng.uniform(0.0, np.asarray(self.friction_max, dtype=np.float64))
+        coefficients = drawn if self._friction_given is None else self._friction_given
+        return perturbed.with_params(friction=coefficients)
+
+    def _build_step(self, system: MechanicalSystem) -> None:
+        # One CasADi call per step: the flow over dt, the constraint residual after it and
+        # the integrator's own residual (a Newton failure check that also holds compiled).
+        self._step_fn, self._compiled = _truth.step_function(
+            system, self._dt, self._substep, self._substeps, jit=self._jit
+        )
+        self._residual_fn = _truth.constraint_residual_function(system)
+
+    @property
+    def param_seed(self) -> int:
+        """The seed the true system's perturbation and friction were drawn from."""
+        return self._param_seed
+
+    @property
+    def draws_plants(self) -> bool:
+        """Whether another ``param_seed`` gives another true system: a perturbation above 0,
+        or friction drawn from a range above 0."""
+        drawn = self._friction_given is None and any(f > 0 for f in self.friction_max)
+        return self._perturbation > 0.0 or drawn
+
+    def set_plant(self, param_seed: int) -> None:
+        """Make the true system the one ``param_seed`` draws (within the same perturbation
+        and friction ranges, or with the given friction), as if the env had been built with
+        it; the state is cleared, so :meth:`reset` comes next. Used to draw the plant per
+        episode."""
+        if isinstance(param_seed, bool) or not isinstance(param_seed, (int, np.integer)):
+            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
+        if param_seed < 0:
+            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
+        self._param_seed = int(param_seed)
+        self._true = self._draw_plant(self._param_seed)
+        self._build_step(self._true)
+        self._x = None
 
     # -- arguments ---------------------------------------------------------------------
     def _check_params(self, params: Mapping[str, float] | None) -> dict[str, float]:

@@ -89,6 +89,44 @@ def _obtain_model(cfg, env, args, log):
     return source
 
 
+def _model_record(source, pipeline, fit_cfg) -> dict:
+    """What the run records of one fit's model (the manifest's ``model``, ``fits``)."""
+    from vimpc import report
+
+    path = None if source.path is None else str(source.path)
+    info = source.model.info
+    return {
+        "path": path,
+        "sha256": None if path is None else pipeline.file_digest(path),
+        "fitted_now": source.report is not None and not source.reused,
+        "reused_cached_fit": source.reused,
+        "fit": source.report,
+        "delta": source.model.delta,
+        "data_seed": fit_cfg["data"]["seed"],
+        "heldout_seed": fit_cfg["data"]["heldout_seed"],
+        "data_box": info.get("data_box"),
+        "bound_holds_only_on": report.bound_holds_only_on(info.get("bound")),
+    }
+
+
+def _obtain_models(cfg, env, args, log) -> list[dict]:
+    """The records of the run's ``data.fits`` models, each obtained (and its fit summary
+    printed) as :func:`_obtain_model` does."""
+    from vimpc import pipeline
+
+    fits = cfg["data"]["fits"]
+    out = []
+    for k in range(fits):
+        fit_cfg = pipeline.fit_config(cfg, k)
+        if fits > 1:
+            log(
+                f"fit {k} of {fits} (data.seed = {fit_cfg['data']['seed']}, "
+                f"data.heldout_seed = {fit_cfg['data']['heldout_seed']}):"
+            )
+        out.append(_model_record(_obtain_model(fit_cfg, env, args, log), pipeline, fit_cfg))
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from vimpc import scenario
     from vimpc.scenario.catalog import find_scenario
@@ -291,7 +329,11 @@ def _check_same_run(stage: Path, manifest: dict, cfg, pipeline) -> None:
             "follow from its configuration (episodes.seed, episodes.count); the folder was "
             "edited, so it cannot be resumed"
         )
-    model = manifest.get("model")
+    for model in manifest.get("fits") or [manifest.get("model")]:
+        _check_same_model(model, pipeline)
+
+
+def _check_same_model(model, pipeline) -> None:
     if model is not None and model.get("path") is not None:
         path = Path(model["path"])
         if not path.is_file():
@@ -360,19 +402,15 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     env = pipeline.build_env(cfg)
     model_info = manifest["model"]
     if model_info is None:
-        source = _obtain_model(cfg, env, args, print)
-        path = None if source.path is None else str(source.path)
-        model_info = {
-            "path": path,
-            "sha256": None if path is None else pipeline.file_digest(path),
-            "fitted_now": source.report is not None and not source.reused,
-            "reused_cached_fit": source.reused,
-            "fit": source.report,
-            "delta": source.model.delta,
-        }
+        records = _obtain_models(cfg, env, args, print)
+        model_info = records[0]
         manifest["model"] = model_info
+        if len(records) > 1:
+            manifest["fits"] = records
         _run_dir.write_manifest(stage_dir, manifest)
-    path = model_info["path"]
+    records = manifest.get("fits") or [model_info]
+    # one model file per fit; episode k uses fit k mod data.fits
+    path = [r["path"] for r in records] if len(records) > 1 else model_info["path"]
     count, steps = manifest["episodes"], cfg["episodes"]["steps"]
     seeds = manifest["seeds"]
     missing = sorted(set(range(count)) - set(_run_dir.finished(stage_dir, count)))
@@ -410,6 +448,7 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
                 cfg,
                 path,
                 [seeds[k] for k in missing],
+                fits=[k % len(records) for k in missing],
                 workers=workers,
                 on_step=(lambda: bar.update()) if workers == 1 else None,
                 on_episode=(lambda steps: bar.update(steps)) if workers > 1 else None,
@@ -421,12 +460,21 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     trajectories = [traj for traj, _ in kept]
     per_episode = [m for _, m in kept]
     summary = summarize(per_episode, trajectories, env.safety_limits)
+    summary.update(report.data_region_flags(summary, records))
 
     write_atomic(
         stage_dir / "versions.json", json.dumps(_versions(), indent=2) + "\n", overwrite=True
     )
     if plots:
-        report.run_figures(cfg, runner, trajectories, stage_dir)
+        report.run_figures(
+            cfg,
+            runner,
+            trajectories,
+            stage_dir,
+            per_episode=per_episode,
+            seeds=seeds,
+            holds_only_on=summary.get("bound_holds_only_on"),
+        )
     sessions = manifest["sessions"]
     ran = [s for s in sessions if s.get("episodes_run")] or [session]
     processes = max(s["processes"] for s in ran)
@@ -438,6 +486,7 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
         **summary,
         "outcome": "all solves failed" if all_failed else "complete",
         "model": model_info,
+        **({"fits": records} if len(records) > 1 else {}),
         "per_episode": per_episode,
         "seeds": seeds,
         # the solve times were measured with this many episode processes at once

@@ -199,6 +199,10 @@ def cache_key(cfg: dict[str, Any]) -> str:
     """Hash of everything a fit depends on: the env, the data settings (and the contents of
     data files), the model settings, the vimpc version and :data:`FIT_GENERATION`."""
     data = dict(cfg["data"])
+    # one fit's data and model do not depend on how many fits a run makes, nor on the
+    # plants its episodes draw: a fit cached before these keys existed stays valid
+    data.pop("fits", None)
+    env = {k: v for k, v in cfg["env"].items() if k != "plant"}
     for key in ("path", "heldout_path"):
         if data[key] is not None:
             data[key + "_sha256"] = _file_digest(data[key])
@@ -207,7 +211,7 @@ def cache_key(cfg: dict[str, Any]) -> str:
         {
             "vimpc": __version__,
             "generation": FIT_GENERATION,
-            "env": cfg["env"],
+            "env": env,
             "data": data,
             "model": cfg["model"],
         },
@@ -255,12 +259,50 @@ def obtain_model(
         raise ConfigError(f"fitting model.family = {mcfg['family']!r}: {exc}") from exc
     model = family.discrete_model()
     report = fit_report(model, train, calibration, validation, family.fit_time_)
-    model = replace(model, info={**model.info, "fit": report, "cache_key": key})
+    info = {**model.info, "fit": report, "cache_key": key, "data_box": data_box(train, calibration)}
+    model = replace(model, info=info)
     try:
         save(model, target, overwrite=refit)
     except FileExistsError:  # a concurrent run cached the same fit meanwhile
         pass
     return ModelSource(load(target), target, report)
+
+
+def data_box(*datasets: Dataset) -> dict[str, Any]:
+    """The box the model was trained and calibrated on: the per-entry min and max of the true
+    states ``(q, v)`` of ``datasets`` (the observation's coordinates)."""
+    states = np.concatenate([d.states.reshape(-1, d.states.shape[-1]) for d in datasets])
+    return {
+        "low": states.min(axis=0).tolist(),
+        "high": states.max(axis=0).tolist(),
+        "of": "true states of the training and calibration data",
+    }
+
+
+def fit_config(cfg: dict[str, Any], k: int) -> dict[str, Any]:
+    """The configuration of fit ``k`` of ``data.fits``: its own data seeds
+    (:func:`vimpc.scenario.specs.fit_seeds`) and one fit, so fit 0 is the scenario's single
+    fit (the same cache entry)."""
+    from vimpc.scenario.specs import fit_seeds
+
+    seed, heldout = fit_seeds(cfg["data"], k)
+    return {**cfg, "data": {**cfg["data"], "seed": seed, "heldout_seed": heldout, "fits": 1}}
+
+
+def obtain_models(
+    cfg: dict[str, Any],
+    env,
+    *,
+    refit: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[ModelSource]:
+    """The scenario's ``data.fits`` models (:func:`obtain_model` of each
+    :func:`fit_config`), in fit order."""
+    out = []
+    for k in range(cfg["data"].get("fits", 1)):
+        out.append(obtain_model(fit_config(cfg, k), env, refit=refit, progress=progress, log=log))
+    return out
 
 
 def build_model(cfg: dict[str, Any], env) -> DiscreteModel:
@@ -452,36 +494,66 @@ class EpisodeRunner:
 
     Built the same way in the parent (serial runs) and in every worker process, from the
     configuration and the model file, so an episode gives the same numbers wherever it runs.
+    ``model_path`` is one file (or ``None``: built from the scenario), or one per fit of
+    ``data.fits``; the models and controllers of the fits are built when first used.
+    ``model`` and ``controller`` are fit 0's.
     """
 
-    def __init__(self, cfg: dict[str, Any], model_path: str | None) -> None:
-        from vimpc.model_file import load
-
+    def __init__(
+        self, cfg: dict[str, Any], model_path: str | Path | None | Sequence[str | None]
+    ) -> None:
         self.cfg = cfg
-        self.env = build_env(cfg)
-        if model_path is not None:
-            self.model = load(model_path)
+        if isinstance(model_path, (list, tuple)):
+            self._paths = [None if p is None else str(p) for p in model_path]
         else:
-            self.model = build_family(cfg, self.env.nominal_system).discrete_model()
-        self.controller = build_controller(cfg, self.model, self.env)
+            self._paths = [None if model_path is None else str(model_path)]
+        self.env = build_env(cfg)
+        self._fits: dict[int, tuple[DiscreteModel, Any]] = {}
+        self.model, self.controller = self.fit(0)
         self.success = success_test(cfg)
 
-    def run(self, seed: int, on_step: Callable[[int], None] | None = None):
-        """One episode from ``seed``: ``(trajectory, metrics)``."""
-        from vimpc.closedloop import episode_metrics, run_episode
+    def fit(self, k: int) -> tuple[DiscreteModel, Any]:
+        """``(model, controller)`` of fit ``k``."""
+        from vimpc.model_file import load
 
+        if not 0 <= k < len(self._paths):
+            raise ConfigError(f"fit {k} does not exist: this run has {len(self._paths)} fits")
+        if k not in self._fits:
+            path = self._paths[k]
+            if path is not None:
+                model = load(path)
+            else:
+                model = build_family(self.cfg, self.env.nominal_system).discrete_model()
+            self._fits[k] = (model, build_controller(self.cfg, model, self.env))
+        return self._fits[k]
+
+    def run(self, seed: int, on_step: Callable[[int], None] | None = None, fit: int = 0):
+        """One episode from ``seed`` with the model of fit ``fit``: ``(trajectory,
+        metrics)``. With ``env.plant = "per_episode"`` the env's true plant is first drawn
+        from :func:`vimpc.scenario.specs.plant_seed` of the episode's seed. The metrics
+        record the fit, the plant's ``param_seed`` and, for a model that records the box of
+        its data, the share of steps outside it."""
+        from vimpc.closedloop import episode_metrics, run_episode
+        from vimpc.scenario.specs import plant_seed
+
+        model, controller = self.fit(fit)
+        if self.cfg["env"].get("plant", "fixed") == "per_episode":
+            self.env.set_plant(plant_seed(self.cfg["env"]["kwargs"].get("param_seed", 0), seed))
         cost = self.cfg["controller"]["cost"]
         traj = run_episode(
-            self.env, self.controller, self.cfg["episodes"]["steps"], seed, on_step=on_step
+            self.env, controller, self.cfg["episodes"]["steps"], seed, on_step=on_step
         )
         metrics = episode_metrics(
             traj,
             success=self.success,
             periodic=tuple(cost["periodic"]),
-            tracked=np.flatnonzero(np.diag(self.controller.cost.Q)).tolist(),
-            model=self.model,
-            safety=self.controller.safety_function,
+            tracked=np.flatnonzero(np.diag(controller.cost.Q)).tolist(),
+            model=model,
+            safety=controller.safety_function,
+            data_box=model.info.get("data_box"),
         )
+        metrics["fit"] = int(fit)
+        metrics["plant_seed"] = int(self.env.param_seed)
         return traj, metrics
 
 
@@ -504,7 +576,7 @@ def _end_workers(pool) -> None:
         process.join(timeout=5)
 
 
-def _init_worker(cfg: dict[str, Any], model_path: str | None) -> None:
+def _init_worker(cfg: dict[str, Any], model_path) -> None:
     """Build the worker's runner; Ctrl-C is left to the parent, which ends the workers. An
     error is kept for the first episode to raise (a pool would restart a worker whose
     initializer fails, again and again)."""
@@ -518,11 +590,11 @@ def _init_worker(cfg: dict[str, Any], model_path: str | None) -> None:
         _RUNNER = exc
 
 
-def _run_in_worker(item: tuple[int, int]):
+def _run_in_worker(item: tuple[int, int, int]):
     if isinstance(_RUNNER, BaseException):
         raise _RUNNER
-    index, seed = item
-    return index, _RUNNER.run(seed)
+    index, seed, fit = item
+    return index, _RUNNER.run(seed, fit=fit)
 
 
 def usable_cores() -> int:
@@ -553,16 +625,18 @@ def worker_count(requested: int, episodes: int) -> tuple[int, str | None]:
 
 def run_episodes(
     cfg: dict[str, Any],
-    model_path: str | Path | None,
+    model_path: str | Path | None | Sequence[str | None],
     seeds: Sequence[int],
     *,
+    fits: Sequence[int] | None = None,
     workers: int = 1,
     on_step: Callable[[], None] | None = None,
     on_episode: Callable[[int], None] | None = None,
     on_result: Callable[[int, tuple[Any, dict[str, Any]]], None] | None = None,
     runner: EpisodeRunner | None = None,
 ) -> list[tuple[Any, dict[str, Any]]]:
-    """Run one episode per seed; results in the order of ``seeds``.
+    """Run one episode per seed; results in the order of ``seeds``. ``model_path`` is one
+    model file or one per fit; ``fits[i]`` is the fit episode ``i`` uses (all 0 by default).
 
     With ``workers > 1`` the episodes run in that many processes (at most one per seed;
     the CLI also caps them by the cores, :func:`worker_count`) (spawned, each building
@@ -576,12 +650,19 @@ def run_episodes(
     from vimpc._checks import positive_int
 
     workers = min(positive_int("workers", workers), max(1, len(seeds)))  # no idle processes
-    path = None if model_path is None else str(model_path)
+    if isinstance(model_path, (list, tuple)):
+        path: Any = [None if p is None else str(p) for p in model_path]
+    else:
+        path = None if model_path is None else str(model_path)
+    fits = [0] * len(seeds) if fits is None else [int(k) for k in fits]
+    if len(fits) != len(seeds):
+        raise ConfigError(f"fits must give one fit per seed ({len(seeds)}), got {len(fits)}")
     if workers <= 1:
         runner = runner or EpisodeRunner(cfg, path)
         out = []
         for i, seed in enumerate(seeds):
-            out.append(runner.run(seed, on_step=(lambda _: on_step()) if on_step else None))
+            tick = (lambda _: on_step()) if on_step else None
+            out.append(runner.run(seed, on_step=tick, fit=fits[i]))
             if on_result is not None:
                 on_result(i, out[-1])
             if on_episode is not None:
@@ -601,7 +682,8 @@ def run_episodes(
         initargs=(cfg, path),
     )
     try:
-        futures = [pool.submit(_run_in_worker, item) for item in enumerate(seeds)]
+        items = [(i, seed, fits[i]) for i, seed in enumerate(seeds)]
+        futures = [pool.submit(_run_in_worker, item) for item in items]
         for future in as_completed(futures):
             index, result = future.result()
             results[index] = result

@@ -175,6 +175,7 @@ def summary_table(
                 "(h >= 0: the planning limit holds)",
             )
         )
+    rows += _variation_rows(summary)
     if "empty_tube_fraction" in summary:
         rows.append(
             (
@@ -415,9 +416,113 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     return {name: fig for name, fig in out.items() if fig is not None}
 
 
-def run_figures(cfg, runner, trajectories, folder: Path) -> None:
-    """The run's figures (:func:`run_figure_set`) written as ``<name>.png`` in ``folder``."""
+def run_figures(
+    cfg, runner, trajectories, folder: Path, *, per_episode=None, seeds=None, holds_only_on=None
+) -> None:
+    """The run's figures (:func:`run_figure_set`) written as ``<name>.png`` in ``folder``;
+    with the episodes' metrics also ``outside_data`` where the model records its data box
+    (:func:`vimpc.plotting.data_region.outside_data_figure`)."""
+    from vimpc.plotting.data_region import outside_data_figure
     from vimpc.plotting.style import save
 
-    for name, fig in run_figure_set(cfg, runner, trajectories).items():
+    figures = run_figure_set(cfg, runner, trajectories)
+    if per_episode is not None:
+        fig = outside_data_figure(
+            per_episode,
+            seeds=seeds,
+            holds_only_on=holds_only_on,
+            title=cfg["scenario"]["name"],
+        )
+        if fig is not None:
+            figures["outside_data"] = fig
+    for name, fig in figures.items():
         save(fig, folder / f"{name}.png")
+
+
+#: the region a bound of this kind is known to hold on only (a bound record may also name it
+#: itself, as ``holds_only_on``)
+TRAINING_BOX = "training box"
+
+
+def bound_holds_only_on(bound: dict[str, Any] | None) -> str | None:
+    """The region a model's bound (its ``info["bound"]`` record) is known to hold on only:
+    the record's own ``holds_only_on``, else :data:`TRAINING_BOX` for a bound derived from a
+    theorem on the box of the training inputs (GP-VI's Theorem 1 records that box as
+    ``domain_low``/``domain_high``); ``None`` for a bound without such a limit (a conformal
+    bound's promise is over the calibration distribution, not a region)."""
+    if not isinstance(bound, dict):
+        return None
+    if bound.get("holds_only_on"):
+        return str(bound["holds_only_on"])
+    if bound.get("obtained") == "theorem" and "domain_low" in bound:
+        return TRAINING_BOX
+    return None
+
+
+def data_region_flags(summary: dict[str, Any], records: Sequence[dict[str, Any]]) -> dict:
+    """Summary keys on the data region: ``bound_holds_only_on`` (from the fits' model
+    records, :func:`bound_holds_only_on`) and ``warnings``, which says the share of steps
+    outside the data box when such a bound was in use there, or that the share is unknown
+    (a model that records no data box: fitted before it was recorded, or not fitted)."""
+    out: dict[str, Any] = {}
+    region = next((r["bound_holds_only_on"] for r in records if r.get("bound_holds_only_on")), None)
+    warnings = list(summary.get("warnings", []))
+    if region is not None:
+        out["bound_holds_only_on"] = region
+        share = summary.get("outside_data_share")
+        if share is None:
+            warnings.append(
+                f"the bound holds only on its {region}, and this run cannot say how often it "
+                "left it: the model records no data box (refit with --refit)"
+            )
+        elif share > 0:
+            warnings.append(
+                f"the bound holds only on its {region}: {share:.1%} of the steps "
+                f"({summary['episodes_outside_data']} of {summary['episodes_with_data_box']} "
+                "episodes) started outside the box of the data, where its coverage promise "
+                "does not apply"
+            )
+    if warnings:
+        out["warnings"] = warnings
+    return out
+
+
+def _variation_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows of :func:`vimpc.closedloop.metrics.variation_summary`: intervals over episodes
+    (and plants), per fit, and the data region."""
+    rows: list[tuple[str, str]] = []
+    boot = "(percentile bootstrap over episodes)"
+    ci = summary.get("min_margin_mean_ci95")
+    if ci is not None and np.all(np.isfinite(ci)):
+        rows.append(("margin, mean of minima", f"95% CI {ci[0]:.4g} to {ci[1]:.4g} {boot}"))
+    ci = summary.get("coverage_mean_ci95")
+    if ci is not None and np.all(np.isfinite(ci)):
+        rows.append(("bound coverage, mean", f"95% CI {ci[0]:.3f} to {ci[1]:.3f} {boot}"))
+    if summary.get("plants", 1) > 1:
+        rows.append(("plants", f"{summary['plants']} (one drawn per episode)"))
+    for k, fit in enumerate(summary.get("per_fit", [])):
+        text = f"fit {fit['fit']}: {count(fit['episodes'], 'episode')}"
+        if "success_rate" in fit:
+            text += ", success " + _rate(fit["success_rate"], fit["success_rate_ci95"])
+        text += ", violation " + _rate(fit["violation_rate"], fit["violation_rate_ci95"])
+        if "coverage_mean" in fit:
+            text += f", coverage {fit['coverage_mean']:.3f}"
+        rows.append(("per fit" if k == 0 else "", text))
+    spread = summary.get("between_fit_std")
+    if spread:
+        rows.append(
+            ("between-fit std", ", ".join(f"{key} {value:.3g}" for key, value in spread.items()))
+        )
+    if "outside_data_share" in summary:
+        rows.append(
+            (
+                "steps outside the data box",
+                f"{summary['outside_data_share']:.1%} pooled, worst episode "
+                f"{summary['outside_data_share_max']:.1%}, "
+                f"{summary['episodes_outside_data']} of {summary['episodes_with_data_box']} "
+                "episodes left it",
+            )
+        )
+    for k, text in enumerate(summary.get("warnings", [])):
+        rows.append(("WARNING" if k == 0 else "", text))
+    return rows

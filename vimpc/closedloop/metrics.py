@@ -108,6 +108,7 @@ def episode_metrics(
     model: DiscreteModel | None = None,
     safety: ca.Function | None = None,
     horizon: int | None = None,
+    data_box: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Per-episode metrics.
 
@@ -137,6 +138,11 @@ def episode_metrics(
     constraint the plans stayed) and ``max_tube`` (largest tightening). ``empty_tube_steps``:
     the steps whose tightened set was empty at some stage of the plan (no cap hides it;
     recorded trajectories only).
+
+    With the model's ``data_box`` (``{"low", "high"}``: the box of the states it was trained
+    and calibrated on, :func:`vimpc.pipeline.data_box`): ``outside_data_steps``, the steps
+    whose true state lies outside the box in some entry (:func:`outside_box`), and
+    ``outside_data_share`` of the steps.
     """
     margin = traj.safety_margin
     worst = margin.min(axis=1) if margin.shape[1] else np.full(len(traj.t), np.inf)
@@ -183,12 +189,108 @@ def episode_metrics(
             out["horizon_coverage"] = float(windows.mean()) if windows.size else math.nan
             out["coverage_horizon"] = n
             out["max_error_over_bound"] = float(ratio.max()) if ratio.size else math.nan
+    if data_box is not None:
+        outside = outside_box(traj, data_box)
+        out["outside_data_steps"] = int(np.count_nonzero(outside))
+        out["outside_data_share"] = float(outside.mean()) if outside.size else 0.0
     if safety is not None and safety.numel_out(0):
         rows = safety_rows(traj, safety)
         planned = rows["planned"] - rows["tube"]
         finite = np.isfinite(planned)
         out["min_planned_margin"] = float(planned[finite].min()) if finite.any() else math.nan
         out["max_tube"] = float(rows["tube"].max()) if rows["tube"].size else 0.0
+    return out
+
+
+def outside_box(traj: Trajectory, box: dict[str, Any]) -> np.ndarray:
+    """``(T,)`` booleans: whether the true state at the start of each step (where the model
+    predicts from) lies outside ``box`` (``low <= x <= high`` per entry) in some entry."""
+    low = np.asarray(box["low"], dtype=np.float64)
+    high = np.asarray(box["high"], dtype=np.float64)
+    states = traj.states[: len(traj.inputs)]
+    if low.shape != (states.shape[1],) or high.shape != low.shape:
+        raise InputError(
+            f"the data box has {low.size} low and {high.size} high entries; the trajectory's "
+            f"states have {states.shape[1]}"
+        )
+    return np.any((states < low) | (states > high), axis=1)
+
+
+#: resamples and seed of the bootstrap intervals of the summary (percentile method)
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def bootstrap_interval(values: Sequence[float], level: float = 0.95) -> list[float]:
+    """The percentile bootstrap interval of the mean of ``values`` (finite ones;
+    :data:`BOOTSTRAP_RESAMPLES` resamples over the values, seed :data:`BOOTSTRAP_SEED`):
+    ``[low, high]``, NaN for fewer than 2 values."""
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=np.float64)
+    if v.size < 2:
+        return [math.nan, math.nan]
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = v[rng.integers(0, v.size, size=(BOOTSTRAP_RESAMPLES, v.size))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    return [float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))]
+
+
+def variation_summary(per_episode: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What varies across fits, plants and episodes.
+
+    ``bootstrap``: the method of the ``*_ci95`` intervals below. ``min_margin_mean_ci95``
+    and ``coverage_mean_ci95`` (and ``horizon_coverage_mean_ci95``): percentile bootstrap
+    over episodes (:func:`bootstrap_interval`); with plants per episode each episode has its
+    own plant, so these are intervals across plants and initial states. ``plants``: the
+    distinct plant seeds. ``fit_count`` and, with more than one fit, ``per_fit`` (episodes, success
+    and violation rates with their Wilson intervals, mean episode minimum margin, mean
+    coverage, each fit's) and ``between_fit_std`` (the standard deviation of those figures
+    across fits). With a data box: ``outside_data_share`` (pooled over all steps),
+    ``outside_data_share_max`` (the worst episode) and ``episodes_outside_data``."""
+    out: dict[str, Any] = {
+        "bootstrap": f"percentile, {BOOTSTRAP_RESAMPLES} resamples of episodes, seed "
+        f"{BOOTSTRAP_SEED}"
+    }
+    for key in ("min_margin", "coverage", "horizon_coverage"):
+        values = [m[key] for m in per_episode if key in m]
+        if values:
+            out[f"{key}_mean_ci95"] = bootstrap_interval(values)
+    plants = {m["plant_seed"] for m in per_episode if "plant_seed" in m}
+    if plants:
+        out["plants"] = len(plants)
+    fits = sorted({int(m.get("fit", 0)) for m in per_episode})
+    out["fit_count"] = len(fits)
+    if len(fits) > 1:
+        rows = []
+        for k in fits:
+            mine = [m for m in per_episode if int(m.get("fit", 0)) == k]
+            n = len(mine)
+            row: dict[str, Any] = {"fit": k, "episodes": n}
+            success = [m["success"] for m in mine]
+            if not any(math.isnan(x) for x in success):
+                row["success_rate"] = float(np.mean(success))
+                row["success_rate_ci95"] = list(wilson_interval(int(sum(success)), n))
+            violated = sum(m["violations"] > 0 for m in mine)
+            row["violation_rate"] = violated / n
+            row["violation_rate_ci95"] = list(wilson_interval(violated, n))
+            row["min_margin_mean"] = float(np.mean([m["min_margin"] for m in mine]))
+            cov = [m["coverage"] for m in mine if "coverage" in m]
+            if cov:
+                row["coverage_mean"] = float(np.mean(cov))
+            rows.append(row)
+        out["per_fit"] = rows
+        spread = {}
+        for key in ("success_rate", "violation_rate", "min_margin_mean", "coverage_mean"):
+            values = [r[key] for r in rows if key in r]
+            if len(values) == len(rows):
+                spread[key] = float(np.std(values, ddof=1))
+        out["between_fit_std"] = spread
+    shares = [m for m in per_episode if "outside_data_steps" in m]
+    if shares:
+        steps = sum(m["steps"] for m in shares)
+        out["outside_data_share"] = sum(m["outside_data_steps"] for m in shares) / max(steps, 1)
+        out["outside_data_share_max"] = float(max(m["outside_data_share"] for m in shares))
+        out["episodes_outside_data"] = int(sum(m["outside_data_steps"] > 0 for m in shares))
+        out["episodes_with_data_box"] = len(shares)
     return out
 
 
@@ -229,7 +331,9 @@ def summarize(
     ``iteration_limit_solves``) pool all steps of all episodes, as do ``nonfinite_plans``
     and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
     and ``horizon_coverage_mean`` (per window of ``coverage_horizon`` steps), each with its
-    ``_std`` over episodes and ``_min`` (the worst episode).
+    ``_std`` over episodes and ``_min`` (the worst episode). Intervals across episodes,
+    plants and fits and the share of steps outside the model's data:
+    :func:`variation_summary`.
     """
     if not per_episode:
         raise ValueError("summarize needs at least one episode")
@@ -298,4 +402,5 @@ def summarize(
         out["empty_tube_fraction"] = out["empty_tube_steps"] / max(out["solves"], 1)
     if any("failed_model_steps" in m for m in per_episode):
         out["failed_model_steps"] = int(sum(m.get("failed_model_steps", 0) for m in per_episode))
+    out.update(variation_summary(per_episode))
     return out

@@ -20,7 +20,7 @@ from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
 from vimpc.scenario.schema import CIRCLE_KEYS
-from vimpc.scenario.specs import EnvSpec, ModelSpec
+from vimpc.scenario.specs import EnvSpec, ModelSpec, check_variation
 
 #: a results folder name: one path component, not "." or ".."
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -119,6 +119,7 @@ def check(cfg: dict[str, Any]) -> None:
             )
     _check_metrics(cfg, entry, env)
     model = ModelSpec(cfg, env)
+    check_variation(cfg, env, model)
     fields = model.fields
     if ctrl["transcription"] == "implicit" and "residual" not in fields:
         raise ConfigError(

@@ -130,6 +130,15 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "constructor arguments of the env (`perturbation`, `friction`, `obs_noise`, "
             "`param_seed`, `params`, task options)",
         ),
+        "plant": Setting(
+            str,
+            "fixed",
+            "the true plant of the episodes: `fixed` (the one of `env.kwargs.param_seed`, "
+            "which the data come from) or `per_episode` (each episode's own draw within the "
+            "perturbation, its `param_seed` derived from the episode's seed and recorded in "
+            "its metrics; the data still come from the fixed plant)",
+            choices=("fixed", "per_episode"),
+        ),
     },
     "data": {
         "path": Setting(
@@ -176,6 +185,14 @@ SCHEMA: dict[str, dict[str, Any]] = {
         ),
         "heldout_seed": Setting(
             int, 1_000_000, "reset seed of held-out trajectory i is `heldout_seed + i`", rule=SEED
+        ),
+        "fits": Setting(
+            int,
+            1,
+            "independent fits K: fit k collects its training and held-out data with `seed` and "
+            "`heldout_seed` plus k * 10^7, fits and calibrates; episode i uses fit i mod K "
+            "(recorded per episode) and the summary gives rates per fit and their spread",
+            rule=POSITIVE,
         ),
     },
     "controller": {

@@ -183,3 +183,93 @@ def _horizon_shortfall(cfg: dict[str, Any], level: Any, steps: Any) -> str:
         f"a horizon-level bound covers {steps} consecutive steps, fewer than the "
         f"controller's horizon of {horizon}: set it to controller.horizon = {horizon}"
     )
+
+
+# -- variation: plants per episode, repeated fits ---------------------------------------------
+
+#: fit k of ``data.fits`` collects with ``data.seed`` and ``data.heldout_seed`` plus
+#: ``k * FIT_SEED_STRIDE``; the runs of seeds of all fits are checked not to overlap
+FIT_SEED_STRIDE = 10_000_000
+#: a word mixed into the plant seeds, so a plant's draw is not the reset draw of a seed
+PLANT_SEED_KEY = 0x504C414E
+
+
+def plant_seed(base: int, episode_seed: int) -> int:
+    """The ``param_seed`` of an episode's plant with ``env.plant = "per_episode"``: a 32-bit
+    word of NumPy's ``SeedSequence((base, episode_seed, PLANT_SEED_KEY))``, ``base`` being
+    ``env.kwargs.param_seed`` (0 by default). Deterministic; different episodes get
+    different plants."""
+    import numpy as np
+
+    words = np.random.SeedSequence((int(base), int(episode_seed), PLANT_SEED_KEY))
+    return int(words.generate_state(1, np.uint32)[0])
+
+
+def fit_seeds(data: dict[str, Any], k: int) -> tuple[int, int]:
+    """``(seed, heldout_seed)`` of fit ``k`` (0-based) of ``data.fits``."""
+    return data["seed"] + k * FIT_SEED_STRIDE, data["heldout_seed"] + k * FIT_SEED_STRIDE
+
+
+def check_variation(cfg: dict[str, Any], env: EnvSpec, model: ModelSpec) -> None:
+    """``env.plant`` and ``data.fits`` against the env, the data and the model: a
+    :class:`ConfigError` naming the key and its value, before any work."""
+    from vimpc._settings import MAX_SEED
+
+    plant, kwargs = cfg["env"]["plant"], cfg["env"]["kwargs"]
+    if plant == "per_episode":
+        from vimpc_envs._base import MechanicalEnv
+
+        default = inspect.signature(MechanicalEnv.__init__).parameters["perturbation"].default
+        perturbation = kwargs.get("perturbation", default)
+        friction_drawn = kwargs.get("friction") is None and any(f > 0 for f in env.cls.friction_max)
+        if not (isinstance(perturbation, (int, float)) and perturbation > 0) and not (
+            friction_drawn
+        ):
+            why = (
+                "its friction is given (env.kwargs.friction)"
+                if kwargs.get("friction") is not None
+                else f"{env.cls.__name__} draws no friction"
+            )
+            raise ConfigError(
+                f"env.plant = 'per_episode' needs an env that draws plants, but "
+                f"{cfg['env']['id']} with env.kwargs.perturbation = {perturbation!r} cannot: "
+                f"the masses are not perturbed and {why}, so every episode would get the same "
+                "plant; set env.kwargs.perturbation > 0 or env.plant = 'fixed'"
+            )
+    fits = cfg["data"]["fits"]
+    if fits == 1:
+        return
+    data = cfg["data"]
+    where = f"data.fits = {fits}"
+    if not model.needs_fit:
+        raise ConfigError(
+            f"{where} repeats the data collection and the fit, but {model.what} is not fitted "
+            "(a saved model, or a family without data and without a calibrated bound); set "
+            "data.fits = 1"
+        )
+    for key in ("path", "heldout_path"):
+        if data[key] is not None:
+            raise ConfigError(
+                f"{where} collects new data for each fit, but data.{key} = {data[key]!r} gives "
+                f"saved data that every fit would share; remove data.{key} or set data.fits = 1"
+            )
+    runs = []
+    for k in range(fits):
+        seed, heldout = fit_seeds(data, k)
+        runs.append((seed, seed + data["trajectories"] - 1, f"fit {k}'s training data"))
+        runs.append((heldout, heldout + data["heldout_trajectories"] - 1, f"fit {k}'s held-out"))
+    top = max(r[1] for r in runs)
+    if top > MAX_SEED:
+        raise ConfigError(
+            f"{where} uses seeds up to {top} (fit k adds k * {FIT_SEED_STRIDE}), beyond the "
+            f"largest seed {MAX_SEED}; lower data.fits, data.seed or data.heldout_seed"
+        )
+    runs.sort()
+    for (a0, a1, a), (b0, _, b) in zip(runs, runs[1:], strict=False):
+        if b0 <= a1:
+            raise ConfigError(
+                f"{where}: {a} (seeds {a0} to {a1}) and {b} (from seed {b0}) overlap, so the "
+                f"fits would share trajectories; keep data.trajectories and "
+                f"data.heldout_trajectories below {FIT_SEED_STRIDE} and data.heldout_seed "
+                f"apart from data.seed"
+            )
