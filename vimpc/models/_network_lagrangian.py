@@ -441,8 +441,8 @@ def midpoint_model(
     step, residual and energy (values and Jacobians) against the integrator's to 1e-10,
     ``tests/test_network_step.py`` the plugins against CasADi's reference kernel. Measured
     (``tests/benchmarks/bench_dlnn.py``, cart-pendulum, 3x128 softplus, order 0, shared
-    2-core machine): 0.54 ms per step (median; 1.84 ms before the plugins and the shared
-    weights, in the same run)."""
+    2-core machine at load ~13): 0.53 ms per step (median; 1.80 ms before the plugins and
+    the shared weights, in the same run)."""
     from vimpc.integrators import VariationalIntegrator, _newton
     from vimpc.integrators.discrete_lagrangians import discrete_forces
     from vimpc.integrators.variational import ENERGY_JUMP
