@@ -191,8 +191,8 @@ def check_cache_writable() -> Path:
 #: The generation of the code that builds fitted models. It enters every cache key, so a fit
 #: cached by code that exported a different model is fitted again rather than reused; it
 #: moves whenever a change alters what a fit exports (2: implicit steps refuse failed and
-#: spurious Newton roots with NaN).
-FIT_GENERATION = 2
+#: spurious Newton roots with NaN; 3: the model records the box of its data, ``data_box``).
+FIT_GENERATION = 3
 
 
 def cache_key(cfg: dict[str, Any]) -> str:

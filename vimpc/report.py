@@ -523,6 +523,9 @@ def _variation_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 "episodes left it",
             )
         )
+    region = summary.get("bound_holds_only_on")
+    if region is not None and not summary.get("warnings"):
+        rows.append(("bound holds only on", f"its {region}; no step started outside the data box"))
     for k, text in enumerate(summary.get("warnings", [])):
         rows.append(("WARNING" if k == 0 else "", text))
     return rows

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from vimpc.plotting.style import TRUE_LIMIT, _figure
+from vimpc.plotting.style import TRUE_LIMIT, _figure, _legend
 from vimpc.report import count
 
 
@@ -42,7 +42,7 @@ def outside_data_figure(
     )
     ax.axhline(pooled, color=TRUE_LIMIT, linewidth=1, linestyle="--", label="pooled share")
     ax.set_ylim(0.0, 1.0)
-    ax.set_ylabel("steps outside the data box")
+    ax.set_ylabel("share of steps outside\nthe data box")
     xlabel = "episode"
     if seeds is not None and len(seeds) == len(per_episode) and len(rows) <= 20:
         ax.set_xticks(index, [str(seeds[k]) for k in index], fontsize=7)
@@ -52,5 +52,5 @@ def outside_data_figure(
     if holds_only_on:
         note += f"; the bound holds only on the {holds_only_on}"
     ax.set_title(note, fontsize=9)
-    ax.legend(fontsize=8, frameon=False, loc="upper right")
+    _legend(fig)
     return fig
