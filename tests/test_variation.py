@@ -293,3 +293,36 @@ def test_fits_with_saved_data_are_refused(tmp_path):
     data.write_bytes(b"")
     with pytest.raises(ConfigError, match=r"data.fits = 2 collects new data for each fit, but "):
         scenario.load_scenario(SAFE, ["data.fits=2", f'data.path="{data}"'])
+
+
+def test_an_interrupted_varied_run_resumes_to_the_same_episodes(
+    varied_run, tmp_path, monkeypatch, capsys
+):
+    from vimpc import _run_dir
+
+    reference, theirs = varied_run
+    real, calls = _run_dir.save_episode, []
+
+    def save_then_interrupt(*args, **kwargs):
+        real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
+    args = ["run", SAFE, "--out", str(tmp_path), "--quiet", "--no-plots", *_sets(VARIED)]
+    assert cli.main(args) == 130
+    monkeypatch.undo()
+    (stage,) = (tmp_path / "cartpole_safe").iterdir()
+    manifest = json.loads((stage / "run.json").read_text())
+    assert [f["data_seed"] for f in manifest["fits"]] == [0, FIT_SEED_STRIDE]
+    assert cli.main(["run", "--resume", str(stage), "--quiet", "--no-plots"]) == 0
+    capsys.readouterr()
+    final = stage.with_name(stage.name.removesuffix(".partial"))
+    ours = json.loads((final / "metrics.json").read_text())
+    for k in range(3):
+        a, b = np.load(final / f"episode_{k:03d}.npz"), np.load(reference / f"episode_{k:03d}.npz")
+        assert a["states"].tobytes() == b["states"].tobytes(), k
+    for mine, other in zip(ours["per_episode"], theirs["per_episode"], strict=True):
+        assert (mine["fit"], mine["plant_seed"]) == (other["fit"], other["plant_seed"])
+    assert ours["per_fit"] == theirs["per_fit"]
