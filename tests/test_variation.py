@@ -326,3 +326,10 @@ def test_an_interrupted_varied_run_resumes_to_the_same_episodes(
     for mine, other in zip(ours["per_episode"], theirs["per_episode"], strict=True):
         assert (mine["fit"], mine["plant_seed"]) == (other["fit"], other["plant_seed"])
     assert ours["per_fit"] == theirs["per_fit"]
+
+
+def test_vimpc_fit_refuses_several_fits(tmp_path, capsys):
+    out = tmp_path / "m.vimpc"
+    assert cli.main(["fit", SAFE, "-o", str(out), "--set", "data.fits=2"]) == 2
+    assert "data.fits = 2: vimpc fit writes one model" in capsys.readouterr().err
+    assert not out.exists()

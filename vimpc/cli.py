@@ -19,6 +19,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from vimpc.scenario.catalog import find_scenario
 
     cfg = scenario.load_scenario(find_scenario(args.scenario), args.set or [])
+    if cfg["data"]["fits"] != 1:
+        raise ConfigError(
+            f"data.fits = {cfg['data']['fits']}: vimpc fit writes one model; vimpc run makes "
+            "the fits (fit k collects with data.seed and data.heldout_seed + k * 10^7). Set "
+            "data.fits = 1, with those seeds for fit k"
+        )
     out = Path(args.output)
     if out.suffix != FILE_SUFFIX:
         raise ConfigError(f"--output must end in {FILE_SUFFIX}, got {str(out)!r}")
