@@ -250,6 +250,20 @@ def test_tube_without_expandable_step_uses_mx_and_agrees():
     for _ in range(N):
         e.append(Ainv @ e[-1] + w)
     np.testing.assert_allclose(t_implicit.T, np.array(e), rtol=1e-10)
+    # the feedback tube too: the MX step's A = E^-1, B = E^-1 (0, dt) against the residual's
+    Q, R = np.diag([1.0, 0.5]), np.array([[0.3]])
+    fb = [
+        [
+            np.asarray(v)
+            for v in tube_function(m, N, safety, kind="feedback", Q=Q, R=R)(xs.T, inputs.T, [])
+        ]
+        for m in (model, explicit)
+    ]
+    for a, b in zip(fb[0], fb[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-15)
+    Ad, Bd = np.linalg.inv(E), np.linalg.inv(E) @ np.array([[0.0], [DT]])
+    gains, sigmas = _feedback_by_hand(w, N, Q, R, Ad, Bd)
+    np.testing.assert_allclose(fb[0][0][1], [np.sqrt(S[1, 1]) for S in sigmas], rtol=1e-9)
 
 
 def test_failed_solve_still_reports_the_applied_tube():
