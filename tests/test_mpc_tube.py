@@ -505,6 +505,8 @@ def test_feedback_tube_options_are_checked_before_anything_is_built():
         MPC(model, 5, cost, tightening="tube", tube_Q=[1.0, 1.0])
     with pytest.raises(InputError, match=r"tube_lipschitz = 2.0 applies only to tube='open_loop'"):
         MPC(model, 5, cost, tightening="tube", tube="feedback", tube_lipschitz=2.0)
+    with pytest.raises(InputError, match=r"tube_R \(by default the cost's R\) must be .*definite"):
+        MPC(model, 5, Cost(Q=[1.0, 1.0], R=[0.0]), tightening="tube", tube="feedback")
     with pytest.raises(
         InputError, match="tightening='tube' needs the model's one-step error bound"
     ):

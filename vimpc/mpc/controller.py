@@ -259,10 +259,16 @@ class MPC:
         self._cost = cost.resolved(model)
         if tube == "feedback":
             self.tube_Q = weight_matrix(
-                "tube_Q", self._cost.Q if tube_Q is None else tube_Q, model.nobs, definite=False
+                "tube_Q" if tube_Q is not None else "tube_Q (by default the cost's Q)",
+                self._cost.Q if tube_Q is None else tube_Q,
+                model.nobs,
+                definite=False,
             )
             self.tube_R = weight_matrix(
-                "tube_R", self._cost.R if tube_R is None else tube_R, model.nu, definite=True
+                "tube_R" if tube_R is not None else "tube_R (by default the cost's R)",
+                self._cost.R if tube_R is None else tube_R,
+                model.nu,
+                definite=True,
             )
             _check_stabilizable(model, self._cost)
         else:
