@@ -333,3 +333,18 @@ def test_vimpc_fit_refuses_several_fits(tmp_path, capsys):
     assert cli.main(["fit", SAFE, "-o", str(out), "--set", "data.fits=2"]) == 2
     assert "data.fits = 2: vimpc fit writes one model" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_worker_processes_run_the_fits_and_plants_of_a_serial_run(varied_run):
+    run, metrics = varied_run
+    cfg = scenario.load_scenario(SAFE, VARIED)
+    paths = [f["path"] for f in metrics["fits"]]
+    seeds = metrics["seeds"][:2]
+    results = pipeline.run_episodes(cfg, paths, seeds, fits=[0, 1], workers=2)
+    for k, (traj, episode) in enumerate(results):
+        kept = np.load(run / f"episode_{k:03d}.npz")
+        assert traj.states.tobytes() == kept["states"].tobytes(), k
+        assert (episode["fit"], episode["plant_seed"]) == (
+            k,
+            metrics["per_episode"][k]["plant_seed"],
+        )
