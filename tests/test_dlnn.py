@@ -305,7 +305,11 @@ def test_unforced_data_warn_that_the_scale_is_not_identified():
     # sign is free on unforced data, so the network is negated, exactly, and the mass is
     # positive on every pair (no degeneracy warning left)
     assert m.negated_ and m.discrete_model().info["lagrangian_negated"]
-    assert not any("degenerate" in x or "not positive definite" in x for x in messages)
+    assert not any("is degenerate" in x or "not positive definite" in x for x in messages)
+    # two epochs are far from setting a scale: degeneracy_scale x det on the data pairs is
+    # below 1, said as a collapsed scale
+    assert m.degeneracy_saturation_ < 1.0
+    assert any("scale collapsed" in x for x in messages), messages
     Q = X[:, :, :1]
     _, _, _, D12 = m._pairs(Q[:, :-1].reshape(-1, 1), Q[:, 1:].reshape(-1, 1))
     assert np.all(-DT * D12 > 0)

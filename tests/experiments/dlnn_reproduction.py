@@ -381,7 +381,7 @@ def reverdict(records: list[tuple[dict, dict]]) -> None:
         if row["model"] == "LNN":
             continue
         net = stored_network(arrays, row.get("activation", "softplus"))
-        if net is None:
+        if net is None or "del_relative" not in row:  # an earlier record: no network kept
             row["verdict"] = "not stored"
             row.setdefault("old_found", row.get("found", ""))
             continue

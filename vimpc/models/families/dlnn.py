@@ -547,6 +547,22 @@ class DLNNModel(nl.NetworkFamily):
             self._ld, D12 = None, -D12
         det = np.linalg.det(-D12)
         nl.check_regular("dlnn", nl.signed_root(det, n), "pair", Q.shape[1] - 1)
+        # on unforced data only the degeneracy term sets the scale; it does so once c det is
+        # past the sigmoid's knee (c det = 1). Below it on most pairs the scale collapsed:
+        # measured on a cart SymDLNN seed whose loss sat at the term's 0.5 from epoch 100
+        # (recreation RMSE 1.02; the committed fits' median c det: 4.5-16)
+        self.degeneracy_saturation_ = float(np.median(self.degeneracy_scale * det))
+        if not self.forced_ and self.degeneracy_saturation_ < 1.0:
+            warnings.warn(
+                "dlnn: the learned L_d's scale collapsed on the unforced data: the median over "
+                "the data pairs of degeneracy_scale x det(-D1 D2 L_d) is "
+                f"{self.degeneracy_saturation_:.3g}, below 1, where the degeneracy term "
+                "(the only scale-setter without inputs) is not saturated, so this L_d is "
+                "nearly degenerate and its predictions unreliable; refit with another seed, "
+                "a larger degeneracy_weight, or forced data",
+                FitWarning,
+                stacklevel=4,
+            )
         _, D1a, D2a, _ = self._pairs(triples[:, 0], triples[:, 1])
         _, D1b, D2b, _ = self._pairs(triples[:, 1], triples[:, 2])
         r = (D2a + D1b) / h + forces
@@ -646,6 +662,9 @@ class DLNNModel(nl.NetworkFamily):
             # unforced data leave L_d's sign open: negated after training when its mass
             # matrix -D1 D2 L_d h was negative definite on most data pairs
             "lagrangian_negated": self.negated_,
+            # median of degeneracy_scale x det(-D1 D2 L_d) on the data pairs; below 1 on
+            # unforced data the scale collapsed (warned of)
+            "degeneracy_saturation": self.degeneracy_saturation_,
         }
 
     def _integrator_model(self) -> DiscreteModel:
