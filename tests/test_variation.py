@@ -348,3 +348,26 @@ def test_worker_processes_run_the_fits_and_plants_of_a_serial_run(varied_run):
             k,
             metrics["per_episode"][k]["plant_seed"],
         )
+
+
+def test_a_run_of_several_fits_plots_each_fit_against_its_own_bound(varied_run, tmp_path):
+    from vimpc import _run_dir
+
+    run, metrics = varied_run
+    cfg = scenario.load_scenario(SAFE, VARIED)
+    sources = pipeline.obtain_models(cfg, pipeline.build_env(cfg), log=lambda _: None)
+    paths = [str(s.path) for s in sources]
+    assert paths == [f["path"] for f in metrics["fits"]]  # the cached fits, not new ones
+    runner = pipeline.EpisodeRunner(cfg, paths)
+    kept = [_run_dir.load_episode(run, k) for k in range(3)]
+    report.run_figures(
+        cfg,
+        runner,
+        [t for t, _ in kept],
+        tmp_path,
+        per_episode=[m for _, m in kept],
+        seeds=metrics["seeds"],
+    )
+    written = sorted(p.stem for p in tmp_path.glob("*.png"))
+    assert {"coverage_fit0", "coverage_fit1", "outside_data"} <= set(written)
+    assert "coverage" not in written

@@ -421,11 +421,17 @@ def run_figures(
 ) -> None:
     """The run's figures (:func:`run_figure_set`) written as ``<name>.png`` in ``folder``;
     with the episodes' metrics also ``outside_data`` where the model records its data box
-    (:func:`vimpc.plotting.data_region.outside_data_figure`)."""
+    (:func:`vimpc.plotting.data_region.outside_data_figure`), and with several fits
+    ``coverage_fit<k>`` (each fit's episodes against its own bound) instead of ``coverage``."""
     from vimpc.plotting.data_region import outside_data_figure
     from vimpc.plotting.style import save
 
     figures = run_figure_set(cfg, runner, trajectories)
+    fits = sorted({int(m.get("fit", 0)) for m in per_episode or []})
+    if len(fits) > 1 and "coverage" in figures:
+        # each fit's episodes against that fit's own bound: coverage_fit<k>
+        del figures["coverage"]
+        figures.update(_coverage_per_fit(cfg, runner, trajectories, per_episode, fits))
     if per_episode is not None:
         fig = outside_data_figure(
             per_episode,
@@ -437,6 +443,24 @@ def run_figures(
             figures["outside_data"] = fig
     for name, fig in figures.items():
         save(fig, folder / f"{name}.png")
+
+
+def _coverage_per_fit(cfg, runner, trajectories, per_episode, fits) -> dict[str, Any]:
+    from vimpc.plotting import safety as plot_safety
+
+    unit_of = dict(zip(runner.env.obs_names, runner.env.nominal_system.state_units, strict=True))
+    out = {}
+    for k in fits:
+        model = runner.fit(k)[0]
+        mine = [t for t, m in zip(trajectories, per_episode, strict=True) if m.get("fit", 0) == k]
+        out[f"coverage_fit{k}"] = plot_safety.coverage_figure(
+            mine,
+            model,
+            list(model.state_names),
+            [unit_of.get(name, "") for name in model.state_names],
+            title=f"{cfg['scenario']['name']}, fit {k}",
+        )
+    return out
 
 
 #: the region a bound of this kind is known to hold on only (a bound record may also name it
