@@ -356,7 +356,7 @@ MODEL_COLUMNS = ["system", "model", "seed", "epochs", "epochs_set", "stopped", "
                  "rmse_test", "diverged_at", "test_diverged_at", "true_momentum_drift",
                  "true_energy_drift", "learned_energy_spread", "I_spread",
                  "test_true_momentum_drift", "test_true_energy_drift", "scale"]  # fmt: skip
-SYM_COLUMNS = ["system", "seed", "epochs", "train_s", "xi_init", "xi", "old_found",
+SYM_COLUMNS = ["system", "seed", "epochs", "train_s", "xi_init", "xi", "verdict", "old_found",
                "ratio_data", "degradation", "ratio_fresh", "ratio", "spectrum", "dimension",
                "status",
                "found", "w_error", "cosine", "M_norm", "angle_deg", "goal_met"]  # fmt: skip
@@ -384,6 +384,7 @@ def reverdict(records: list[tuple[dict, dict]]) -> None:
         if net is None or "del_relative" not in row:  # an earlier record: no network kept
             row["verdict"] = "not stored"
             row.setdefault("old_found", row.get("found", ""))
+            row["found"] = row["status"] = ""  # the verdict needs the network
             continue
         h = setup(row["system"], False)[1]
         Q = np.asarray(arrays["obs"])[None]
@@ -492,6 +493,7 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
                     f"the verdict's pairs {[r.get('dimension', '') for r in rs]}, on the data "
                     f"pairs alone {dims}"
                 )
+        done = [r for r in sym if r["verdict"] == "recomputed"]
         dlnn = [r for r, _ in records if r["model"] == "DLNN" and "near_dimension" in r]
         if dlnn:
             summary.append(
@@ -502,8 +504,11 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
                 )  # fmt: skip
             )
         summary += ["", "Earlier test against the goal (all SymDLNN fits):", "",
-                    confusion(sym, "old_found"), "", "The verdict against the goal:", "",
-                    confusion(sym, "found")]  # fmt: skip
+                    confusion(sym, "old_found"), "",
+                    f"The verdict against the goal ({len(done)} fits whose network is stored; "
+                    f"{len(sym) - len(done)} not refitted in time, `verdict` = not stored):",
+                    "", confusion(done, "found"), "", "The earlier test on the same fits:",
+                    "", confusion(done, "old_found")]  # fmt: skip
         after = (
             "\nxi = (w, vec M) row-major, unit norm, in the data's coordinates, sign chosen "
             "to match the answer (cart: w_x > 0; Kepler: positive overlap with the rotation). "
