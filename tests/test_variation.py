@@ -75,6 +75,9 @@ def test_a_plant_per_episode_is_the_env_built_with_its_seed():
     assert np.array_equal(env.step([5.0])[0], fresh.step([5.0])[0])
     with pytest.raises(Exception, match="param_seed must be a non-negative int, got -1"):
         env.set_plant(-1)
+    assert env.draws_plants
+    rigid = dict(make, perturbation=0.0, friction=[0.3, 0.1])
+    assert not gymnasium.make("vimpc/CartPole-v0", **rigid).unwrapped.draws_plants
 
 
 def test_two_fits_give_two_models_with_their_data_seeds_recorded(varied_run):
