@@ -130,3 +130,45 @@ def closed_loop_row(scenario: str, label: str, m: Mapping[str, Any]) -> dict[str
         "solves": m["solves"],
         "max_constraint_residual": m["max_constraint_residual"],
     }
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of a rate ``k / n``: it holds at least ``level``
+    for every true rate, so for ``k = 0`` its upper end is the rate the runs rule out."""
+    from scipy.stats import beta
+
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"clopper_pearson needs 0 <= k <= n and n > 0, got k={k}, n={n}")
+    tail = (1.0 - level) / 2.0
+    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1.0 - tail, k + 1, n - k))
+    return low, high
+
+
+def read_run(root: Path) -> tuple[dict, Path, bool] | None:
+    """The run under ``root`` (``root/<scenario>/<timestamp>[.partial]``, as ``vimpc run
+    --out root`` makes it): ``(metrics, folder, complete)``, or None when there is none.
+    A complete run's ``metrics.json``; an unfinished one's metrics are the run summary
+    (:func:`vimpc.closedloop.metrics.summarize`) of the episodes it has finished so far,
+    with ``episodes_requested`` the count it was started for (None if it finished none)."""
+    complete = sorted(p for p in root.glob("*/*") if (p / "metrics.json").exists())
+    if complete:
+        folder = complete[-1]
+        return json.loads((folder / "metrics.json").read_text()), folder, True
+    partial = sorted(p for p in root.glob("*/*.partial") if (p / "run.json").exists())
+    if not partial:
+        return None
+    from vimpc import _run_dir
+    from vimpc.closedloop.metrics import summarize
+
+    folder = partial[-1]
+    requested = int(json.loads((folder / "run.json").read_text())["episodes"])
+    done = _run_dir.finished(folder, requested)
+    if not done:
+        return None
+    loaded = [_run_dir.load_episode(folder, k) for k in done]
+    per_episode = [m for _, m in loaded]
+    metrics = summarize(per_episode, [t for t, _ in loaded])
+    metrics["per_episode"] = per_episode
+    metrics["episodes_requested"] = requested
+    return metrics, folder, False

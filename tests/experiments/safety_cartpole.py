@@ -1,60 +1,80 @@
-"""Does the cart stay on its rail? The safe cart-pole with and without the tube, over many seeds.
+"""Does the cart stay on its rail? The safe cart-pole with and without the tube, over fresh
+seeds, plants and fits.
 
-    python tests/experiments/safety_cartpole.py [--seed 100] [--episodes 100] [--workers 2]
+    python tests/experiments/safety_cartpole.py [--seed 100] [--episodes 100] [--fits 3]
+        [--workers 1] [--runs DIR] [--rows TEXT ...] [--report-only]
 
-Every row is ``vimpc run`` of one of two scenarios on the same episodes (reset seeds
-``seed .. seed + episodes - 1``, disjoint from the seeds 0-49 the scenarios were designed
-on) against the same true system (the one of ``cartpole_swingup.toml``: masses and inertias
-within 10 %, friction, observation noise):
+Every row is ``vimpc run`` of one of two scenarios with ``env.plant = "per_episode"`` (the
+true cart-pole drawn per episode within the scenario's perturbation: masses and inertias
+within 10 %, friction [0.3, 0.1], observation noise 1e-3; its ``param_seed`` recorded) and
+``data.fits = 3`` (three fits on shifted data seeds, episode i uses fit i mod 3), over reset
+seeds ``seed .. seed + episodes - 1``, disjoint from the seeds 0-49 the scenarios were
+designed on:
 
 - ``scenarios/cartpole_safe.toml``: the nominal midpoint model with a bound calibrated by
-  split conformal prediction on held-out open-loop trajectories; without tightening, and
-  with the tube at ``delta`` 0.05 (the scenario), 0.01 and 0.2;
-- ``scenarios/cartpole_gpvi_safe.toml``: the GP-VI model; without tightening, with the tube
-  from the Theorem 1 bound (``model.bound = "theorem1"``), and with the tube from the
-  conformal bound shaped by the GPs' spread (the scenario).
+  split conformal prediction; without tightening, with the open-loop box tube, and with the
+  gaussian feedback tube (the scenario);
+- ``scenarios/cartpole_gpvi_safe.toml``: the GP-VI model; the gaussian feedback tube with the
+  conformal bound shaped by the GPs' spread (the scenario), without tightening, and the
+  feedback tube with the Theorem 1 bound (``model.bound = "theorem1"``).
 
-Writes ``results/safety/{cartpole.md, cartpole.csv}`` and figures: every episode's cart
-position against the rail for each row, the tube of one episode, and the model's one-step
-errors against its bound. ``--quick --out DIR``: a smoke test into ``DIR``: the two tube rows
-of ``QUICK_ROWS`` (each run writes its figures, a few seconds), one episode of 3 steps
-each, in this process, the models fitted on a few short trajectories (``QUICK_SETS``).
+Each row's run goes to ``--runs DIR/<row>/`` and is kept there: a row whose complete run is
+in ``DIR`` is not run again, so rows can be run one at a time (``--rows``) and the table
+written from those done so far (``--report-only``: nothing is run; a row whose run is
+unfinished is reported on its finished episodes and says so, a row with none is listed as
+not run). Writes ``results/safety/{cartpole.md, cartpole.csv}`` and figures. ``--quick --out
+DIR``: a smoke test into ``DIR``: the two scenario rows of ``QUICK_ROWS``, one episode of 3
+steps each, in this process, the models fitted on a few short trajectories (``QUICK_SETS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import tempfile
+import tomllib
 from pathlib import Path
 
 import numpy as np
 from _quick import add_options, parse
-from _tables import interval, vimpc_run, write_table
+from _tables import clopper_pearson, interval, read_run, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "safety"
 NOMINAL, GPVI = "cartpole_safe", "cartpole_gpvi_safe"
 NO_TUBE = 'controller.tightening="none"'
+# the GP-VI scenario row first among the GP-VI rows: it is the one the README quotes
 ROWS = {
     "nominal, no tightening": (NOMINAL, [NO_TUBE]),
-    "nominal, conformal bound, tube, delta = 0.05": (NOMINAL, []),
-    "nominal, conformal bound, tube, delta = 0.01": (NOMINAL, ["model.delta=0.01"]),
-    "nominal, conformal bound, tube, delta = 0.2": (NOMINAL, ["model.delta=0.2"]),
+    "nominal, open-loop tube (box)": (NOMINAL, ['controller.tube="open_loop"']),
+    "nominal, feedback tube, gaussian (scenario)": (NOMINAL, []),
+    "GP-VI, feedback tube, gaussian, conformal (scenario)": (GPVI, []),
     "GP-VI, no tightening": (GPVI, [NO_TUBE]),
-    "GP-VI, Theorem 1 bound, tube, delta = 0.05": (GPVI, ['model.bound="theorem1"']),
-    "GP-VI, conformal bound, tube, delta = 0.05": (GPVI, []),
+    "GP-VI, feedback tube, gaussian, Theorem 1 bound": (GPVI, ['model.bound="theorem1"']),
 }
-# figures copied from a row's run folder, under the name prefix given
+# figures copied from a complete row's run folder, under the name prefix given
 FIGURES = {
     "nominal, no tightening": ("none", ("episodes.png",)),
-    "nominal, conformal bound, tube, delta = 0.05": (
+    "nominal, feedback tube, gaussian (scenario)": (
         "tube",
-        ("episodes.png", "safety.png", "coverage.png"),
+        ("episodes.png", "safety.png", "coverage.png", "outside_data.png"),
     ),
     "GP-VI, no tightening": ("gpvi_none", ("episodes.png",)),
-    "GP-VI, Theorem 1 bound, tube, delta = 0.05": ("gpvi_theorem1", ("episodes.png",)),
-    "GP-VI, conformal bound, tube, delta = 0.05": ("gpvi_tube", ("episodes.png", "coverage.png")),
+    "GP-VI, feedback tube, gaussian, Theorem 1 bound": ("gpvi_theorem1", ("episodes.png",)),
+    "GP-VI, feedback tube, gaussian, conformal (scenario)": (
+        "gpvi_tube",
+        ("episodes.png", "coverage.png", "outside_data.png"),
+    ),
+}
+# what each kind of tube assumes of the model's errors (the table names it per row)
+ASSUMES = {
+    "none": "no tightening: the rail is a soft bound on the model's prediction",
+    "open_loop": "open-loop box tube: bound boxes propagated through the plan without feedback",
+    "feedback box": "feedback tube, box errors: the bound's box holds every step, LQR feedback",
+    "feedback gaussian": "feedback tube, gaussian errors: the bound read as the 1 - delta "
+    "quantile of independent Gaussian errors, chance constraints along the plan under LQR "
+    "feedback (stage 1 holds the whole box)",
 }
 
 
@@ -69,11 +89,141 @@ QUICK_SETS = [
 ]
 QUICK_GPVI = ["model.samples=16", "model.support_points=8", "model.restarts=1",
               "model.iterations=5"]  # fmt: skip
-# one row per scenario, between them every kind of figure copied
 QUICK_ROWS = (
-    "nominal, conformal bound, tube, delta = 0.05",
-    "GP-VI, conformal bound, tube, delta = 0.05",
+    "nominal, feedback tube, gaussian (scenario)",
+    "GP-VI, feedback tube, gaussian, conformal (scenario)",
 )
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+
+
+def settings(folder: Path) -> dict:
+    """The caps, fallbacks and thresholds in effect in a run, from its resolved config."""
+    cfg = tomllib.loads((folder / "config.resolved.toml").read_text())
+    ctrl, model = cfg["controller"], cfg["model"]
+    cons = ctrl.get("constraints", {})
+    tightening = ctrl.get("tightening", "none")
+    if tightening == "none":
+        kind = "none"
+    elif ctrl.get("tube", "open_loop") == "open_loop":
+        kind = "open_loop"
+    else:
+        kind = f"feedback {ctrl.get('tube_errors', 'box')}"
+    return {
+        "tube": kind,
+        "assumes": ASSUMES.get(kind, kind),
+        "bound": model.get("bound", "none"),
+        "bound_level": model.get("bound_level", "step"),
+        "delta": float(model.get("delta", float("nan"))),
+        "soft_bounds": bool(cons.get("soft_bounds", False)),
+        "bound_weight": cons.get("bound_weight", float("nan")),
+        "max_iter": ctrl.get("max_iter"),
+        "fits": cfg.get("data", {}).get("fits", 1),
+        "plant": cfg.get("env", {}).get("plant", "fixed"),
+    }
+
+
+def meets(ci: list[float], target: float) -> str:
+    """Whether a coverage's interval reaches ``target``: ``yes`` (the whole interval is at or
+    above it), ``within`` (the interval contains it), ``no`` (the interval is below it)."""
+    if not np.all(np.isfinite(ci)):
+        return "n/a"
+    return "yes" if ci[0] >= target else ("within" if ci[1] >= target else "no")
+
+
+def row_of(label: str, m: dict, folder: Path, complete: bool) -> dict:
+    s = settings(folder)
+    n, off = m["episodes"], m["episodes_with_violation"]
+    per_fit = m.get("per_fit", [])
+    spread = m.get("between_fit_std", {})
+    target = 1.0 - s["delta"]
+    cov_ci = m.get("coverage_mean_ci95", [float("nan")] * 2)
+    hcov_ci = m.get("horizon_coverage_mean_ci95", [float("nan")] * 2)
+    requested = m.get("episodes_requested", n)
+    return {
+        "row": label,
+        "episodes": n if complete else f"{n} of {requested} (unfinished run)",
+        "plants": m.get("plants", 1),
+        "fits": m.get("fit_count", 1),
+        "tube": s["tube"],
+        "bound": f"{s['bound']} ({s['bound_level']}), delta {s['delta']:g}",
+        "off_rail": off,
+        "off_rail_rate": m["violation_rate"],
+        "off_rail_wilson95": interval(m["violation_rate_ci95"]),
+        "off_rail_cp95": interval(clopper_pearson(off, n)),
+        "success": m["success_rate"],
+        "success_wilson95": interval(m["success_rate_ci95"]),
+        "success_per_fit": " / ".join(
+            f"{r.get('success_rate', float('nan')):.2f}" for r in per_fit
+        ),
+        "success_between_fit_std": spread.get("success_rate", float("nan")),
+        "off_rail_per_fit": " / ".join(f"{r['violation_rate']:.2f}" for r in per_fit),
+        "off_rail_between_fit_std": spread.get("violation_rate", float("nan")),
+        "max_violation_m": m["max_violation"],
+        "min_margin_m": m["min_margin"],
+        "mean_min_margin_m": m["min_margin_mean"],
+        "mean_min_margin_boot95": interval(m.get("min_margin_mean_ci95", [float("nan")] * 2)),
+        "promised_coverage": target,
+        "coverage_step_mean": m.get("coverage_mean", float("nan")),
+        "coverage_step_boot95": interval(cov_ci),
+        "coverage_step_meets": meets(cov_ci, target),
+        "coverage_horizon_steps": m.get("coverage_horizon", 0),
+        "coverage_horizon_mean": m.get("horizon_coverage_mean", float("nan")),
+        "coverage_horizon_boot95": interval(hcov_ci),
+        "coverage_horizon_meets": meets(hcov_ci, target),
+        "empty_tube_fraction": m.get("empty_tube_fraction", float("nan")),
+        "outside_data_share": m.get("outside_data_share", float("nan")),
+        "solve_median_ms": m["solve_time_median_ms"],
+        "solve_p95_ms": m["solve_time_p95_ms"],
+        "failed_solves": m["failed_solves"],
+        "solves": m["solves"],
+        "soft_bound_weight": s["bound_weight"] if s["soft_bounds"] else "hard bound",
+        "max_iter": s["max_iter"],
+        "assumes": s["assumes"],
+    }
+
+
+HEADERS = {
+    "row": "controller",
+    "episodes": "episodes",
+    "plants": "plants",
+    "fits": "fits",
+    "tube": "tube",
+    "bound": "bound (level), delta",
+    "off_rail": "episodes off the rail",
+    "off_rail_rate": "off-rail rate",
+    "off_rail_wilson95": "off-rail Wilson 95%",
+    "off_rail_cp95": "off-rail Clopper-Pearson 95%",
+    "success": "success",
+    "success_wilson95": "success Wilson 95%",
+    "success_per_fit": "success per fit",
+    "success_between_fit_std": "success std across fits",
+    "off_rail_per_fit": "off-rail rate per fit",
+    "off_rail_between_fit_std": "off-rail std across fits",
+    "max_violation_m": "largest excursion past the rail [m]",
+    "min_margin_m": "min margin [m]",
+    "mean_min_margin_m": "mean episode-min margin [m]",
+    "mean_min_margin_boot95": "its bootstrap 95%",
+    "promised_coverage": "1 - delta",
+    "coverage_step_mean": "coverage per step (mean over episodes)",
+    "coverage_step_boot95": "its bootstrap 95%",
+    "coverage_step_meets": "per step reaches 1 - delta",
+    "coverage_horizon_steps": "horizon [steps]",
+    "coverage_horizon_mean": "coverage per horizon (mean)",
+    "coverage_horizon_boot95": "its bootstrap 95%",
+    "coverage_horizon_meets": "per horizon reaches 1 - delta",
+    "empty_tube_fraction": "steps with an empty tightened stage",
+    "outside_data_share": "steps outside the training box",
+    "solve_median_ms": "solve median [ms]",
+    "solve_p95_ms": "solve p95 [ms]",
+    "failed_solves": "failed solves",
+    "solves": "solves",
+    "soft_bound_weight": "soft-bound weight",
+    "max_iter": "solver iteration cap",
+    "assumes": "what the tube assumes",
+}
 
 
 def margins_figure(margins: dict[str, list[float]]):
@@ -99,117 +249,140 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--fits", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--runs", type=Path, default=ROOT / "results" / "runs" / "safety",
+        help="where each row's run is kept (git-ignored by default); complete runs are reused",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rows", nargs="*", default=None,
+        help="run only the rows whose label contains one of these texts (the table still "
+        "lists every row with a run in --runs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--report-only", action="store_true",
+        help="run nothing: write the table from the runs in --runs",
+    )  # fmt: skip
     add_options(parser, OUT)
-    args = parse(parser, argv, OUT, quick={"episodes": 1, "workers": 1})
-    folder, rows_run = args.out, ROWS
+    args = parse(parser, argv, OUT, quick={"episodes": 1, "workers": 1, "fits": 2})
+    if args.episodes < 1 or args.fits < 1:
+        parser.error(f"--episodes and --fits must be >= 1, got {args.episodes}, {args.fits}")
+    variation = ['env.plant="per_episode"', f"data.fits={args.fits}"]
+    folder, rows_all = args.out, ROWS
+    tmp = None
     if args.quick:
-        rows_run = {
+        rows_all = {
             label: (scenario, [*QUICK_SETS, *(QUICK_GPVI if scenario == GPVI else []), *sets])
             for label, (scenario, sets) in ROWS.items()
             if label in QUICK_ROWS
         }
+        tmp = tempfile.TemporaryDirectory()
+        args.runs = Path(tmp.name)
+    unknown = [t for t in args.rows or [] if not any(t in label for label in rows_all)]
+    if unknown:
+        parser.error(f"--rows {unknown} match no row; the rows are {list(rows_all)}")
     folder.mkdir(parents=True, exist_ok=True)
     rows, margins = [], {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, (scenario, sets) in rows_run.items():
-            out = Path(tmp) / label.replace(" ", "_").replace(",", "").replace("=", "")
-            m, run = vimpc_run(
+    for label, (scenario, sets) in rows_all.items():
+        out = args.runs / slug(label)
+        found = read_run(out)
+        chosen = args.rows is None or any(t in label for t in args.rows)
+        if not args.report_only and chosen and (found is None or not found[2]):
+            if found is not None:
+                raise SystemExit(
+                    f"{label}: {found[1]} is an unfinished run; finish it with vimpc run "
+                    f"--resume {found[1]}, or report it as it is with --report-only"
+                )
+            vimpc_run(
                 ROOT / "scenarios" / f"{scenario}.toml", out, episodes=args.episodes,
-                seed=args.seed, workers=args.workers, sets=sets,
+                seed=args.seed, workers=args.workers, sets=[*variation, *sets],
             )  # fmt: skip
-            fit = m["model"]["fit"] or {}
-            margins[label] = [e["min_margin"] for e in m["per_episode"]]
-            rows.append(
-                {
-                    "row": label,
-                    "episodes": m["episodes"],
-                    "off_rail": m["episodes_with_violation"],
-                    "off_rail_rate_ci95": interval(m["violation_rate_ci95"]),
-                    "max_violation_m": m["max_violation"],
-                    "min_margin_m": m["min_margin"],
-                    "mean_min_margin_m": m["min_margin_mean"],
-                    "median_min_margin_m": float(np.median(margins[label])),
-                    "success": m["success_rate"],
-                    "success_ci95": interval(m["success_rate_ci95"]),
-                    "promised_coverage": 1 - m["model"]["delta"],
-                    "validation_coverage": fit.get("validation_coverage", float("nan")),
-                    "closed_loop_coverage_mean": m.get("coverage_mean", float("nan")),
-                    "closed_loop_coverage_min": m.get("coverage_min", float("nan")),
-                    "solve_median_ms": m["solve_time_median_ms"],
-                    "solve_p95_ms": m["solve_time_p95_ms"],
-                    "failed_solves": m["failed_solves"],
-                }
-            )
-            prefix, figures = FIGURES.get(label, ("", ()))
-            for fig in figures:
+            found = read_run(out)
+        if found is None:
+            print(f"{label}: not run")
+            continue
+        m, run, complete = found
+        rows.append(row_of(label, m, run, complete))
+        margins[label] = [e["min_margin"] for e in m["per_episode"]]
+        prefix, figures = FIGURES.get(label, ("", ()))
+        for fig in figures if complete else ():
+            if (run / fig).exists():
                 shutil.copy(run / fig, folder / f"cartpole_{prefix}_{fig}")
-            print(f"{label}: {rows[-1]}")
-    headers = {
-        "row": "controller",
-        "episodes": "episodes",
-        "off_rail": "episodes off the rail",
-        "off_rail_rate_ci95": "rate 95% CI",
-        "max_violation_m": "largest excursion past the rail [m]",
-        "min_margin_m": "min margin [m]",
-        "mean_min_margin_m": "mean of episode min margins [m]",
-        "median_min_margin_m": "median of episode min margins [m]",
-        "success": "success",
-        "success_ci95": "success 95% CI",
-        "promised_coverage": "1 - delta",
-        "validation_coverage": "coverage, held-out open loop",
-        "closed_loop_coverage_mean": "coverage, closed loop (mean)",
-        "closed_loop_coverage_min": "coverage, closed loop (worst episode)",
-        "solve_median_ms": "solve median [ms]",
-        "solve_p95_ms": "solve p95 [ms]",
-        "failed_solves": "failed solves",
-    }
+        print(f"{label}: {rows[-1]}")
+    if not rows:
+        raise SystemExit(f"no row has a run in {args.runs}; run some rows first")
+    missing = [label for label in rows_all if label not in margins]
     fig = margins_figure(margins)
     fig.savefig(folder / "cartpole_margins.png", dpi=120)
     intro = (
         "Each row is `vimpc run scenarios/cartpole_safe.toml` (nominal rows) or `vimpc run "
-        "scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) with the overrides the row names, "
-        f"over the same {args.episodes} episodes (reset seeds {args.seed}-"
-        f"{args.seed + args.episodes - 1}; the scenarios were designed on seeds 0-49) against "
-        "the same true cart-pole (masses and inertias within 10 %, friction [0.3, 0.1], "
-        "observation noise 1e-3). The rail is |s| <= 1 m; an episode is off the rail when "
-        "the true cart position leaves it at any step. Nominal rows: the nominal midpoint "
-        "model, its bound calibrated by split conformal prediction on held-out open-loop "
-        "trajectories (states spread over the region a swing-up visits, random forces up to "
-        "the actuator limit). GP-VI rows: Gaussian processes on the next velocities over the "
-        "nominal midpoint integrator (sin/cos inputs, 512 samples, 100 support points), with "
-        "the Theorem 1 bound (each GP's uniform error bound of Lederer et al. 2019 on the box "
-        "of its training inputs, plus the noise quantiles) or the conformal bound shaped by "
-        "the GPs' posterior spread. Coverage: the fraction of one-step errors inside the "
-        "bound in every entry, on the held-out validation trajectories and along the "
-        "closed-loop episodes (the realised one-step error against the bound)."
+        'scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) with `env.plant="per_episode"`, '
+        f"`data.fits={args.fits}` and the overrides the row names, over the same "
+        f"{args.episodes} episodes (reset seeds {args.seed}-{args.seed + args.episodes - 1}; "
+        "the scenarios were designed on seeds 0-49). Each episode draws its own true "
+        "cart-pole within the scenario's perturbation (masses and inertias within 10 %, "
+        "friction [0.3, 0.1], observation noise 1e-3; its plant seed recorded) and uses fit "
+        f"i mod {args.fits} (fits on data seeds shifted by 10^7). The rail is |s| <= 1 m; an "
+        "episode is off the rail when the true cart position leaves it at any step. Nominal "
+        "rows: the nominal midpoint model, its bound calibrated by split conformal prediction "
+        "on held-out open-loop trajectories. GP-VI rows: Gaussian processes on the next "
+        "velocities over the nominal midpoint integrator (sin/cos inputs, 512 samples, 100 "
+        "support points), with the conformal bound shaped by the GPs' posterior spread or the "
+        "Theorem 1 bound (each GP's uniform error bound on the box of its training inputs). "
+        "Intervals: off-rail and success rates with the Wilson and (off rail) the exact "
+        "Clopper-Pearson 95 % interval over episodes; per-fit rates and their standard "
+        "deviation across fits; percentile-bootstrap 95 % intervals (2000 resamples of "
+        "episodes, seed 0) of the mean episode-minimum margin and of the mean closed-loop "
+        "coverage, so across plants, initial states and fits. Coverage per step: the share of "
+        "steps whose realised one-step error lies inside the bound in every entry; per "
+        "horizon: the share of windows of `horizon` consecutive steps all inside. 'reaches "
+        "1 - delta': yes when the whole interval is at or above 1 - delta, within when the "
+        "interval contains it, no when it lies below. Caps and thresholds in effect are "
+        "columns: the tube and what it assumes, the soft-bound weight (the rail is an exact "
+        "penalty: a state pushed past the tightened limit is not infeasible, it pays this "
+        "weight), the solver's iteration cap; empty tightened stages are counted, never "
+        "capped. Steps outside the training box: the share of steps whose true state lies "
+        "outside the box of the fit's training and calibration states (a Theorem 1 bound is "
+        "known to hold only inside it)."
     )
+    if missing:
+        intro += f" Rows not run yet (no run in the runs folder): {', '.join(missing)}."
+    if any("unfinished" in str(r["episodes"]) for r in rows):
+        intro += (
+            " A row marked 'unfinished run' is summarised on the episodes its run had "
+            "finished when the table was written (the first ones of the seed range, fits in "
+            "turn); its figures are not copied."
+        )
     after = """
 Every episode's smallest margin to the rail, per row:
 
 ![margins](cartpole_margins.png)
 
-Every episode's cart position against the rail, nominal model without and with the tube
-(delta = 0.05), and GP-VI without tightening, with the Theorem 1 tube and with the
-conformal tube:
+Every episode's cart position against the rail, nominal model without tightening and with
+the feedback tube, and the GP-VI rows:
 
 ![none](cartpole_none_episodes.png) ![tube](cartpole_tube_episodes.png)
 
 ![gpvi none](cartpole_gpvi_none_episodes.png) ![gpvi theorem 1](cartpole_gpvi_theorem1_episodes.png)
 ![gpvi tube](cartpole_gpvi_tube_episodes.png)
 
-The tube of one episode (delta = 0.05): the rail rows `s >= -1` and `s <= 1` as realized on
-the true state, with the plans made every second drawn over their horizon with their
-tubes; and the model's one-step errors against its bound:
+The feedback tube of one episode (nominal scenario): the rail rows as realised on the true
+state, with the plans made every second drawn over their horizon with their tubes; the
+model's one-step errors against its bound; the share of steps outside the training box:
 
 ![safety](cartpole_tube_safety.png) ![coverage](cartpole_tube_coverage.png)
+![outside](cartpole_tube_outside_data.png)
 """
     command = (
         "python tests/experiments/safety_cartpole.py "
-        f"--seed {args.seed} --episodes {args.episodes} --workers {args.workers}"
+        f"--seed {args.seed} --episodes {args.episodes} --fits {args.fits} "
+        f"--workers {args.workers}"
     )
-    title = "Safe cart-pole: the rail with and without the tube, nominal and GP-VI models"
-    print(write_table(folder, "cartpole", title, command, intro, rows, headers, after))
+    title = "Safe cart-pole: the rail with and without the tube, over plants and fits"
+    print(write_table(folder, "cartpole", title, command, intro, rows, HEADERS, after))
+    if tmp is not None:
+        tmp.cleanup()
 
 
 if __name__ == "__main__":
