@@ -49,6 +49,11 @@ ROWS = {
     "nominal, no tightening": (NOMINAL, [NO_TUBE]),
     "nominal, open-loop tube (box)": (NOMINAL, ['controller.tube="open_loop"']),
     "nominal, feedback tube, gaussian (scenario)": (NOMINAL, []),
+    # delta read over the controller's 20-step horizon instead of one step
+    "nominal, feedback tube, gaussian, horizon-level bound": (
+        NOMINAL,
+        ['model.bound_level="horizon"', "model.bound_horizon=20"],
+    ),
     "GP-VI, feedback tube, gaussian, conformal (scenario)": (GPVI, []),
     "GP-VI, no tightening": (GPVI, [NO_TUBE]),
     "GP-VI, feedback tube, gaussian, Theorem 1 bound": (GPVI, ['model.bound="theorem1"']),
