@@ -62,10 +62,14 @@ def test_the_four_scenarios_exist():
 @pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
 def test_scenario_regression_short_run(path, tmp_path):
     # every scenario runs end to end with a short horizon and few steps (on ten trajectories
-    # a learned model's fit may warn of its data: the LSI swing-up's distilled momentum map)
+    # a learned model's fit may warn of its data: the LSI swing-up's distilled momentum map);
+    # a network family trains a few epochs only (the run, not the fit's quality, is tested)
+    model = tomllib.loads(path.read_text()).get("model", {})
+    short = ["--set", "model.epochs=20"] if "epochs" in model else []
     code = _run(
         [
             str(path),
+            *short,
             "--out",
             str(tmp_path),
             "--no-plots",
