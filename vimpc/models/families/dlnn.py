@@ -23,7 +23,10 @@ backward passes (rows are independent: one pass per Hessian row for the whole ba
 
 Inputs fix the Lagrangian's scale (the forces enter the residual); on unforced data the
 degeneracy term alone keeps ``L_d`` away from zero, and the fit warns that the scale is
-not identified.
+not identified, and that it collapsed where the term never saturated (the median of
+``degeneracy_scale * det(-D1 D2 L_d)`` on the data pairs below 1, ``info
+["degeneracy_saturation"]``: some initialisations of the paper's cart sit at the term's
+0.5 from the warm-up on, and predict nothing).
 
 **Export.** With ``L_invmod(q, v) = L_d(q - h v / 2, q + h v / 2) / h`` the midpoint
 discrete Lagrangian of ``L_invmod``, ``h L_invmod((q0 + q1) / 2, (q1 - q0) / h)``, is
