@@ -251,7 +251,7 @@ def margins_figure(margins: dict[str, list[float]]):
     ax.axvline(0.0, color="k", lw=1)
     ax.set_yticks(range(len(margins)), list(margins))
     ax.invert_yaxis()
-    ax.set_xlabel("smallest margin to the rail in the episode [m] (< 0: off the rail)")
+    ax.set_xlabel("episode minimum margin to the rail [m] (< 0: off the rail)")
     fig.suptitle("Safe cart-pole: per-episode minimum margin (black: median)")
     return fig
 
