@@ -40,10 +40,10 @@ solve and acceptance test, with the network's gradient and Hessian (and the Newt
 Jacobian) in closed form, a few dense products per layer, instead of the network expanded
 into scalar operations (tests check it against the integrator's model to 1e-10). Measured
 on the cart-pendulum, 3x128, a shared 2-core machine (``tests/benchmarks/bench_dlnn.py``,
-``results/benchmarks/dlnn.md``): ``order = 0`` builds in 0.1 s and steps in 1.8 ms
-(median; the integrator's SX model: 8.7 s, 18 ms), ``order = 2`` in 0.05 s and 10 ms (third
-and fourth derivatives of the network in the BEA momentum map, by MX AD; the SX model:
-78 s, 237 ms); for control with a large network, ``order = 0``.
+``results/benchmarks/dlnn.md``, CPU time per call): ``order = 0`` builds in 0.1 s and steps
+in 0.52 ms (the integrator's SX model: 8.7 s, 17 ms), ``order = 2`` in 0.1 s and 8.3 ms
+(third and fourth derivatives of the network in the BEA momentum map, by MX AD; the SX
+model: 176 s, 247 ms); for control with a large network, ``order = 0``.
 
 **Symmetries** (``symmetries = K``): K generators ``xi = (M, w)`` of the affine group
 (``q -> q + eps (M q + w)``) trained with the network after ``warmup`` network-only
@@ -299,7 +299,7 @@ class DLNNModel(nl.NetworkFamily):
         "order": Setting(
             int, 2,
             "BEA order of the exported momentum map and energy (0: L_invmod itself; 3x128 "
-            "cart-pendulum step 1.8 ms at 0, 10 ms at 2)",
+            "cart-pendulum step 0.52 ms CPU at 0, 8.3 ms at 2)",
             rule=Rule(lambda v: v in bea.ORDERS, phrase="0 or 2"),
         ),
         "symmetries": Setting(
