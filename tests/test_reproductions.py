@@ -34,13 +34,15 @@ def _episodes(overrides: list[str], seeds: range, path: Path = SAFE) -> list[dic
 
 
 def test_the_tube_keeps_the_cart_on_the_rail():
-    # results/safety: 0 of 100 episodes off the rail with the tube, 30 of 100 without;
-    # here 30 other seeds: the tube keeps every one on the rail, and the same episodes
-    # without it do leave the rail (so the check can fail)
+    # results/safety (seeds 100-199, plants drawn per episode, 3 fits): 0 of 100 episodes
+    # off the rail with the scenario's gaussian feedback tube (smallest margin 0.13 m), 23 of
+    # 100 without; here 30 other seeds on the scenario's plant: the tube keeps every one on
+    # the rail with at least half that margin, and the same episodes without it do leave
+    # the rail (so the check can fail)
     seeds = range(300, 330)
     tube = _episodes([], seeds)
     assert sum(m["violations"] > 0 for m in tube) == 0
-    assert min(m["min_margin"] for m in tube) > 0.1
+    assert min(m["min_margin"] for m in tube) > 0.065
     # the bound held in closed loop about as often as it promised (delta = 0.05)
     assert np.mean([m["coverage"] for m in tube]) >= 0.93
     free = _episodes(['controller.tightening="none"'], seeds)
@@ -48,12 +50,13 @@ def test_the_tube_keeps_the_cart_on_the_rail():
 
 
 def test_the_gp_vi_tubes_keep_the_cart_on_the_rail_and_still_swing_up():
-    # results/safety: with the GP-VI model 0 of 100 episodes off the rail and success 1.00
-    # with either tube (Theorem 1 bound: min margin 0.54 m; conformal: 0.45 m); here 12
-    # other seeds
+    # results/safety (seeds 100-199, plants drawn per episode, 3 fits): with the GP-VI model
+    # and the gaussian feedback tube 0 of 100 episodes off the rail and success 1.00 with
+    # either bound (smallest margin: Theorem 1 0.28 m, conformal 0.18 m); here 12 other
+    # seeds, at least half those margins
     seeds = range(400, 412)
     gpvi = ROOT / "scenarios" / "cartpole_gpvi_safe.toml"
-    for overrides, margin in (([], 0.3), (['model.bound="theorem1"'], 0.4)):
+    for overrides, margin in (([], 0.09), (['model.bound="theorem1"'], 0.14)):
         episodes = _episodes(overrides, seeds, gpvi)
         assert sum(m["violations"] > 0 for m in episodes) == 0, overrides
         assert min(m["min_margin"] for m in episodes) > margin, overrides
