@@ -629,3 +629,26 @@ def test_the_mx_backward_error_formula_is_the_shared_one():
     for x in np.random.default_rng(0).uniform(-1, 1, (5, 4)):
         a, b, plain = (float(y) for y in both(x[:2], x[2:]))
         assert b == pytest.approx(a, abs=1e-12 * abs(a)) and abs(a - plain) > 1e-6
+
+
+def test_the_controller_keeps_a_network_model_unexpanded_and_solves_as_expanded():
+    # a network model's stage function is written with dense products (info names them):
+    # the MPC's NLP stays MX (expanding scalarises every product), and its plan equals the
+    # plan of the same model's expanded NLP
+    import dataclasses
+
+    from vimpc.mpc import MPC, Constraints, Cost, Status
+
+    _, _, m = _small()
+    model = m.discrete_model()
+    assert "dense_products" in model.info
+    plain = dataclasses.replace(
+        model, info={k: v for k, v in model.info.items() if k != "dense_products"}
+    )
+    cost, cons = Cost(Q=[10.0, 1.0], R=[1e-2]), Constraints(u_min=[-2.0], u_max=[2.0])
+    mx, sx = MPC(model, 5, cost, cons), MPC(plain, 5, cost, cons)
+    assert not mx._tr.expandable and sx._tr.expandable
+    obs = np.array([0.4, -0.3])
+    a, b = mx(obs), sx(obs)
+    assert a.status is Status.SOLVED and b.status is Status.SOLVED
+    np.testing.assert_allclose(a.u_plan, b.u_plan, atol=1e-8)

@@ -15,7 +15,7 @@ solver configuration runs ``run_episode`` from each reset seed for ``--steps`` s
 interleaved (seed by seed, every row) so machine-load drift hits all rows alike. Times are
 ``MPCResult.solve_time`` (the wall time of the NLP solver call), pooled over the seeds; the
 build time is the controller's construction (and, with ``jit = "model"``, the C compile of
-the model's residual). Issue target: median <= 5 ms for the scenario's configuration on the
+the model's residual). Target: median <= 5 ms for the scenario's configuration on the
 DLNN model.
 
 ``--quick --out DIR``: a smoke test into ``DIR``: one seed of 3 steps, the scenario's
