@@ -652,3 +652,11 @@ def test_the_controller_keeps_a_network_model_unexpanded_and_solves_as_expanded(
     a, b = mx(obs), sx(obs)
     assert a.status is Status.SOLVED and b.status is Status.SOLVED
     np.testing.assert_allclose(a.u_plan, b.u_plan, atol=1e-8)
+    # the tube's step Jacobians stay MX too, and equal the expanded ones
+    from vimpc.mpc.tube import step_jacobians
+
+    fast, slow = step_jacobians(model), step_jacobians(plain)
+    assert fast.is_a("MXFunction") and slow.is_a("SXFunction")
+    args = (a.x[0], a.u_plan[0], a.x[1], np.zeros(0))
+    for f, g in zip(fast(*args), slow(*args), strict=True):
+        np.testing.assert_allclose(np.asarray(f), np.asarray(g), rtol=1e-10, atol=1e-12)

@@ -36,6 +36,7 @@ from vimpc import _checks
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, _ResolvedCost
+from vimpc.mpc.tube import keeps_mx
 
 TRANSCRIPTIONS = ("step", "implicit")
 
@@ -297,10 +298,7 @@ def transcribe(
         s=np.array(idx_s) if ns else np.zeros((N + 1, 0), int),
         n_w=count,
     )
-    # a model written with dense matrix products (a network's layers: info["dense_products"])
-    # stays MX: expanding it would scalarise every product (measured on the DLNN balance
-    # scenario's 2x64 network: 401,519 SX instructions per stage Jacobian, 4.4x slower)
-    expandable = "dense_products" not in model.info
+    expandable = not keeps_mx(model)
     used = [model.step if transcription == "step" else model.residual, model.to_obs]
     if cost.energy is not None:
         used.append(model.energy)
