@@ -22,14 +22,13 @@ process, the DLNN fitted for a few epochs on a few short trajectories (``QUICK_S
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import tempfile
 from pathlib import Path
 
+import _tables
 import numpy as np
 from _quick import add_options, command, parse
-from _tables import interval, write_table
+from _tables import interval, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "dlnn_control"
@@ -61,34 +60,7 @@ QUICK_DLNN = [
 
 def nominal_variant(folder: Path) -> Path:
     """The scenario with its ``[model]`` table replaced by :data:`NOMINAL_MODEL`."""
-    text = SCENARIO.read_text(encoding="utf-8")
-    replaced, n = re.subn(r"(?ms)^\[model\]\n.*?(?=^\[)", NOMINAL_MODEL, text)
-    if n != 1:
-        raise SystemExit(f"{SCENARIO} has no single [model] table followed by another table")
-    path = folder / SCENARIO.name
-    path.write_text(replaced, encoding="utf-8")
-    return path
-
-
-def vimpc_run(
-    scenario: Path, out: Path, *, episodes: int, seed: int, workers: int, sets: list[str]
-) -> tuple[dict, Path]:
-    """``vimpc run scenario`` into ``out`` (as :func:`_tables.vimpc_run`), also when every
-    solve failed (exit code 3: the run is written and says so): a controller that fails is
-    a result here, reported with its numbers."""
-    from vimpc import cli
-
-    argv = [
-        "run", str(scenario), "--out", str(out), "--quiet", "--workers", str(workers),
-        "--set", f"episodes.count={episodes}", "--set", f"episodes.seed={seed}",
-    ]  # fmt: skip
-    for item in sets:
-        argv += ["--set", item]
-    code = cli.main(argv)
-    if code not in (0, 3):
-        raise SystemExit(f"vimpc run {scenario} {' '.join(sets)} failed (exit code {code})")
-    (folder,) = [p for p in out.glob("*/*") if p.is_dir()]
-    return json.loads((folder / "metrics.json").read_text()), folder
+    return _tables.nominal_variant(SCENARIO, folder, NOMINAL_MODEL)
 
 
 def _episodes(run: Path) -> list[dict[str, np.ndarray]]:
@@ -215,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                 out = Path(tmp) / f"{label}_{plant}"
                 m, run = vimpc_run(
                     path, out, episodes=args.episodes, seed=args.seed, workers=args.workers,
-                    sets=sets,
+                    sets=sets, accept=(0, 3),
                 )  # fmt: skip
                 rows.append(row(label, plant, m))
                 if plant == args.plants[0]:
