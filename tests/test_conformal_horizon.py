@@ -20,12 +20,12 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 import pytest
+from test_conformal import tiny_model  # noqa: E402  (the same x_next = GAIN x + u)
 
 from vimpc import scenario
 from vimpc.closedloop import Trajectory, episode_metrics, summarize
 from vimpc.closedloop.metrics import windows_inside as episode_windows_inside
 from vimpc.data import Dataset, add_noise, rollout_model
-from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel, calibrate
@@ -49,24 +49,6 @@ DT = 0.1
 GAIN = 0.5
 RHO = 0.8
 ROOT = Path(__file__).parents[1]
-
-
-def tiny_model(nx: int = 2) -> DiscreteModel:
-    """``x_next = GAIN x + u`` (one input added to every entry), identity observations."""
-    x, u, p = ca.MX.sym("x", nx), ca.MX.sym("u", 1), ca.MX.sym("p", 0)
-    obs = ca.MX.sym("obs", nx)
-    return DiscreteModel(
-        dt=DT,
-        nx=nx,
-        nu=1,
-        np=0,
-        nobs=nx,
-        step=ca.Function("step", [x, u, p], [GAIN * x + u]),
-        from_obs=ca.Function("from_obs", [obs], [obs]),
-        to_obs=ca.Function("to_obs", [x], [x]),
-        state_names=tuple(f"x{i}" for i in range(nx)),
-        input_names=("u",),
-    )
 
 
 def ar_noise(rng: np.random.Generator, n: int, T: int, nx: int = 2) -> np.ndarray:

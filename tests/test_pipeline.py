@@ -221,6 +221,13 @@ def _cartpole_dataset(tmp_path, dt: float) -> Path:
     ],
 )
 def test_bad_input_is_refused_before_any_work(overrides, message, tmp_path, monkeypatch, capsys):
+    refused_before_any_work(overrides, message, tmp_path, monkeypatch, capsys)
+
+
+def refused_before_any_work(overrides, message, tmp_path, monkeypatch, capsys) -> None:
+    """The safe cart-pole with ``overrides`` is refused with ``message`` on loading and by
+    ``vimpc run`` (exit code 2, nothing written), before any environment is built."""
+
     def no_env(*args, **kwargs):
         raise AssertionError("an environment was built before the scenario was refused")
 

@@ -279,16 +279,9 @@ def test_the_outside_data_figure_has_one_bar_per_episode():
 def test_bad_variation_settings_are_refused_before_any_work(
     overrides, message, tmp_path, monkeypatch, capsys
 ):
-    def no_env(*args, **kwargs):
-        raise AssertionError("an environment was built before the scenario was refused")
+    from test_pipeline import refused_before_any_work
 
-    monkeypatch.setattr(pipeline, "build_env", no_env)
-    with pytest.raises(ConfigError) as err:
-        scenario.load_scenario(SAFE, overrides)
-    assert message in str(err.value)
-    assert cli.main(["run", SAFE, "--out", str(tmp_path), *_sets(overrides)]) == 2
-    assert message in capsys.readouterr().err
-    assert not list(tmp_path.iterdir())
+    refused_before_any_work(overrides, message, tmp_path, monkeypatch, capsys)
 
 
 def test_fits_with_saved_data_are_refused(tmp_path):
