@@ -21,8 +21,17 @@ A = np.array([[1.0, DT], [0.0, 1.0]])
 B = np.array([[DT**2 / 2], [DT]])
 
 
-def _double_integrator(w, *, implicit=True, to_obs=None, bound=True) -> DiscreteModel:
-    """``x_next = A x + B u`` with the constant bound ``w`` and observation ``M x``."""
+def _double_integrator(
+    w,
+    *,
+    implicit=True,
+    to_obs=None,
+    bound=True,
+    A=A,
+    B=B,  # noqa: N803
+) -> DiscreteModel:
+    """``x_next = A x + B u`` (by default the double integrator) with the constant bound
+    ``w`` and observation ``M x``."""
     M = np.eye(2) if to_obs is None else np.asarray(to_obs, dtype=float)
     x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
     obs = ca.SX.sym("obs", 2)
@@ -435,21 +444,7 @@ def test_feedback_tube_stays_bounded_where_the_open_loop_box_grows_without_end()
     Au = np.array([[1.3, 0.1], [0.0, 1.2]])
     Bu = np.array([[0.0], [0.1]])
     w, N = np.array([1e-3, 1e-3]), 30
-    x, u, p, obs = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("obs", 2)
-    model = DiscreteModel(
-        dt=DT,
-        nx=2,
-        nu=1,
-        np=0,
-        nobs=2,
-        step=ca.Function("step", [x, u, p], [ca.mtimes(Au, x) + ca.mtimes(Bu, u)]),
-        bound=ca.Function("bound", [x, u, p], [ca.DM(w)]),
-        delta=0.05,
-        from_obs=ca.Function("from_obs", [obs], [obs]),
-        to_obs=ca.Function("to_obs", [x], [x]),
-        state_names=("a", "b"),
-        input_names=("f",),
-    )
+    model = _double_integrator(w, implicit=False, A=Au, B=Bu)
     problem = dict(
         horizon=N,
         cost=Cost(Q=[1.0, 1.0], R=[1.0]),
@@ -516,21 +511,7 @@ def test_feedback_tube_options_are_checked_before_anything_is_built():
 def test_feedback_tube_refuses_a_growing_mode_the_input_cannot_reach():
     # x_0 grows by 1.1 per step and no input reaches it
     Au = np.array([[1.1, 0.0], [0.0, 1.0]])
-    x, u, p, obs = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("obs", 2)
-    model = DiscreteModel(
-        dt=DT,
-        nx=2,
-        nu=1,
-        np=0,
-        nobs=2,
-        step=ca.Function("step", [x, u, p], [ca.mtimes(Au, x) + ca.vertcat(0, u)]),
-        bound=ca.Function("bound", [x, u, p], [ca.DM([1e-3, 1e-3])]),
-        delta=0.05,
-        from_obs=ca.Function("from_obs", [obs], [obs]),
-        to_obs=ca.Function("to_obs", [x], [x]),
-        state_names=("a", "b"),
-        input_names=("f",),
-    )
+    model = _double_integrator([1e-3, 1e-3], implicit=False, A=Au, B=np.array([[0.0], [1.0]]))
     cost = Cost(Q=[1.0, 1.0], R=[1.0])
     with pytest.raises(InputError, match=r"tube='feedback'.*eigenvalue 1.1 .*not reachable"):
         MPC(model, 5, cost, tightening="tube", tube="feedback")
