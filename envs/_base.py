@@ -154,11 +154,7 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
                 f"perturbation must be in [0, 1) so masses stay positive, got {perturbation!r}"
             )
         self._obs_noise = _checks.nonnegative("obs_noise", obs_noise)
-        if isinstance(param_seed, bool) or not isinstance(param_seed, (int, np.integer)):
-            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
-        if param_seed < 0:
-            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
-        self._param_seed = int(param_seed)
+        self._param_seed = _seed(param_seed)
         if render_mode is not None:
             _checks.one_of("render_mode", render_mode, self.metadata["render_modes"])
         self.render_mode = render_mode
@@ -232,11 +228,7 @@ class MechanicalEnv(gymnasium.Env[np.ndarray, np.ndarray], abc.ABC):
         and friction ranges, or with the given friction), as if the env had been built with
         it; the state is cleared, so :meth:`reset` comes next. Used to draw the plant per
         episode."""
-        if isinstance(param_seed, bool) or not isinstance(param_seed, (int, np.integer)):
-            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
-        if param_seed < 0:
-            raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
-        self._param_seed = int(param_seed)
+        self._param_seed = _seed(param_seed)
         self._true = self._draw_plant(self._param_seed)
         self._build_step(self._true)
         self._x = None
@@ -537,3 +529,12 @@ def angle_cost(angle: float, target: float) -> float:
     """``2 (1 - cos(angle - target))``: ``(angle - target)^2`` near the target, smooth
     and periodic, so no wrapping of the continuous angle is needed."""
     return 2.0 * (1.0 - math.cos(angle - target))
+
+
+def _seed(param_seed: Any) -> int:
+    """``param_seed`` checked: a non-negative int."""
+    if isinstance(param_seed, bool) or not isinstance(param_seed, (int, np.integer)):
+        raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
+    if param_seed < 0:
+        raise InputError(f"param_seed must be a non-negative int, got {param_seed!r}")
+    return int(param_seed)
