@@ -36,7 +36,7 @@ from vimpc import _checks
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, _ResolvedCost
-from vimpc.mpc.tube import keeps_mx
+from vimpc.mpc.tube import expanded_or_none, keeps_mx
 
 TRANSCRIPTIONS = ("step", "implicit")
 
@@ -298,15 +298,10 @@ def transcribe(
         s=np.array(idx_s) if ns else np.zeros((N + 1, 0), int),
         n_w=count,
     )
-    expandable = not keeps_mx(model)
     used = [model.step if transcription == "step" else model.residual, model.to_obs]
     if cost.energy is not None:
         used.append(model.energy)
-    for fn in used if expandable else ():
-        try:
-            fn.expand()
-        except RuntimeError:
-            expandable = False
+    expandable = not keeps_mx(model) and all(expanded_or_none(fn) is not None for fn in used)
     return Transcription(
         nlp=nlp,
         layout=layout,

@@ -85,7 +85,7 @@ def step_jacobians(model: DiscreteModel) -> ca.Function:
     when ``x_next`` is the step's solution; no Newton solve), else the Jacobians of ``step``
     (``x_next`` unused)."""
     fn = model.residual if model.residual is not None else model.step
-    expanded = None if keeps_mx(model) else _expanded(fn)
+    expanded = None if keeps_mx(model) else expanded_or_none(fn)
     sym = ca.MX if expanded is None else ca.SX
     fn = fn if expanded is None else expanded
     nx, nu = model.nx, model.nu
@@ -180,7 +180,7 @@ def tube_function(
     fns = {"bound": model.bound, "to_obs": model.to_obs, "safety": safety}
     if lipschitz is None:
         fns["jacobians"] = step_jacobians(model)
-    expanded = {name: None if keeps_mx(model) else _expanded(fn) for name, fn in fns.items()}
+    expanded = {name: None if keeps_mx(model) else expanded_or_none(fn) for name, fn in fns.items()}
     if all(fn is not None for fn in expanded.values()):
         fns, sym = expanded, ca.SX
     else:  # a rootfinder, linear solve, callback or dense products inside: stay with MX
@@ -261,7 +261,7 @@ def tube_function(
     )
 
 
-def _expanded(fn: ca.Function) -> ca.Function | None:
+def expanded_or_none(fn: ca.Function) -> ca.Function | None:
     """``fn`` as an SX function, or None when a node of it has no SX form."""
     try:
         return fn.expand()
