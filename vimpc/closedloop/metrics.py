@@ -17,6 +17,7 @@ import numpy as np
 from vimpc.closedloop.episode import Trajectory
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
+from vimpc.models.calibration import windows_inside
 from vimpc.mpc.result import Status
 
 FAILED_STATUSES = ("FAILED", "INFEASIBLE")
@@ -62,16 +63,6 @@ def _coverage_horizon(traj: Trajectory, horizon: int | None) -> int:
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InputError(f"horizon must be a positive integer, got {horizon!r}")
     return int(horizon)
-
-
-def windows_inside(inside: np.ndarray, horizon: int) -> np.ndarray:
-    """For per-step flags ``inside`` ``(T,)``, whether all ``horizon`` steps of each window
-    of consecutive steps are inside, ``(T - horizon + 1,)`` (empty when ``T < horizon``)."""
-    inside = np.asarray(inside, dtype=bool)
-    if len(inside) < horizon:
-        return np.zeros(0, dtype=bool)
-    outside = np.concatenate([[0], np.cumsum(~inside)])
-    return outside[horizon:] == outside[: len(inside) - horizon + 1]
 
 
 def nonfinite_plans(traj: Trajectory) -> np.ndarray:
