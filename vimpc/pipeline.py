@@ -193,6 +193,10 @@ def check_cache_writable() -> Path:
 #: moves whenever a change alters what a fit exports (2: implicit steps refuse failed and
 #: spurious Newton roots with NaN; 3: the model records the box of its data, ``data_box``).
 FIT_GENERATION = 3
+#: Per family, the generation of its export where it moved after FIT_GENERATION (entering the
+#: key only where given, so the other families' cached fits stay valid). dlnn and lnn 1: the
+#: model carries the recipe of its horizon residual (``DiscreteModel.horizon``).
+FAMILY_GENERATION = {"dlnn": 1, "lnn": 1}
 
 
 def cache_key(cfg: dict[str, Any]) -> str:
@@ -207,16 +211,16 @@ def cache_key(cfg: dict[str, Any]) -> str:
         if data[key] is not None:
             data[key + "_sha256"] = _file_digest(data[key])
             data[key] = None  # the same file elsewhere is the same data
-    text = json.dumps(
-        {
-            "vimpc": __version__,
-            "generation": FIT_GENERATION,
-            "env": env,
-            "data": data,
-            "model": cfg["model"],
-        },
-        sort_keys=True,
-    )
+    payload = {
+        "vimpc": __version__,
+        "generation": FIT_GENERATION,
+        "env": env,
+        "data": data,
+        "model": cfg["model"],
+    }
+    if cfg["model"]["family"] in FAMILY_GENERATION:
+        payload["family_generation"] = FAMILY_GENERATION[cfg["model"]["family"]]
+    text = json.dumps(payload, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
