@@ -20,6 +20,8 @@ FAMILIES: dict[str, str] = {
     "lsi": "vimpc.models.families.lsi:LSIModel",
     "dlnn": "vimpc.models.families.dlnn:DLNNModel",
     "lnn": "vimpc.models.families.lnn:LNNModel",
+    "clnn": "vimpc.models.families.clnn:CLNNModel",
+    "chnn": "vimpc.models.families.clnn:CHNNModel",
 }
 
 
