@@ -100,6 +100,33 @@ def test_quick_mode_runs(script, tmp_path, monkeypatch):
     assert any(name.endswith(".md") for name in written), written
     if script.stem == "bench_dompc":  # the vimpc half of the comparison, without do-mpc
         assert _rows(out / "dompc.md") == {"vimpc": 3, "do-mpc": 0}
+    if script.stem == "scenarios_summary":  # a row per scenario, with its model's origin
+        _check_summary(out / "summary.csv")
+
+
+def _check_summary(table: Path) -> None:
+    """The quick summary: its two scenarios, the nominal model built, the bounded one fitted
+    (or its cached fit reused), every count within its total."""
+    import csv
+
+    with open(table, newline="") as f:
+        rows = {r["scenario"]: r for r in csv.DictReader(f)}
+    assert list(rows) == ["pendulum_swingup", "cartpole_safe"]
+    assert rows["pendulum_swingup"]["provenance"] == "built from the scenario (nothing to fit)"
+    fitted = rows["cartpole_safe"]["provenance"]
+    assert fitted.startswith(("fitted by this run", "fit reused from the cache")), fitted
+    assert rows["cartpole_safe"]["model"].endswith("conformal bound at delta 0.05")
+    for r in rows.values():
+        assert (r["episodes"], r["steps"], r["solves"]) == ("1", "3", "3")
+        assert 0 <= int(r["solves_over_dt"]) <= int(r["solves"])
+
+
+def test_scenarios_summary_refuses_unknown_episode_count(tmp_path, monkeypatch):
+    """A misspelt --episodes-for stops the summary before any run, naming the scenarios."""
+    module = _module(FOLDERS[1] / "scenarios_summary.py", monkeypatch)
+    with pytest.raises(SystemExit, match="--episodes-for takes NAME=N .*'pendulm_swingup=5'"):
+        module.main(["--quick", "--out", str(tmp_path), "--episodes-for", "pendulm_swingup=5"])
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
