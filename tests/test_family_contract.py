@@ -116,6 +116,20 @@ def lnn_case() -> SmallCase:
     return _network_case()
 
 
+def constrained_network_case() -> SmallCase:
+    # CLNN/CHNN in the pendulum's maximal coordinates (x, y, phi): a 16x16 potential trained
+    # for 100 epochs on 5-step rollouts of the network families' data; the step keeps the
+    # rod on its pivot
+    return _pendulum_case(
+        frictionless=True,
+        settings={"hidden": [16, 16], "epochs": 100, "lr": 1e-2},
+        data=_data(True, 6, 20, 0, ((-2.0, -3.0), (2.0, 3.0))),
+        obs_low=[-1.5, -2.5],
+        obs_high=[1.5, 2.5],
+        contract={"jacobian_rtol": 1e-4, "fd_step": 1e-4, "constraint_preserving": True},
+    )
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _one_torch_thread():
     """Train the tiny networks on one torch thread: with the machine's 2 cores shared by
@@ -136,6 +150,8 @@ SMALL_CASES = {
     "lsi": lsi_case,
     "dlnn": dlnn_case,
     "lnn": lnn_case,
+    "clnn": constrained_network_case,
+    "chnn": constrained_network_case,
 }
 
 globals().update(ModelFamilyContract.for_registry(SMALL_CASES))
