@@ -426,25 +426,16 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
         bound_weight=cons_cfg["bound_weight"],
         path=tuple(circles),
     )
-    transcription = None if ccfg["transcription"] == "auto" else ccfg["transcription"]
+    # every declared option reaches the controller, the tube's only where it applies
+    options = {key: ccfg[key] for key in MPC.settings if key not in TUBE_KEYS}
+    options.update(_tube_options(ccfg))
     try:
         return MPC(
             model,
-            ccfg["horizon"],
-            cost,
-            constraints,
-            solver=ccfg["solver"],
-            transcription=transcription,
-            qpsol=ccfg["qpsol"],
-            hessian=ccfg["hessian"],
-            max_iter=ccfg["max_iter"],
-            tol=ccfg["tol"],
-            time_budget=ccfg["time_budget"],
-            jit=ccfg["jit"],
-            tightening=ccfg["tightening"],
-            tube_lipschitz=ccfg["tube_lipschitz"],
-            **_tube_options(ccfg),
+            cost=cost,
+            constraints=constraints,
             obs_names=env.obs_names,
+            **options,
         )
     except VimpcError as exc:
         raise ConfigError(f"controller: {exc}") from None
@@ -457,8 +448,11 @@ def _tube_options(ccfg: dict[str, Any]) -> dict[str, Any]:
         return {}
     if ccfg["tube"] != "feedback":
         return {"tube": ccfg["tube"]}
-    keys = ("tube", "tube_Q", "tube_R", "tube_errors")
-    return {key: ccfg[key] for key in keys}
+    return {key: ccfg[key] for key in TUBE_KEYS}
+
+
+#: the options of the tube's shape, passed to the controller only where they apply
+TUBE_KEYS = ("tube", "tube_Q", "tube_R", "tube_errors")
 
 
 def success_test(cfg: dict[str, Any]):

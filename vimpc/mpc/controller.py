@@ -5,16 +5,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import inspect
 import time
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import casadi as ca
 import numpy as np
 
 from vimpc import _checks, _jit
 from vimpc._interrupt import kept_interrupts
+from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, Cost, check_problem_size
@@ -27,13 +29,111 @@ from vimpc.mpc.solvers import (
     nlpsol_options,
     option_error,
 )
-from vimpc.mpc.transcription import TRANSCRIPTIONS, n_slacks, transcribe
-from vimpc.mpc.tube import ERRORS, TUBES, step_jacobians, tube_function, weight_matrix
+from vimpc.mpc.transcription import n_slacks, transcribe
+from vimpc.mpc.tube import ERRORS, step_jacobians, tube_function, weight_matrix
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
 TIGHTENINGS = ("none", "tube")
 JITS = ("none", "model", "nlp")
+#: the solvers of the SQP presets, and the options that only they read
+SQP_SOLVERS = ("sqpmethod", "rti")
+SQP_OPTIONS = ("qpsol", "hessian")
+
+#: The controller's options, declared once: :class:`MPC`'s keyword defaults and checks, the
+#: scenario's ``[controller]`` table (its schema, its validation, the ``vimpc schema`` output
+#: and ``scenarios/README.md``) and :func:`vimpc.pipeline.build_controller` read this table.
+#: The docs are written for scenario files; ``MPC`` also takes a scalar or a matrix for
+#: ``tube_Q`` and ``tube_R`` and ``None`` for ``transcription`` (the same as ``"auto"``).
+SETTINGS: dict[str, Setting] = {
+    "horizon": Setting(int, REQUIRED, "prediction steps", rule=POSITIVE),
+    "solver": Setting(str, "sqpmethod", "NLP solver", choices=SOLVERS),
+    "transcription": Setting(
+        str,
+        "auto",
+        "`implicit` (integrator residual as constraints), `step`, or `auto` (implicit "
+        "when the model has a residual)",
+        choices=("auto", "implicit", "step"),  # the same as TRANSCRIPTIONS and "auto"
+    ),
+    "qpsol": Setting(str, "qrqp", "QP solver of `sqpmethod`/`rti`", choices=QP_SOLVERS),
+    "hessian": Setting(str, "gauss-newton", "for `sqpmethod`/`rti`", choices=HESSIANS),
+    "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
+    "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
+    "time_budget": Setting(float, None, "seconds; a slower solve reports `LATE`", rule=POSITIVE),
+    "jit": Setting(
+        str,
+        "none",
+        "compile to C when the controller is built: `model` (the model's stage function; "
+        "pays off for heavy models such as GPs) or `nlp` (the whole NLP; long compile)",
+        choices=JITS,
+    ),
+    "tightening": Setting(
+        str,
+        "none",
+        "`tube`: tighten every observation constraint by the model's bound propagated "
+        "along the previous plan",
+        choices=TIGHTENINGS,
+    ),
+    "tube": Setting(
+        str,
+        "open_loop",
+        "read only with `tightening = 'tube'`: `open_loop` (the planned inputs as they "
+        "are, the error in a box) or `feedback` (an LQR feedback on the plan's "
+        "linearisation, the error in an ellipsoid, the inputs tightened by the feedback's "
+        "share)",
+        choices=("open_loop", "feedback"),  # the same as vimpc.mpc.tube.TUBES
+    ),
+    "tube_Q": Setting(
+        list,
+        None,
+        "the feedback tube's LQR weights on the observation (diagonal; default the cost's "
+        "Q; read only with `tube = 'feedback'`)",
+        items=float,
+        rule=NONNEGATIVE,
+    ),
+    "tube_R": Setting(
+        list,
+        None,
+        "the feedback tube's LQR weights on the input (diagonal; default the cost's R; "
+        "read only with `tube = 'feedback'`)",
+        items=float,
+        rule=POSITIVE,
+    ),
+    "tube_errors": Setting(
+        str,
+        "box",
+        "the feedback tube's reading of the bound: `box` (every error in it) or `gaussian` "
+        "(quantiles of independent Gaussian errors; each row held with probability "
+        "1 - delta per stage, as in cautious GP-MPC; read only with `tube = 'feedback'`)",
+        choices=ERRORS,
+    ),
+    "tube_lipschitz": Setting(
+        float,
+        None,
+        "a fixed Lipschitz constant for the open-loop tube instead of the step's Jacobian",
+        rule=POSITIVE,
+    ),
+}
+#: the options' defaults, as :class:`MPC`'s keyword arguments take them
+_DEFAULTS = {key: s.default for key, s in SETTINGS.items() if s.default is not REQUIRED}
+#: the weights an ``MPC`` argument takes as matrices too (checked by ``weight_matrix``)
+_MATRICES = ("tube_Q", "tube_R")
+
+
+def _option(key: str, value: Any) -> Any:
+    """``value`` of the option ``key`` checked against :data:`SETTINGS` as a Python argument
+    (numpy numbers accepted), or an :class:`InputError` naming the key, the value and what
+    the table allows."""
+    setting = SETTINGS[key]
+    if value is None and setting.default is None:
+        return None
+    if setting.choices:
+        return _checks.one_of(key, value, setting.choices)
+    if setting.rule is POSITIVE and setting.kind is int:
+        return _checks.positive_int(key, value)
+    if setting.rule is POSITIVE and setting.kind is float:
+        return _checks.positive(key, value)
+    return setting.check(key, value, InputError)
 
 
 class MPC:
@@ -56,8 +156,8 @@ class MPC:
             a cold start far from the solution).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
-            (multiple shooting on ``model.step``). Default: ``"implicit"`` when the
-            model has a residual, else ``"step"``.
+            (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
+            ``"implicit"`` when the model has a residual, else ``"step"``.
         qpsol: QP solver for ``sqpmethod``/``rti``: ``"qrqp"``, ``"osqp"``, ``"daqp"``,
             ``"hpipm"``, ``"qpoases"``.
         hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
@@ -101,6 +201,10 @@ class MPC:
         obs_names: names of the observation entries for :attr:`safety_names`
             (default: the model's state names when the observation is the state,
             else ``obs0, obs1, ...``).
+
+    The options from ``horizon`` to ``tube_lipschitz`` are declared once in
+    :data:`SETTINGS` (:attr:`MPC.settings`): their defaults here, their allowed values and
+    the scenario's ``[controller]`` table come from it (``vimpc schema`` lists them).
 
     Every argument is checked before anything is built; a wrong one (an unknown keyword
     too, with a "did you mean") raises :class:`~vimpc.errors.InputError` naming it. A
@@ -151,6 +255,9 @@ class MPC:
     (``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
     """
 
+    #: the options' declaration (:data:`SETTINGS`)
+    settings: ClassVar[Mapping[str, Setting]] = SETTINGS
+
     def __init__(
         self,
         model: DiscreteModel,
@@ -158,25 +265,26 @@ class MPC:
         cost: Cost,
         constraints: Constraints | None = None,
         *,
-        solver: str = "sqpmethod",
-        transcription: str | None = None,
-        qpsol: str = "qrqp",
-        hessian: str = "gauss-newton",
-        max_iter: int = 50,
-        tol: float = 1e-4,
-        time_budget: float | None = None,
+        solver: str = _DEFAULTS["solver"],
+        transcription: str | None = _DEFAULTS["transcription"],
+        qpsol: str = _DEFAULTS["qpsol"],
+        hessian: str = _DEFAULTS["hessian"],
+        max_iter: int = _DEFAULTS["max_iter"],
+        tol: float = _DEFAULTS["tol"],
+        time_budget: float | None = _DEFAULTS["time_budget"],
         safe_input: Any = None,
         solver_options: dict[str, Any] | None = None,
-        jit: str = "none",
-        tightening: str = "none",
-        tube: str = "open_loop",
-        tube_Q: Any = None,
-        tube_R: Any = None,
-        tube_errors: str = "box",
-        tube_lipschitz: float | None = None,
+        jit: str = _DEFAULTS["jit"],
+        tightening: str = _DEFAULTS["tightening"],
+        tube: str = _DEFAULTS["tube"],
+        tube_Q: Any = _DEFAULTS["tube_Q"],
+        tube_R: Any = _DEFAULTS["tube_R"],
+        tube_errors: str = _DEFAULTS["tube_errors"],
+        tube_lipschitz: float | None = _DEFAULTS["tube_lipschitz"],
         obs_names: Sequence[str] | None = None,
         **unknown: Any,
     ) -> None:
+        arguments = dict(locals())
         for key in unknown:
             hint = difflib.get_close_matches(key, _KEYWORDS, n=1)
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
@@ -194,44 +302,39 @@ class MPC:
                 f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}"
             )
         self.model = model
-        self.horizon = _checks.positive_int("horizon", horizon)
-        self.max_iter = _checks.positive_int("max_iter", max_iter)
-        self.tol = _checks.positive("tol", tol)
-        self.time_budget = (
-            None if time_budget is None else _checks.positive("time_budget", time_budget)
+        # every declared option as given (the weights are matrices here: checked below)
+        given = {key: arguments[key] for key in SETTINGS if key not in _MATRICES}
+        if given["transcription"] is None:  # the keyword's default before "auto" was declared
+            given["transcription"] = "auto"
+        checked = {key: _option(key, value) for key, value in given.items()}
+        horizon, solver, transcription, tube_lipschitz = (
+            checked[key] for key in ("horizon", "solver", "transcription", "tube_lipschitz")
         )
-        self.solver_name = _checks.one_of("solver", solver, SOLVERS)
-        _checks.one_of("qpsol", qpsol, QP_SOLVERS)
-        _checks.one_of("hessian", hessian, HESSIANS)
-        if solver not in ("sqpmethod", "rti"):
+        self.horizon, self.max_iter, self.tol = horizon, checked["max_iter"], checked["tol"]
+        self.time_budget = checked["time_budget"]
+        self.solver_name = solver
+        for name in ignored_sqp_options(solver, checked):
             # they belong to the SQP presets: given with another solver they would do nothing
-            for name, value, default in (
-                ("qpsol", qpsol, "qrqp"),
-                ("hessian", hessian, "gauss-newton"),
-            ):
-                if value != default:
-                    raise InputError(
-                        f"{name}={value!r} applies only to solver='sqpmethod' or 'rti', and "
-                        f"would be ignored with solver={solver!r}; leave {name} at its "
-                        f"default {default!r} or choose an SQP solver"
-                    )
+            raise InputError(
+                f"{name}={checked[name]!r} applies only to solver='sqpmethod' or 'rti', and "
+                f"would be ignored with solver={solver!r}; leave {name} at its "
+                f"default {SETTINGS[name].default!r} or choose an SQP solver"
+            )
         given_options = checked_options(solver, solver_options)
-        self.tightening = _checks.one_of("tightening", tightening, TIGHTENINGS)
-        self.jit = _checks.one_of("jit", jit, JITS)
+        self.tightening, self.jit = tightening, jit = checked["tightening"], checked["jit"]
         if tightening == "tube" and model.bound is None:
             raise InputError(
                 "tightening='tube' needs the model's one-step error bound, but the model has "
                 "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
                 "vimpc.models.calibration) or use tightening='none'"
             )
-        self.tube = _checks.one_of("tube", tube, TUBES)
-        if tube != "open_loop" and tightening != "tube":
+        self.tube = tube = checked["tube"]
+        if tube != SETTINGS["tube"].default and tightening != "tube":
             raise InputError(
                 f"tube = {tube!r} only applies with tightening='tube', got "
                 f"tightening={tightening!r}; set tightening='tube' or drop tube"
             )
         if tube_lipschitz is not None:
-            tube_lipschitz = _checks.positive("tube_lipschitz", tube_lipschitz)
             if tightening != "tube":
                 raise InputError(
                     f"tube_lipschitz = {tube_lipschitz!r} only applies with tightening='tube', "
@@ -242,13 +345,13 @@ class MPC:
                     f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
                     f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
                 )
-        self.tube_errors = _checks.one_of("tube_errors", tube_errors, ERRORS)
-        if tube_errors != "box" and tube != "feedback":
+        self.tube_errors = tube_errors = checked["tube_errors"]
+        if tube_errors != SETTINGS["tube_errors"].default and tube != "feedback":
             raise InputError(
                 f"tube_errors = {tube_errors!r} applies only to tube='feedback', got tube={tube!r}; "
                 "drop tube_errors or set tube='feedback'"
             )
-        for name, value in (("tube_Q", tube_Q), ("tube_R", tube_R)):
+        for name, value in zip(_MATRICES, (tube_Q, tube_R), strict=True):
             if value is not None and tube != "feedback":
                 raise InputError(
                     f"{name} = {value!r:.80} applies only to tube='feedback', got tube={tube!r}; "
@@ -289,9 +392,8 @@ class MPC:
                 "satisfy them"
             )
 
-        if transcription is None:
+        if transcription == "auto":
             transcription = "implicit" if model.residual is not None else "step"
-        _checks.one_of("transcription", transcription, TRANSCRIPTIONS)
         if transcription == "implicit" and model.residual is None:
             raise InputError(
                 "transcription='implicit' needs a model with a residual (a variational model "
@@ -581,26 +683,19 @@ class MPC:
 
 
 #: the keyword arguments of MPC, for the "did you mean" of a misspelt one
-_KEYWORDS = (
-    "constraints",
-    "solver",
-    "transcription",
-    "qpsol",
-    "hessian",
-    "max_iter",
-    "tol",
-    "time_budget",
-    "safe_input",
-    "solver_options",
-    "jit",
-    "tightening",
-    "tube",
-    "tube_Q",
-    "tube_R",
-    "tube_errors",
-    "tube_lipschitz",
-    "obs_names",
+_KEYWORDS = tuple(
+    name
+    for name, param in inspect.signature(MPC.__init__).parameters.items()
+    if name not in ("self", "model", "horizon", "cost") and param.kind is not param.VAR_KEYWORD
 )
+
+
+def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
+    """The options of the SQP presets (``qpsol``, ``hessian``) that ``options`` sets away from
+    their defaults while ``solver`` is not an SQP one, where they would do nothing."""
+    if solver in SQP_SOLVERS:
+        return []
+    return [key for key in SQP_OPTIONS if options[key] != SETTINGS[key].default]
 
 
 def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:

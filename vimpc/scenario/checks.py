@@ -19,6 +19,7 @@ from typing import Any
 from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
+from vimpc.mpc.controller import ignored_sqp_options
 from vimpc.scenario.schema import CIRCLE_KEYS
 from vimpc.scenario.specs import EnvSpec, ModelSpec, check_variation
 
@@ -135,14 +136,12 @@ def check(cfg: dict[str, Any]) -> None:
         )
     _check_problem_size(cfg, env, model)
     _check_episode_size(cfg, env)
-    if ctrl["solver"] not in ("sqpmethod", "rti"):
-        for key, default in (("qpsol", "qrqp"), ("hessian", "gauss-newton")):
-            if ctrl[key] != default:
-                raise ConfigError(
-                    f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
-                    f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
-                    f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
-                )
+    for key in ignored_sqp_options(ctrl["solver"], ctrl):
+        raise ConfigError(
+            f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
+            f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
+            f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
+        )
     if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
         raise ConfigError(
             "controller.tube_lipschitz applies only with controller.tightening = 'tube'"

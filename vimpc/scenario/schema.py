@@ -20,6 +20,7 @@ from vimpc._settings import (
 )
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
+from vimpc.mpc.controller import SETTINGS as CONTROLLER_SETTINGS
 
 INITIAL_STATES = ("env", "uniform", "halton")
 
@@ -195,86 +196,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
             rule=POSITIVE,
         ),
     },
-    "controller": {
-        "horizon": Setting(int, REQUIRED, "prediction steps", rule=POSITIVE),
-        "solver": Setting(
-            str, "sqpmethod", "NLP solver", choices=("sqpmethod", "fatrop", "ipopt", "rti")
-        ),
-        "transcription": Setting(
-            str,
-            "auto",
-            "`implicit` (integrator residual as constraints), `step`, or `auto` (implicit "
-            "when the model has a residual)",
-            choices=("auto", "implicit", "step"),
-        ),
-        "qpsol": Setting(
-            str,
-            "qrqp",
-            "QP solver of `sqpmethod`/`rti`",
-            choices=("qrqp", "osqp", "daqp", "hpipm", "qpoases"),
-        ),
-        "hessian": Setting(
-            str, "gauss-newton", "for `sqpmethod`/`rti`", choices=("gauss-newton", "exact")
-        ),
-        "max_iter": Setting(int, 30, "iteration budget per solve", rule=POSITIVE),
-        "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
-        "time_budget": Setting(
-            float, None, "seconds; a slower solve reports `LATE`", rule=POSITIVE
-        ),
-        "jit": Setting(
-            str,
-            "none",
-            "compile to C when the controller is built: `model` (the model's stage function; "
-            "pays off for heavy models such as GPs) or `nlp` (the whole NLP; long compile)",
-            choices=("none", "model", "nlp"),
-        ),
-        "tightening": Setting(
-            str,
-            "none",
-            "`tube`: tighten every observation constraint by the model's bound propagated "
-            "along the previous plan",
-            choices=("none", "tube"),
-        ),
-        "tube": Setting(
-            str,
-            "open_loop",
-            "read only with `tightening = 'tube'`: `open_loop` (the planned inputs as they "
-            "are, the error in a box) or `feedback` (an LQR feedback on the plan's "
-            "linearisation, the error in an ellipsoid, the inputs tightened by the feedback's "
-            "share)",
-            choices=("open_loop", "feedback"),
-        ),
-        "tube_Q": Setting(
-            list,
-            None,
-            "the feedback tube's LQR weights on the observation (diagonal; default the cost's "
-            "Q; read only with `tube = 'feedback'`)",
-            items=float,
-            rule=NONNEGATIVE,
-        ),
-        "tube_R": Setting(
-            list,
-            None,
-            "the feedback tube's LQR weights on the input (diagonal; default the cost's R; "
-            "read only with `tube = 'feedback'`)",
-            items=float,
-            rule=POSITIVE,
-        ),
-        "tube_errors": Setting(
-            str,
-            "box",
-            "the feedback tube's reading of the bound: `box` (every error in it) or `gaussian` "
-            "(quantiles of independent Gaussian errors; each row held with probability "
-            "1 - delta per stage, as in cautious GP-MPC; read only with `tube = 'feedback'`)",
-            choices=("box", "gaussian"),
-        ),
-        "tube_lipschitz": Setting(
-            float,
-            None,
-            "a fixed Lipschitz constant for the open-loop tube instead of the step's Jacobian",
-            rule=POSITIVE,
-        ),
-    },
+    # the controller's options are declared once, with the controller
+    "controller": CONTROLLER_SETTINGS,
     "controller.cost": {
         "Q": Setting(
             list,
