@@ -102,6 +102,8 @@ def test_quick_mode_runs(script, tmp_path, monkeypatch):
         assert _rows(out / "dompc.md") == {"vimpc": 3, "do-mpc": 0}
     if script.stem == "scenarios_summary":  # a row per scenario, with its model's origin
         _check_summary(out / "summary.csv")
+    if script.stem == "gp_vi_closed_loop":  # the success test's error and threshold sweep
+        _check_gp_vi_closed_loop(out, _module(script, monkeypatch))
 
 
 def _check_summary(table: Path) -> None:
@@ -119,6 +121,33 @@ def _check_summary(table: Path) -> None:
     for r in rows.values():
         assert (r["episodes"], r["steps"], r["solves"]) == ("1", "3", "3")
         assert 0 <= int(r["solves_over_dt"]) <= int(r["solves"])
+
+
+def _check_gp_vi_closed_loop(out: Path, module) -> None:
+    """The quick GP-VI closed loop: an error and a threshold figure per scenario; 15
+    thresholds per model, the scenario's giving each run's recorded success count and no
+    rate falling as the threshold grows; --report-only rewrites the same tables from the
+    stored errors."""
+    import csv
+
+    meta, kept = module.load_store(out / module.STORE)
+    with open(out / "closed_loop_threshold.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 15 * len(kept) == 15 * len(meta["rows"])
+    for run in meta["rows"]:
+        name, model = run["scenario"], run["model"]
+        assert {f"closed_loop_error_{name}.png", f"closed_loop_threshold_{name}.png"} <= {
+            p.name for p in out.iterdir()
+        }
+        mine = [r for r in rows if (r["scenario"], r["model"]) == (name, model)]
+        at_scenario = [r for r in mine if float(r["times_scenario_threshold"]) == 1.0]
+        recorded = round(run["success"] * run["episodes"])
+        assert [int(r["successes"]) for r in at_scenario] == [recorded]
+        rates = [float(r["success_rate"]) for r in mine]
+        assert rates == sorted(rates), rates
+    before = {n: (out / n).read_text() for n in ("closed_loop.md", "closed_loop_threshold.csv")}
+    module.main(["--quick", "--out", str(out), "--report-only"])
+    assert {n: (out / n).read_text() for n in before} == before
 
 
 def test_scenarios_summary_refuses_unknown_episode_count(tmp_path, monkeypatch):
