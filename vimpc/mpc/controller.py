@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import difflib
 import inspect
+import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -253,6 +254,14 @@ class MPC:
     (inside the hard input bounds: an empty interval shows in ``slack``); without, the input
     bounds themselves are tightened and an empty interval is not solved at all
     (``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
+
+    A tube that cannot be computed along the guess (a margin NaN or infinite, or the
+    feedback tube's margins all zero at a stage where its recursion is not finite: the
+    model's bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
+    overflowing where the linearisation is uncontrollable, ``R + B^T P B`` singular) is not
+    solved with: its stages count as empty (margins ``inf``), the problem
+    is not solved (``Status.INFEASIBLE``, fallback input), and ``MPCResult.failed_tube_stages``
+    and ``MPCResult.tube_failure`` give the stages and the first cause along the plan.
     """
 
     #: the options' declaration (:data:`SETTINGS`)
@@ -482,6 +491,7 @@ class MPC:
         self._plan_u: np.ndarray | None = None
         self._u_prev = self.safe_input.copy()
         self._layout = L
+        self._diagnosis: tuple[ca.Function, ca.Function] | None = None
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -516,6 +526,7 @@ class MPC:
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
         tube, tube_time = np.zeros(self._tube_shape), 0.0
         tube_inputs, empty_stages, inputs_empty = np.zeros((N, m.nu)), 0, False
+        failed_stages, tube_failure = 0, ""
         bounds = self._bounds
         if self._tube_fn is not None:
             start = time.perf_counter()
@@ -526,6 +537,20 @@ class MPC:
                 tube_inputs = applied_u.full().T
                 c = self._cons
                 inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
+            # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
+            # it is taken as empty (an infinite margin) and the problem is not solved
+            failed = self._failed_tube(tube, tube_inputs, w0, p)
+            if failed is not None:
+                failed_obs, failed_u, tube_failure = failed
+                stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
+                failed_stages = int(stages.size)
+                tube[failed_obs] = np.inf
+                # the inputs' margins at stage k come from the same ellipsoid as the rows'
+                tube_inputs[failed_u | (failed_obs[:N] if self.tube == "feedback" else False)] = (
+                    np.inf
+                )
+                inputs_empty_at |= failed_obs[1:] | failed_u  # as the empty stages are counted
+                inputs_empty = True
             if self.tube == "feedback" and not self._tr.soft_input_tube:
                 # hard input bounds: tightened in the box bounds, and not solved when empty
                 bounds = dict(bounds)
@@ -533,7 +558,7 @@ class MPC:
                 lbx[L.u] += tube_inputs
                 ubx[L.u] -= tube_inputs
                 bounds.update(lbx=ca.DM(lbx), ubx=ca.DM(ubx))
-                inputs_empty = bool(inputs_empty_at.any())
+                inputs_empty = inputs_empty or bool(inputs_empty_at.any())
             lo, hi, span = self._paired_rows
             obs_empty_at = np.any(tube[1:, lo] + tube[1:, hi] > span, axis=1)
             empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
@@ -542,7 +567,7 @@ class MPC:
         if self._lam_g0 is not None:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
-        if inputs_empty:  # no input meets the tightened bounds: nothing to solve
+        if inputs_empty:  # no input meets the tightened bounds (or no tube): nothing to solve
             sol, error, stats = None, None, {}
         else:
             try:
@@ -590,6 +615,8 @@ class MPC:
             tube_time=tube_time,
             tube_inputs=tube_inputs,
             empty_tube_stages=empty_stages,
+            failed_tube_stages=failed_stages,
+            tube_failure=tube_failure,
         )
 
     # -- helpers --------------------------------------------------------------------------
@@ -618,6 +645,69 @@ class MPC:
         t, t_u = fn(X, U, P[n_p - m.np :])
         params = [P, ca.vec(t[:, 1:])] + ([ca.vec(t_u)] if self._tr.soft_input_tube else [])
         return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u])
+
+    def _failed_tube(
+        self, tube: np.ndarray, tube_inputs: np.ndarray, w0: ca.DM, p: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, str] | None:
+        """``(stages 0..N whose observation margins failed, stages 0..N-1 whose input margins
+        failed, the message)`` of a tube that cannot be computed, else None (one pass over
+        the margins when they are fine)."""
+        feedback = self.tube == "feedback" and tube.shape[1] > 0
+        # the feedback tube's margins are sqrt(max(., 0)), which turns an ellipsoid that is
+        # not finite into exact zeros: a stage past 0 with every margin zero is suspect
+        if (
+            np.isfinite(tube).all()
+            and np.isfinite(tube_inputs).all()
+            and not (feedback and not tube[1:].any(axis=1).all())
+        ):
+            return None
+        N = self.horizon
+        w = np.asarray(w0).reshape(-1)
+        failed_obs = ~np.all(np.isfinite(tube), axis=1)
+        failed_u = ~np.all(np.isfinite(tube_inputs), axis=1)
+        cause = None
+        if feedback:
+            zeros = np.append(False, ~tube[1:].any(axis=1))
+            if zeros.any():
+                cause = self._tube_cause(w, p)
+                if cause is not None:
+                    failed_obs |= zeros
+        if not (failed_obs.any() or failed_u.any()):
+            return None  # zero margins of a tube that is finite (a zero bound)
+        stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
+        cause = cause or self._tube_cause(w, p) or _NO_CAUSE
+        return (
+            failed_obs,
+            failed_u,
+            f"the {self.tube.replace('_', '-')} tube cannot be computed at "
+            f"{_stages_text(stages)} of the plan (of {N}): {cause}; its tightened set is taken "
+            "as empty and the problem is not solved (fallback input)",
+        )
+
+    def _tube_cause(self, w: np.ndarray, p: np.ndarray) -> str | None:
+        """Why the tube along the plan held in the guess ``w`` is not finite, naming the stage
+        (:func:`tube_failure_cause`), or None where its recursions are finite."""
+        m, N, L = self.model, self.horizon, self._layout
+        if self._diagnosis is None:  # built on the first use only
+            x = ca.MX.sym("x", m.nx)
+            self._diagnosis = (
+                step_jacobians(m),
+                ca.Function("to_obs_jacobian", [x], [ca.jacobian(m.to_obs(x), x)]),
+            )
+        jacobians, to_obs_jacobian = self._diagnosis
+        X, U = w[L.x], w[L.u]
+        W = [np.asarray(m.bound(X[k], U[k], p), float).reshape(-1) for k in range(N)]
+        As, Bs = [], []
+        if self.tube_lipschitz is None:
+            for k in range(N):
+                A, B = jacobians(X[k], U[k], X[k + 1], p)
+                As.append(np.asarray(A, float))
+                Bs.append(np.asarray(B, float))
+        Qx = None
+        if self.tube == "feedback":
+            Js = [np.asarray(to_obs_jacobian(X[k]), float) for k in range(N + 1)]
+            Qx = [J.T @ self.tube_Q @ J for J in Js]
+        return tube_failure_cause(W, As, Bs, Qx=Qx, R=self.tube_R, lipschitz=self.tube_lipschitz)
 
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
         L = self._layout
@@ -696,6 +786,118 @@ def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
     if solver in SQP_SOLVERS:
         return []
     return [key for key in SQP_OPTIONS if options[key] != SETTINGS[key].default]
+
+
+def tube_failure_cause(
+    W: Sequence[np.ndarray],
+    A: Sequence[np.ndarray],
+    B: Sequence[np.ndarray],
+    *,
+    Qx: Sequence[np.ndarray] | None = None,
+    R: np.ndarray | None = None,
+    lipschitz: float | None = None,
+) -> str | None:
+    """Why a tube along a plan is not finite: the first cause, naming its stage, found by
+    redoing the tube's recursions (:mod:`vimpc.mpc.tube`) in numpy on the plan's bounds
+    ``W[k]`` and linearisations ``(A[k], B[k])``, ``k = 0..N-1``. ``Qx`` (``N + 1`` state
+    weights, the observation weight pulled back through ``d to_obs/dx``) and ``R`` make it
+    the feedback tube's LQR and ellipsoid, else the open-loop box (or, with ``lipschitz``,
+    the Lipschitz box). None where every recursion is finite."""
+    N = len(W)
+    for k in range(N):
+        if not np.all(np.isfinite(W[k])):
+            return f"stage {k}: the model's bound is not finite there (w_{k} = {W[k].tolist()})"
+    if lipschitz is not None:
+        e = 0.0
+        for k in range(N):
+            e = lipschitz * e + float(np.max(W[k]))
+            if not math.isfinite(e):
+                return (
+                    f"stage {k + 1}: the Lipschitz box L max(e_k) + w_k overflows (L = {lipschitz})"
+                )
+        return None
+    for k in range(N):
+        if not (np.all(np.isfinite(A[k])) and np.all(np.isfinite(B[k]))):
+            return (
+                f"stage {k}: the step's linearisation (A_{k}, B_{k}) is not finite there (the "
+                "derivative of the step failed: a singular d residual / d x_next or a failed "
+                "Newton solve)"
+            )
+    nx = A[0].shape[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if Qx is None:
+            e = np.zeros(nx)
+            for k in range(N):
+                e = np.abs(A[k]) @ e + W[k]
+                if not np.all(np.isfinite(e)):
+                    return (
+                        f"stage {k + 1}: the open-loop box |A_k| e_k + w_k overflows (largest "
+                        f"|A_{k}| entry {np.abs(A[k]).max():.3g})"
+                    )
+            return None
+        # the backward Riccati recursion, begun N stages past the horizon as the tube's
+        P, gains = Qx[N], [None] * N
+        for k in [N - 1] * N + list(reversed(range(N))):
+            S = R + B[k].T @ P @ B[k]
+            finite = np.all(np.isfinite(S))
+            smallest = float(np.linalg.eigvalsh((S + S.T) / 2).min()) if finite else math.nan
+            if not finite or smallest <= 1e-12 * max(1.0, float(np.abs(S).max())):
+                return f"stage {k}: R + B_k^T P B_k of the LQR is " + (
+                    "not finite: " + _growth(A[k], B[k], k)
+                    if not finite
+                    else f"singular (smallest eigenvalue {smallest:.3g}): the input weight "
+                    "tube_R is too small against B_k^T P B_k (a singular input weight)"
+                )
+            gains[k] = -np.linalg.solve(S, B[k].T @ P @ A[k])
+            P = Qx[k] + A[k].T @ P @ (A[k] + B[k] @ gains[k])
+            P = (P + P.T) / 2
+            if not np.all(np.isfinite(P)):
+                return f"stage {k}: the LQR's cost-to-go P is not finite: " + _growth(A[k], B[k], k)
+        Sigma = np.zeros((nx, nx))
+        for k in range(N):
+            closed = A[k] + B[k] @ gains[k]
+            Sigma = closed @ Sigma @ closed.T + nx * np.diag(W[k] ** 2)
+            if not np.all(np.isfinite(Sigma)):
+                radius = float(np.abs(np.linalg.eigvals(closed)).max())
+                return (
+                    f"stage {k + 1}: the ellipsoid overflows (A_{k} + B_{k} K_{k} has spectral "
+                    f"radius {radius:.3g})"
+                )
+    return None
+
+
+#: the cause of a tube that is not finite although its recursions are
+_NO_CAUSE = (
+    "the bound, the linearisation and the tube's recursion are finite along the plan, so a "
+    "safety row's gradient is not (check the path constraints there)"
+)
+
+
+def _growth(A: np.ndarray, B: np.ndarray, k: int) -> str:
+    """Why a Riccati recursion through ``(A, B)`` overflows: a growing mode the input cannot
+    reach (its left eigenvector orthogonal to ``B``: the PBH test, scale-free), else the size
+    of ``A``."""
+    values, vectors = np.linalg.eig(A.T)  # left eigenvectors of A
+    reach = np.linalg.norm(B)
+    for lam, v in zip(values, vectors.T, strict=True):
+        if abs(lam) > 1 + 1e-6 and np.linalg.norm(v @ B) <= 1e-9 * reach * np.linalg.norm(v):
+            return (
+                f"the linearisation is uncontrollable there (the mode of eigenvalue "
+                f"{lam:.6g} of A_{k} grows and the input cannot reach it)"
+            )
+    return f"the recursion overflowed (largest |A_{k}| entry {np.abs(A).max():.3g})"
+
+
+def _stages_text(stages: np.ndarray) -> str:
+    """``"stage 3"``, ``"stages 0-20"`` or ``"stages 2, 5-7"``."""
+    runs, start = [], None
+    for i, k in enumerate(stages):
+        if start is None:
+            start = k
+        if i + 1 == len(stages) or stages[i + 1] != k + 1:
+            runs.append(f"{start}" if start == k else f"{start}-{k}")
+            start = None
+    return ("stage " if len(stages) == 1 else "stages ") + ", ".join(runs)
 
 
 def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:

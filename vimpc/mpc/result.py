@@ -47,6 +47,13 @@ class MPCResult:
         empty_tube_stages: how many stages of this solve's tightened set were empty (a
             bounded observation entry or an input whose margins exceed its range); 0
             without tightening.
+        failed_tube_stages: how many stages of this solve's tube could not be computed (NaN
+            or inf margins, or the feedback tube's zeros over an ellipsoid that is not finite:
+            a bound or linearisation that is not finite, an LQR that overflows); such a
+            stage's set is taken as empty (counted in ``empty_tube_stages`` too, its margins
+            reported as ``inf``), the problem is not solved and the status is
+            ``INFEASIBLE``. 0 without tightening.
+        tube_failure: which stages and why, when ``failed_tube_stages > 0``; else ``""``.
     """
 
     u: np.ndarray
@@ -63,3 +70,5 @@ class MPCResult:
     tube_time: float
     tube_inputs: np.ndarray | None = None
     empty_tube_stages: int = 0
+    failed_tube_stages: int = 0
+    tube_failure: str = ""
