@@ -426,3 +426,35 @@ def test_an_unreadable_file_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_text", denied)
     with pytest.raises(ConfigError, match="locked.toml cannot be read: Permission denied"):
         scenario.read_toml(locked)
+
+
+# -- a saved model that cannot serve the controller or the variation -------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ['controller.tightening="tube"'],
+            "controller.tightening = 'tube' needs a model with a bound, and the saved model ",
+        ),
+        (
+            ['controller.tightening="tube"', 'controller.tube="feedback"'],
+            "controller.tightening = 'tube' needs a model with a bound, and the saved model ",
+        ),
+        (["data.fits=2"], "data.fits = 2 repeats the data collection and the fit, but the saved"),
+    ],
+)
+def test_a_saved_model_without_a_bound_is_refused_a_tube_and_fits(
+    overrides, message, tmp_path, no_env, capsys
+):
+    import vimpc
+    from vimpc.mechanics import Pendulum
+    from vimpc.models import NominalModel
+
+    saved = tmp_path / "models" / "nobound.vimpc"
+    saved.parent.mkdir()
+    vimpc.save_model(NominalModel(Pendulum(), 0.05).discrete_model(), saved)
+    out = tmp_path / "out"
+    out.mkdir()
+    _refused(PENDULUM, [f'model.path="{saved}"', *overrides], message, out, capsys)
