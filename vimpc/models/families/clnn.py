@@ -334,8 +334,14 @@ class _TorchDynamics:
         return torch.exp(-self.log_mass)[self.groups]
 
     def grad_v(self, X):
-        g, _ = nl.input_derivatives(self.net, X @ self.P.T + self.c, self.P, self.scale)
-        return g
+        """``grad V`` at the rows of ``X``, differentiable in ``X`` too (a rollout's later
+        states depend on the parameters; nl.input_derivatives detaches its input)."""
+        import torch
+
+        if not X.requires_grad:
+            X = X.detach().requires_grad_(True)
+        y = self.scale * self.net(X @ self.P.T + self.c).sum()
+        return torch.autograd.grad(y, X, create_graph=True)[0]
 
     def force(self, Vel, U):
         return U @ self.B.T - Vel @ self.D.T
@@ -572,11 +578,11 @@ class _ConstrainedNetwork(ModelFamily):
         ``y = (x, x')``, CHNN on ``y = (x, p)`` (the same formulas as training)."""
         self._require_fitted("vector_field()")
         lay, n = self.layout, self.layout.n
-        y, u = ca.MX.sym("y", 2 * n), ca.MX.sym("u", lay.system.nu)
-        x = y[:n]
+        x, second, u = ca.MX.sym("x", n), ca.MX.sym("w", n), ca.MX.sym("u", lay.system.nu)
+        y = ca.vertcat(x, second)
         minv = ca.DM(1.0 / self.masses_[lay.groups])
         gV = ca.gradient(self._potential()(x), x)
-        w = y[n:] if self.formulation == "lagrangian" else minv * y[n:]
+        w = second if self.formulation == "lagrangian" else minv * second
         F = ca.mtimes(ca.DM(lay.B), u) - ca.mtimes(ca.DM(lay.D), w)
         k = lay.system.n_holonomic
         G = K = None
@@ -615,6 +621,9 @@ class _ConstrainedNetwork(ModelFamily):
     def lagrangian(self):
         """``L(q, v, theta) = 1/2 v^T M v - V(q)`` for the integrator (any CasADi type)."""
         self._require_fitted("lagrangian()")
+        return self._lagrangian()
+
+    def _lagrangian(self):
         V = self._potential()
         m = ca.DM(self.masses_[self.layout.groups])
 
@@ -626,7 +635,7 @@ class _ConstrainedNetwork(ModelFamily):
     def _build(self) -> DiscreteModel:
         lay = self.layout
         integrator = VariationalIntegrator(
-            lay.system, "midpoint", "position_momentum", lagrangian=self.lagrangian()
+            lay.system, "midpoint", "position_momentum", lagrangian=self._lagrangian()
         )
         model = integrator_model(integrator, self.dt, info=self._model_info())
         return replace(
