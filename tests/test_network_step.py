@@ -157,3 +157,83 @@ def test_without_the_blas_plugins_the_products_use_the_reference_kernel(monkeypa
         nl._blas.cache_clear()  # the choice with the plugins restored, for later tests
     assert nl._blas(1) == ("blasfeo" if ca.has_blas("blasfeo") else "reference")
     assert nl._blas(4) == ("classic" if ca.has_blas("classic") else "reference")
+
+
+# -- the residual's Jacobian in closed form ------------------------------------------------------
+
+
+def _stage_points(rng, n, N):
+    X = np.vstack([rng.uniform(-0.3, 0.3, (2, N)), rng.uniform(-1.5, 1.5, (2, N))])
+    return X, X + 0.02 * rng.normal(size=X.shape), rng.uniform(-0.5, 0.5, (1, N))
+
+
+@pytest.mark.parametrize("N", [1, 5])
+def test_the_closed_form_residual_jacobian_is_the_automatic_one(N):
+    # residual_blocks (N stages at once, the model's residual_jacobian at N = 1): the
+    # residual equals the exported residual at each stage and the blocks [dr/dx, dr/du,
+    # dr/dx_next] equal CasADi's automatic Jacobian of it, to round-off
+    m = _cart_model().discrete_model()
+    assert m.residual_jacobian is not None
+    rng = np.random.default_rng(7)
+    X, Z, U = _stage_points(rng, 2, N)
+    fn = m.residual_jacobian if N == 1 else _blocks(_cart_model(), N)
+    r, J = (np.asarray(v) for v in fn(X, U, Z, []))
+    auto = m.residual.jacobian()
+    w = 2 * m.nx + m.nu
+    for k in range(N):
+        rk = np.asarray(m.residual(X[:, k], U[:, k], Z[:, k], [])).ravel()
+        jx, ju, jz, _ = (np.asarray(v) for v in auto(X[:, k], U[:, k], Z[:, k], [], rk))
+        ref = np.hstack([jx, ju, jz])
+        assert np.allclose(r[:, k], rk, rtol=1e-12, atol=1e-12)
+        assert np.allclose(
+            J[:, k * w : (k + 1) * w], ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max()
+        )
+        assert np.abs(ref).max() > 1e-3  # a Jacobian with content
+
+
+def _blocks(family, N):
+    """residual_blocks of ``family``'s exported network at N stages (its input map and
+    discrete forces as the DLNN export writes them)."""
+    from vimpc.integrators.discrete_lagrangians import discrete_forces
+
+    s, h = family.system, family.dt
+    n, eye = s.nq, np.eye(s.nq)
+    A = np.block([[eye, -0.5 * h * eye], [eye, 0.5 * h * eye]])
+    q0, q1, u = ca.SX.sym("q0", n), ca.SX.sym("q1", n), ca.SX.sym("u", s.nu)
+    forces = ca.Function(
+        "fd", [q0, q1, u], list(discrete_forces("midpoint", s.generalized_force, q0, q1, u, h))
+    )
+    return nl.residual_blocks(family.network_, A, 1.0 / h, h, forces, N)
+
+
+def test_the_controller_differentiates_the_residual_by_the_models_jacobian():
+    # residual_function: the same values as the residual, its Jacobian the model's closed form
+    # (custom_jacobian), with the sparsity of the residual's own Jacobian
+    from vimpc.mpc.tube import residual_function
+
+    m = _cart_model().discrete_model()
+    fn = residual_function(m)
+    rng = np.random.default_rng(8)
+    X, Z, U = _stage_points(rng, 2, 1)
+    args = (X[:, 0], U[:, 0], Z[:, 0], [])
+    assert np.array_equal(np.asarray(fn(*args)), np.asarray(m.residual(*args)))
+    x = ca.MX.sym("w", 2 * m.nx + m.nu)
+    parts = (x[: m.nx], x[m.nx : m.nx + m.nu], x[m.nx + m.nu :], ca.MX(0, 1))
+    mine = ca.Function("j", [x], [ca.jacobian(fn(*parts), x)])
+    auto = ca.Function("j", [x], [ca.jacobian(m.residual(*parts), x)])
+    w = np.concatenate([X[:, 0], U[:, 0], Z[:, 0]])
+    a, b = mine(w), auto(w)
+    assert a.sparsity() == b.sparsity()
+    assert np.allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
+    given = m.residual_jacobian(*args)[1]
+    assert np.allclose(np.asarray(a), np.asarray(given), rtol=1e-12, atol=1e-12)
+
+
+def test_a_saved_model_keeps_its_residual_jacobian(tmp_path):
+    m = _cart_model().discrete_model()
+    loaded = model_file.load(model_file.save(m, tmp_path / "m.vimpc"))
+    rng = np.random.default_rng(9)
+    X, Z, U = _stage_points(rng, 2, 1)
+    args = (X[:, 0], U[:, 0], Z[:, 0], [])
+    for a, b in zip(loaded.residual_jacobian(*args), m.residual_jacobian(*args), strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))

@@ -22,6 +22,7 @@ from vimpc.errors import InputError
 FUNCTION_FIELDS = (
     "step",
     "residual",
+    "residual_jacobian",
     "bound",
     "energy",
     "from_obs",
@@ -35,6 +36,7 @@ FUNCTION_FIELDS = (
 ARGUMENTS = {
     "step": ("x", "u", "p"),
     "residual": ("x", "u", "x_next", "p"),
+    "residual_jacobian": ("x", "u", "x_next", "p"),
     "bound": ("x", "u", "p"),
     "energy": ("x", "p"),
     "from_obs": ("obs",),
@@ -180,6 +182,10 @@ class DiscreteModel:
             (rootfinder, derivatives by the implicit function theorem).
         residual: ``(x, u, x_next, p) -> r`` for implicit models; ``r == 0``
             exactly when ``x_next == step(x, u, p)``. ``None`` otherwise.
+        residual_jacobian: optional, with ``residual``: ``(x, u, x_next, p) -> (r, J)``, the
+            residual and its Jacobian ``J = [dr/dx, dr/du, dr/dx_next]`` (``nx x (2 nx +
+            nu)``) written out, for a model whose automatic derivatives cost much more (a
+            network's); the controller then differentiates the residual by it.
         bound, delta: ``bound(x, u, p) -> e`` and a probability ``delta`` in (0, 1): for a
             transition ``(x, u, x_next)`` of the system the model was calibrated on,
             ``abs(x_next - step(x, u, p)) <= e`` holds in every entry at once with
@@ -210,6 +216,7 @@ class DiscreteModel:
     input_names: tuple[str, ...]
     param_names: tuple[str, ...] = ()
     residual: ca.Function | None = None
+    residual_jacobian: ca.Function | None = None
     bound: ca.Function | None = None
     delta: float | None = None
     energy: ca.Function | None = None
@@ -230,6 +237,13 @@ class DiscreteModel:
         nx, nu, npar = self.nx, self.nu, self.np
         _expect("step", self.step, [nx, nu, npar], [nx])
         _expect("residual", self.residual, [nx, nu, nx, npar], [nx])
+        _expect("residual_jacobian", self.residual_jacobian, [nx, nu, nx, npar],
+                [nx, nx * (2 * nx + nu)])  # fmt: skip
+        if self.residual_jacobian is not None and self.residual is None:
+            raise InputError(
+                "DiscreteModel.residual_jacobian is the residual's Jacobian: it needs a model "
+                "with a residual, got residual = None"
+            )
         _expect("bound", self.bound, [nx, nu, npar], [nx])
         _expect("energy", self.energy, [nx, npar], [1])
         _expect("from_obs", self.from_obs, [self.nobs], [nx])

@@ -10,8 +10,8 @@ File format ``vimpc.DiscreteModel/2``: UTF-8 JSON text, one object with
 - ``"delta"``: the bound's probability of failure, or ``null`` for a model without a bound,
 - ``"info"``: the provenance mapping (system, integrator, data, fit settings) as plain
   JSON; tuples come back as lists,
-- ``"functions"``: for each of ``step``, ``residual``, ``bound``, ``energy``, ``from_obs``,
-  ``to_obs``, ``constraint``, ``velocity_constraint`` either ``null`` or
+- ``"functions"``: for each of ``step``, ``residual``, ``residual_jacobian``, ``bound``,
+  ``energy``, ``from_obs``, ``to_obs``, ``constraint``, ``velocity_constraint`` either ``null`` or
   ``{"serialized": <casadi.Function.serialize() text>}``,
 - ``"sha256"``: the hex digest of the whole document without this key, written as
   ``json.dumps(doc, sort_keys=True, separators=(",", ":"))``, so an edit anywhere (a

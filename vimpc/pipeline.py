@@ -194,9 +194,9 @@ def check_cache_writable() -> Path:
 #: spurious Newton roots with NaN; 3: the model records the box of its data, ``data_box``).
 FIT_GENERATION = 3
 #: Per family, the generation of its export where it moved after FIT_GENERATION (entering the
-#: key only where given, so the other families' cached fits stay valid). dlnn and lnn 1: the
-#: model carries the recipe of its horizon residual (``DiscreteModel.horizon``).
-FAMILY_GENERATION = {"dlnn": 1, "lnn": 1}
+#: key only where given, so the other families' cached fits stay valid). dlnn and lnn 2: the
+#: model carries its residual's Jacobian in closed form (``residual_jacobian``).
+FAMILY_GENERATION = {"dlnn": 2, "lnn": 2}
 
 
 def cache_key(cfg: dict[str, Any]) -> str:

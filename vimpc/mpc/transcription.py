@@ -36,7 +36,7 @@ from vimpc import _checks
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.problem import Constraints, _ResolvedCost
-from vimpc.mpc.tube import expanded_or_none, keeps_mx
+from vimpc.mpc.tube import expanded_or_none, keeps_mx, residual_function
 
 TRANSCRIPTIONS = ("step", "implicit")
 
@@ -188,6 +188,7 @@ def transcribe(
     U = [ca.MX.sym(f"u{k}", nu) for k in range(N)]
     Z = [ca.MX.sym(f"z{k}", nx) for k in range(N)]
     S = [ca.MX.sym(f"s{k}", ns) for k in range(N + 1)]
+    residual = residual_function(model) if implicit else None
     residuals, J = [], 0
     for k in range(N + 1):
         add(X[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_x)
@@ -209,7 +210,7 @@ def transcribe(
             rows_lb.append(np.zeros(nx))
             rows_ub.append(np.zeros(nx))
         if implicit and k < N:
-            rows_g.append(model.residual(X[k], U[k], Z[k], p))
+            rows_g.append(residual(X[k], U[k], Z[k], p))
             rows_lb.append(np.zeros(nx))
             rows_ub.append(np.zeros(nx))
         if k > 0:  # the initial state is given: no path constraints on it

@@ -79,11 +79,43 @@ def keeps_mx(model: DiscreteModel) -> bool:
     return "dense_products" in model.info
 
 
+def residual_function(model: DiscreteModel) -> ca.Function:
+    """The model's ``residual`` as the controller differentiates it: with the model's
+    ``residual_jacobian`` as its Jacobian where it has one (CasADi's ``custom_jacobian``,
+    and ``jac_penalty = 0`` so that every directional derivative a solver asks for is that
+    Jacobian times the seeds, not automatic differentiation of the residual)."""
+    if model.residual_jacobian is None:
+        return model.residual
+    nx, nu = model.nx, model.nu
+    args = [ca.MX.sym(name, model.residual.sparsity_in(i))
+            for i, name in enumerate(("x", "u", "x_next", "p"))]  # fmt: skip
+    plain = model.residual.call(args, True, False)[0]
+    r, J = model.residual_jacobian.call(args, True, False)
+    out = ca.MX.sym("out_r", nx)
+    blocks = (J[:, :nx], J[:, nx : nx + nu], J[:, nx + nu :], ca.MX(nx, model.np))
+    jac = ca.Function(
+        "jac_residual", [*args, out],
+        [ca.project(b, ca.jacobian_sparsity(plain, a)) for b, a in zip(blocks, args, strict=True)],
+        ["x", "u", "x_next", "p", "out_r"], ["jac_r_x", "jac_r_u", "jac_r_x_next", "jac_r_p"],
+    )  # fmt: skip
+    return ca.Function(
+        "residual", args, [plain], ["x", "u", "x_next", "p"], ["r"],
+        {"custom_jacobian": jac, "jac_penalty": 0},
+    )  # fmt: skip
+
+
 def step_jacobians(model: DiscreteModel) -> ca.Function:
     """``(x, u, x_next, p) -> (A, B)``, the derivatives of ``step`` by ``x`` and ``u``: for a
     model with a residual ``-(dr/dx_next)^{-1} (dr/dx, dr/du)`` at ``(x, u, x_next)`` (exact
     when ``x_next`` is the step's solution; no Newton solve), else the Jacobians of ``step``
     (``x_next`` unused)."""
+    if model.residual_jacobian is not None:  # the blocks [dr/dx, dr/du, dr/dx_next] given
+        x, u, z = ca.MX.sym("x", model.nx), ca.MX.sym("u", model.nu), ca.MX.sym("x_next", model.nx)
+        p = ca.MX.sym("p", model.np)
+        J, nx = model.residual_jacobian(x, u, z, p)[1], model.nx
+        AB = -ca.solve(J[:, nx + model.nu :], J[:, : nx + model.nu])
+        return ca.Function("step_jacobians", [x, u, z, p], [AB[:, :nx], AB[:, nx:]],
+                           ["x", "u", "x_next", "p"], ["A", "B"])  # fmt: skip
     fn = model.residual if model.residual is not None else model.step
     expanded = None if keeps_mx(model) else expanded_or_none(fn)
     sym = ca.MX if expanded is None else ca.SX

@@ -222,6 +222,30 @@ class DiscreteModelContract:
                     "it must vanish only at x_next == step(x, u, p)"
                 )
 
+    def test_residual_jacobian_is_the_residuals(self) -> None:
+        """Where the model writes its residual's Jacobian out (``residual_jacobian``), its
+        ``r`` is the residual and its ``J`` CasADi's Jacobian ``[dr/dx, dr/du, dr/dx_next]``
+        of it (to ``roundtrip_tol``, relative), near ``x_next = step(x, u, p)``."""
+        m = self._model()
+        if m.residual_jacobian is None:
+            raise unittest.SkipTest("model has no residual_jacobian")
+        auto = ca.Function(m.residual).jacobian()
+        p = m.p_default
+        for k, (x, u) in enumerate(self._samples()):
+            z = _num(m.step, x, u, p) + 1e-3 * np.cos(np.arange(m.nx) + k)
+            r, J = (np.asarray(ca.DM(v).full()) for v in m.residual_jacobian(x, u, z, p))
+            r_ref = _num(m.residual, x, u, z, p)
+            blocks = auto(x, u, z, p, r_ref)[:3]
+            J_ref = np.hstack([np.asarray(ca.DM(b).full()) for b in blocks])
+            scale = max(1.0, float(np.abs(J_ref).max()))
+            for what, mine, ref in (("r", r.ravel(), r_ref), ("J", J, J_ref)):
+                err = float(np.abs(mine - ref).max()) / scale
+                assert err <= self.roundtrip_tol, (
+                    f"residual_jacobian's {what} differs from the residual's by {err:.3g} "
+                    f"(relative) > roundtrip_tol={self.roundtrip_tol:g} at x={x.tolist()}, "
+                    f"u={u.tolist()}"
+                )
+
     def test_jacobians_match_finite_differences(self) -> None:
         """CasADi's derivatives of ``step`` in ``x`` and ``u`` (what the NLP solver sees) agree
         with central finite differences of the numeric ``step`` to ``jacobian_rtol``."""
