@@ -681,9 +681,10 @@ class CLNNModel(_ConstrainedNetwork):
 
 
 class CHNNModel(_ConstrainedNetwork):
-    """A constrained Hamiltonian network in maximal coordinates: CLNN's model, trained on
-    rollouts of the projected Hamiltonian vector field in ``(x, p)`` (see the module
-    docstring); the exported model is the same constrained variational integrator."""
+    """A constrained Hamiltonian network in maximal coordinates (see the module docstring).
+
+    CLNN's model, trained on rollouts of the projected Hamiltonian vector field in
+    ``(x, p)``; the exported model is the same constrained variational integrator."""
 
     name = "chnn"
     formulation = "hamiltonian"
