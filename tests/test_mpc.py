@@ -412,9 +412,9 @@ def _broken_beyond(edge: float, *, bound: bool, w: float = 0.01) -> DiscreteMode
     [
         (True, "open_loop", (1, 6), "stage 0: the model's bound is not finite there (w_0 = [nan"),
         (False, "open_loop", (2, 6), "stage 0: the step's linearisation (A_0, B_0) is not finite"),
-        # the feedback tube's margins come out as zeros, not NaN: found all the same
         (True, "feedback", (1, 6), "stage 0: the model's bound is not finite there (w_0 = [nan"),
-        (False, "feedback", (2, 6), "stage 0: the step's linearisation (A_0, B_0) is not finite"),
+        # the feedback's input margin at stage 1 takes the gain K_1 of A_1, B_1
+        (False, "feedback", (1, 6), "stage 0: the step's linearisation (A_0, B_0) is not finite"),
     ],
 )
 def test_a_tube_that_is_not_finite_is_named_by_stage_and_not_solved_with(
@@ -443,8 +443,9 @@ def test_a_tube_that_is_not_finite_is_named_by_stage_and_not_solved_with(
     assert where in bad.tube_failure, bad.tube_failure
     assert bad.failed_tube_stages == last - first + 1
     # those stages are taken as empty: infinite margins, counted with the empty ones
-    assert np.all(np.isinf(bad.tube[first:])) and np.all(np.isfinite(bad.tube[:first]))
-    assert bad.empty_tube_stages == last - first + 1
+    obs_first = 1 if bound else 2  # the rows' margins at stage 1 take w_0 alone (e_1 = d_0)
+    assert np.all(np.isinf(bad.tube[obs_first:])) and np.all(np.isfinite(bad.tube[:obs_first]))
+    assert bad.empty_tube_stages == last - obs_first + 1  # input k counted with state k + 1
     if tube == "feedback":  # the inputs' margins come from the same ellipsoid
         assert np.all(np.isinf(bad.tube_inputs[first:])) and bad.tube_inputs[0, 0] == 0.0
     assert not np.any(np.isnan(bad.tube)) and not np.any(np.isnan(bad.tube_inputs))

@@ -255,9 +255,8 @@ class MPC:
     bounds themselves are tightened and an empty interval is not solved at all
     (``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
 
-    A tube that cannot be computed along the guess (a margin NaN or infinite, or the
-    feedback tube's margins all zero at a stage where its recursion is not finite: the
-    model's bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
+    A tube that cannot be computed along the guess (a margin NaN or infinite: the model's
+    bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
     overflowing where the linearisation is uncontrollable, ``R + B^T P B`` singular) is not
     solved with: its stages count as empty (margins ``inf``), the problem
     is not solved (``Status.INFEASIBLE``, fallback input), and ``MPCResult.failed_tube_stages``
@@ -652,30 +651,14 @@ class MPC:
         """``(stages 0..N whose observation margins failed, stages 0..N-1 whose input margins
         failed, the message)`` of a tube that cannot be computed, else None (one pass over
         the margins when they are fine)."""
-        feedback = self.tube == "feedback" and tube.shape[1] > 0
-        # the feedback tube's margins are sqrt(max(., 0)), which turns an ellipsoid that is
-        # not finite into exact zeros: a stage past 0 with every margin zero is suspect
-        if (
-            np.isfinite(tube).all()
-            and np.isfinite(tube_inputs).all()
-            and not (feedback and not tube[1:].any(axis=1).all())
-        ):
+        if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
             return None
         N = self.horizon
         w = np.asarray(w0).reshape(-1)
         failed_obs = ~np.all(np.isfinite(tube), axis=1)
         failed_u = ~np.all(np.isfinite(tube_inputs), axis=1)
-        cause = None
-        if feedback:
-            zeros = np.append(False, ~tube[1:].any(axis=1))
-            if zeros.any():
-                cause = self._tube_cause(w, p)
-                if cause is not None:
-                    failed_obs |= zeros
-        if not (failed_obs.any() or failed_u.any()):
-            return None  # zero margins of a tube that is finite (a zero bound)
         stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
-        cause = cause or self._tube_cause(w, p) or _NO_CAUSE
+        cause = self._tube_cause(w, p) or _NO_CAUSE
         return (
             failed_obs,
             failed_u,

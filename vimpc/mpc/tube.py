@@ -277,13 +277,13 @@ def tube_function(
         closed = As[k] + ca.mtimes(Bs[k], gains[k])
         Sigma = ca.mtimes([closed, Sigma, closed.T]) + shape * ca.diag(W[:, k] ** 2)
         G = C[:, k * nx : (k + 1) * nx]
-        t = margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(G, Sigma) * G), 0))
+        t = margin * _root(ca.sum2(ca.mtimes(G, Sigma) * G))
         if k == 0 and errors == "gaussian":  # stage 1 holds the box too: e_1 = d_0, |d_0| <= w_0
             t = ca.fmax(t, ca.mtimes(ca.fabs(G), W[:, 0]))
         columns.append(t)
         if k + 1 < N:
             Kn = gains[k + 1]
-            inputs.append(margin * ca.sqrt(ca.fmax(ca.sum2(ca.mtimes(Kn, Sigma) * Kn), 0)))
+            inputs.append(margin * _root(ca.sum2(ca.mtimes(Kn, Sigma) * Kn)))
     return ca.Function(
         "tube",
         [X, U, P],
@@ -291,6 +291,12 @@ def tube_function(
         ["x", "u", "p"],
         ["t", "t_u"],
     )
+
+
+def _root(q):
+    """``sqrt(q)`` of a quadratic form, 0 where round-off makes it negative; NaN and inf pass
+    through (``fmax(q, 0)`` would turn a NaN, an ellipsoid that is not finite, into 0)."""
+    return ca.if_else(q < 0, 0, ca.sqrt(q))
 
 
 def expanded_or_none(fn: ca.Function) -> ca.Function | None:
