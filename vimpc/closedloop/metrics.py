@@ -126,9 +126,9 @@ def episode_metrics(
     unless ``horizon`` is given) in which every step's error lay within the bound (NaN for
     an episode shorter than the horizon). With the controller's ``safety`` rows:
     ``min_planned_margin`` (smallest ``planned - tube``: how far inside the tightened
-    constraint the plans stayed) and ``max_tube`` (largest tightening). ``empty_tube_steps``:
-    the steps whose tightened set was empty at some stage of the plan (no cap hides it;
-    recorded trajectories only).
+    constraint the plans stayed) and ``max_tube`` (largest finite tightening). ``empty_tube_steps``:
+    the steps whose tightened set was empty at some stage of the plan (no cap hides it; a
+    tube that could not be computed counts as empty; recorded trajectories only).
 
     With the model's ``data_box`` (``{"low", "high"}``: the box of the states it was trained
     and calibrated on, :func:`vimpc.pipeline.data_box`): ``outside_data_steps``, the steps
@@ -189,7 +189,8 @@ def episode_metrics(
         planned = rows["planned"] - rows["tube"]
         finite = np.isfinite(planned)
         out["min_planned_margin"] = float(planned[finite].min()) if finite.any() else math.nan
-        out["max_tube"] = float(rows["tube"].max()) if rows["tube"].size else 0.0
+        tube = rows["tube"][np.isfinite(rows["tube"])]  # inf: a tube that was not computed
+        out["max_tube"] = float(tube.max()) if tube.size else 0.0
     return out
 
 
