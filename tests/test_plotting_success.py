@@ -92,7 +92,9 @@ def test_figures_count_the_episodes_within_the_threshold():
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == ["A: 3 of 3 episodes within the threshold",
                       "B: 1 of 3 episodes within the threshold"]  # fmt: skip
-    thresholds = [0.01, 0.1]
-    sweep = success_sweep({"A": window_worst(t, inside, 1.0)}, thresholds)
+    thresholds = [0.005, 0.01, 0.1]  # rates 0 and 1: Wilson's ends meet them to round-off
+    sweep = success_sweep(
+        {m: window_worst(t, e, 1.0) for m, e in (("A", inside), ("B", outside))}, thresholds
+    )
     fig = success_sweep_figure(thresholds, sweep, threshold=0.05, unit="rad")
     assert fig.axes[0].get_xscale() == "log"

@@ -37,6 +37,7 @@ import json
 import tempfile
 import tomllib
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,7 @@ def ranking_text(scenario: str, kept: dict[tuple[str, str], dict]) -> str:
     """Sentences, computed from the stored errors, on how the two models' success depends
     on the threshold of ``scenario``."""
     from vimpc.plotting.success import window_worst
+    from vimpc.report import count
 
     first = kept[scenario, MODELS[0]]
     tau, unit = first["threshold"], first["unit"]
@@ -230,28 +232,56 @@ def ranking_text(scenario: str, kept: dict[tuple[str, str], dict]) -> str:
             f"episode and {_g(finite.max())} {unit} at worst"
             + (f" ({nan} episodes with a NaN error fail at every threshold)" if nan else "")
             + f"; every episode succeeds from {at(finite.max())} on"
-            + (", inside the sweep" if finite.max() <= high else ", beyond the sweep")
+            + (
+                ", below the swept thresholds"
+                if finite.max() < low
+                else ", within the swept thresholds"
+                if finite.max() <= high
+                else ", above the swept thresholds"
+            )
             + "."
         )
     a, b = MODELS
-    parts = []
-    for s in ranking_segments(worst, low, high):
-        span = f"from {at(s['from'])} to {at(s['to'])}"
-        ra, rb = s["rates"]
-        if s["order"] > 0:
-            parts.append(f"{span}: {a} succeeds more often than {b}")
-        elif s["order"] < 0:
-            parts.append(f"{span}: {b} succeeds more often than {a}")
-        elif ra == rb == 0:
-            parts.append(f"{span}: neither succeeds in any episode")
-        elif ra == rb == 1:
-            parts.append(f"{span}: both succeed in every episode")
-        else:
-            parts.append(f"{span}: both succeed at the rate {ra:.2f}")
+
+    def described(segments: list[dict]) -> str:
+        parts = []
+        for s in segments:
+            span = f"from {at(s['from'])} to {at(s['to'])}"
+            ra, rb = s["rates"]
+            if s["order"] > 0:
+                parts.append(f"{span}: {a} succeeds more often than {b}")
+            elif s["order"] < 0:
+                parts.append(f"{span}: {b} succeeds more often than {a}")
+            elif ra == rb == 0:
+                parts.append(f"{span}: neither succeeds in any episode")
+            elif ra == rb == 1:
+                parts.append(f"{span}: both succeed in every episode")
+            else:
+                parts.append(f"{span}: both succeed at the rate {ra:.2f}")
+        return "; ".join(parts)
+
     lines.append(
         f"- Ranking over the swept thresholds (exact: the rates change only at the episodes' "
-        f"largest errors; x: times the scenario's {_g(tau)} {unit}): " + "; ".join(parts) + "."
+        f"largest errors; each range holds its start, not its end, the last one both; x: times "
+        f"the scenario's {_g(tau)} {unit}): {described(ranking_segments(worst, low, high))}."
     )
+    below = ranking_segments(worst, 0.0, low)
+    differ = [s for s in below if s["order"] != 0]
+    if len(below) <= 3 or not differ:
+        lines.append(f"- Below the swept thresholds: {described(below)}.")
+    else:  # many short ranges where the models' episodes end within each other's spread
+        n = min(len(w) for w in worst.values())
+        wa, wb = worst.values()
+        cuts = [c for c in np.concatenate([wa, wb]) if c < low]  # where the rates change
+        gap = max(abs(np.mean(wa <= c) - np.mean(wb <= c)) for c in cuts)
+        changes = sum(x["order"] != y["order"] for x, y in pairwise(differ))
+        lines.append(
+            f"- Below the swept thresholds the rates differ only from {at(differ[0]['from'])} "
+            f"to {at(differ[-1]['to'])}, by at most {round(gap * n)} of {n} episodes, the "
+            f"order changing {count(changes, 'time')} ({a} ahead over "
+            f"{sum(s['order'] > 0 for s in differ)} ranges, {b} over "
+            f"{sum(s['order'] < 0 for s in differ)})."
+        )
     return "\n".join(lines)
 
 

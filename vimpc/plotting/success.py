@@ -23,6 +23,8 @@ from vimpc.report import count
 
 #: the band drawn around the median, as percentiles over the episodes
 BAND = (10.0, 90.0)
+#: the sweep's markers, by model
+MARKERS = ("o", "s", "^")
 
 
 def _errors(t: np.ndarray, errors: np.ndarray, label: str) -> tuple[np.ndarray, np.ndarray]:
@@ -152,9 +154,14 @@ def success_sweep_figure(
         ax.fill_between(
             thresholds, s["low"], s["high"], color=color, alpha=0.15, linewidth=0, zorder=TRACE_Z
         )
+        # the interval's ends differ from the rate by round-off where it is 0 or 1
+        below = np.maximum(rate - s["low"], 0.0)
+        above = np.maximum(s["high"] - rate, 0.0)
+        # hollow, larger markers for the later models: equal rates stay visible
         ax.errorbar(
-            thresholds, rate, yerr=[rate - s["low"], s["high"] - rate], color=color,
-            marker="o", markersize=3.5, linewidth=1.2, capsize=2, zorder=MARK_Z,
+            thresholds, rate, yerr=[below, above], color=color, marker=MARKERS[i % 3],
+            markersize=3.5 + 2.5 * i, markerfacecolor=color if i == 0 else "none",
+            linewidth=1.2, capsize=2, zorder=MARK_Z,
             label=f"{label} (95 % Wilson interval, {count(int(s['episodes'][0]), 'episode')})",
         )  # fmt: skip
     ax.set_xscale("log")
