@@ -14,6 +14,7 @@ from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, PathConstraint
+from vimpc.mpc.problem import SafetyRows
 from vimpc.mpc.tube import state_jacobian, tube_function
 
 DT = 0.1
@@ -250,7 +251,7 @@ def test_tube_without_expandable_step_uses_mx_and_agrees():
     N = 6
     inputs = np.linspace(-1.0, 1.0, N).reshape(N, 1)
     xs = model.simulate([0.1, 0.2], inputs)
-    safety, _ = Constraints(obs_max=[1.0, 1.0]).resolved(2, 1).safety(("s", "v"))
+    safety = SafetyRows.of(Constraints(obs_max=[1.0, 1.0]).resolved(2, 1), ("s", "v")).function
     t_implicit = np.asarray(tube_function(model, N, safety)(xs.T, inputs.T, [])[0])
     t_explicit = np.asarray(tube_function(explicit, N, safety)(xs.T, inputs.T, [])[0])
     np.testing.assert_allclose(t_implicit, t_explicit, rtol=1e-10)

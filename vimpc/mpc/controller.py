@@ -20,7 +20,7 @@ from vimpc._interrupt import kept_interrupts
 from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.mpc.problem import Constraints, Cost, check_problem_size
+from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import (
     HESSIANS,
@@ -148,6 +148,7 @@ class MPC:
         constraints: a :class:`Constraints` (input bounds, observation bounds, path
             constraints). Its safety rows ``h(obs) >= 0`` (finite observation lower
             bounds, finite upper bounds, then the rows of every path constraint) are
+            :attr:`safety_rows` (a :class:`~vimpc.mpc.problem.SafetyRows`), with
             :attr:`safety_function` and :attr:`safety_names`.
         solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
             QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
@@ -385,8 +386,9 @@ class MPC:
         else:
             self.tube_Q = self.tube_R = None
         self._cons = constraints.resolved(model.nobs, model.nu)
-        self.safety_function, self.safety_names = self._cons.safety(self.obs_names)
-        n_safety = len(self.safety_names)
+        #: the safety rows h(obs) >= 0 the tube tightens: layout, names, function, labels
+        self.safety_rows = SafetyRows.of(self._cons, self.obs_names)
+        n_safety = len(self.safety_rows)
         lo, hi = self._cons.u_min, self._cons.u_max
         if safe_input is None:
             safe_input = np.clip(np.zeros(model.nu), lo, hi)
@@ -417,7 +419,7 @@ class MPC:
             model.nx,
             model.nu,
             transcription == "implicit",
-            n_slacks(self._cons, soft_inputs),
+            n_slacks(self.safety_rows, soft_inputs),
         )
         staged, self.model_compiled = (
             _compiled_stage(model, transcription) if self.jit == "model" else (model, False)
@@ -426,20 +428,12 @@ class MPC:
             staged,
             self.horizon,
             self._cost,
-            self._cons,
+            self.safety_rows,
             transcription,
             tightened=tightened,
             soft_input_tube=soft_inputs,
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
-        lo_rows, hi_rows, _ = self._cons.safety_layout()
-        both = np.intersect1d(lo_rows, hi_rows)
-        # rows (lower, upper) of the observation entries bounded on both sides, and their ranges
-        self._paired_rows = (
-            np.searchsorted(lo_rows, both),
-            lo_rows.size + np.searchsorted(hi_rows, both),
-            self._cons.obs_max[both] - self._cons.obs_min[both],
-        )
         self._tube_shape = (self.horizon + 1, n_safety)
         plugin, opts = nlpsol_options(
             solver,
@@ -493,6 +487,18 @@ class MPC:
         self._diagnosis: tuple[ca.Function, ca.Function] | None = None
 
     # -- one step -----------------------------------------------------------------------
+    @property
+    def safety_function(self) -> ca.Function:
+        """The safety rows as one function ``obs -> h`` (``h >= 0`` is safe):
+        ``safety_rows.function``."""
+        return self.safety_rows.function
+
+    @property
+    def safety_names(self) -> tuple[str, ...]:
+        """The safety rows' names (``s >= -1``, ``s <= 1``, ``wall[0]``):
+        ``safety_rows.names``."""
+        return self.safety_rows.names
+
     @property
     def cost(self):
         """The resolved cost (weight matrices, reference function)."""
@@ -558,8 +564,7 @@ class MPC:
                 ubx[L.u] -= tube_inputs
                 bounds.update(lbx=ca.DM(lbx), ubx=ca.DM(ubx))
                 inputs_empty = inputs_empty or bool(inputs_empty_at.any())
-            lo, hi, span = self._paired_rows
-            obs_empty_at = np.any(tube[1:, lo] + tube[1:, hi] > span, axis=1)
+            obs_empty_at = self.safety_rows.empty_stages(tube[1:])
             empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
             tube_time = time.perf_counter() - start
         args: dict[str, Any] = dict(x0=w0, p=P, **bounds)
@@ -629,7 +634,7 @@ class MPC:
         fn = tube_function(
             m,
             N,
-            self.safety_function,
+            self.safety_rows.function,
             lipschitz,
             kind=self.tube,
             Q=self.tube_Q,

@@ -6,6 +6,7 @@ problem serves every model of the same environment.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -269,12 +270,59 @@ class PathConstraint:
     get nonnegative slacks with an exact (L1) penalty ``weight * slack``, which
     leaves the solution unchanged whenever the hard problem is feasible and the
     weight exceeds the multipliers.
+
+    ``circle`` is ``((i, j), (cx, cy), r)`` for a keep-out circle
+    (:meth:`keep_out`: ``h = (obs_i - cx)^2 + (obs_j - cy)^2 - r^2``), which lets
+    :class:`SafetyRows` write ``h`` out for reports; None for any other function.
     """
 
     name: str
     function: ca.Function
     soft: bool = False
     weight: float = 1e3
+    circle: tuple[tuple[int, int], tuple[float, float], float] | None = None
+
+    @classmethod
+    def keep_out(
+        cls,
+        name: str,
+        nobs: int,
+        indices: Sequence[int],
+        center: Sequence[float],
+        radius: float,
+        *,
+        soft: bool = False,
+        weight: float = 1e3,
+    ) -> PathConstraint:
+        """Keep the observation entries ``indices = (i, j)`` out of the circle of ``center``
+        and ``radius``: ``h = (obs_i - cx)^2 + (obs_j - cy)^2 - r^2 >= 0``."""
+        (i, j), (cx, cy), r = circle = _circle(name, (indices, center, radius), nobs)
+        obs = ca.SX.sym("obs", nobs)
+        h = ca.Function(name, [obs], [(obs[i] - cx) ** 2 + (obs[j] - cy) ** 2 - r**2])
+        return cls(name, h, soft=soft, weight=weight, circle=circle)
+
+
+def _circle(name: str, value: Any, nobs: int) -> tuple[tuple[int, int], tuple[float, float], float]:
+    """A keep-out circle ``((i, j), (cx, cy), r)`` checked against ``nobs`` observations."""
+    what = (
+        f"path constraint {name!r}: circle must be ((i, j), (cx, cy), r) with i != j "
+        f"observation indices in [0, {nobs}), a finite centre and a radius > 0"
+    )
+    try:
+        indices, center, radius = value
+        i, j = (int(k) for k in indices)
+        cx, cy = (float(c) for c in center)
+        r = float(radius)
+    except (TypeError, ValueError):
+        raise InputError(f"{what}, got {value!r:.80}") from None
+    if (
+        any(isinstance(k, bool) or k != int(k) for k in indices)
+        or not (0 <= i < nobs and 0 <= j < nobs and i != j)
+        or not np.isfinite([cx, cy, r]).all()
+        or r <= 0
+    ):
+        raise InputError(f"{what}, got {value!r:.80}")
+    return (i, j), (cx, cy), r
 
 
 @dataclass(frozen=True)
@@ -367,42 +415,209 @@ class Constraints:
             if c.function.numel_in(0) != nobs:
                 raise InputError(f"path constraint {c.name!r} must take the {nobs} observations")
             _checks.positive(f"path constraint {c.name!r} weight", c.weight)
+            if c.circle is not None:
+                _circle(c.name, c.circle, nobs)
+                if c.function.numel_out(0) != 1:
+                    raise InputError(
+                        f"path constraint {c.name!r}: a circle has one row, but its function "
+                        f"gives {c.function.numel_out(0)}; drop circle or give the circle's h"
+                    )
         _checks.positive("constraints.bound_weight", self.bound_weight)
         return Constraints(
             u_min, u_max, obs_min, obs_max, self.soft_bounds, self.bound_weight, tuple(self.path)
         )
 
-    # -- the safety rows h(obs) >= 0 -------------------------------------------------------
-    def safety_layout(self) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
-        """Where the safety rows sit (resolved constraints only): the observation entries
-        with a finite lower bound (rows ``0 .. n_lo - 1``), those with a finite upper bound
-        (the next ``n_hi`` rows), then the row indices of each path constraint."""
-        lo = np.flatnonzero(np.isfinite(self.obs_min))
-        hi = np.flatnonzero(np.isfinite(self.obs_max))
-        start, rows = lo.size + hi.size, []
-        for c in self.path:
-            n = c.function.numel_out(0)
-            rows.append(np.arange(start, start + n))
-            start += n
-        return lo, hi, tuple(rows)
 
-    def safety(self, obs_names: Sequence[str]) -> tuple[ca.Function, tuple[str, ...]]:
-        """The safety rows as one function ``obs -> h`` (``h >= 0`` is safe) and their names
-        (resolved constraints only): ``obs_i - obs_min_i``, ``obs_max_i - obs_i``, then the
-        rows of every path constraint, hard or soft."""
-        lo, hi, _ = self.safety_layout()
-        obs = ca.MX.sym("obs", len(obs_names))
-        rows = [obs[i] - self.obs_min[i] for i in lo] + [self.obs_max[i] - obs[i] for i in hi]
-        names = [f"{obs_names[i]} >= {self.obs_min[i]:g}" for i in lo]
-        names += [f"{obs_names[i]} <= {self.obs_max[i]:g}" for i in hi]
-        for c in self.path:
-            rows.append(ca.vec(c.function(obs)))
-            n = c.function.numel_out(0)
-            names += [c.name] if n == 1 else [f"{c.name}[{i}]" for i in range(n)]
-        h = ca.vertcat(*rows) if rows else ca.MX(0, 1)
-        fn = ca.Function("safety", [obs], [h], ["obs"], ["h"])
+def _plus(name: str, value: float) -> str:
+    """``name + value`` written without a double sign (``s + 1``, ``s - 0.5``)."""
+    if value == 0:
+        return name
+    return f"{name} + {value:g}" if value > 0 else f"{name} - {-value:g}"
+
+
+def _squared(name: str, center: float) -> str:
+    """``(name - center)^2`` (``name^2`` about zero)."""
+    return f"{name}^2" if center == 0 else f"({_plus(name, -center)})^2"
+
+
+#: the kinds of safety row, in the order they are stacked
+ROW_KINDS = ("lower", "upper", "path")
+
+
+@dataclass(frozen=True)
+class SafetyRow:
+    """One safety row ``h(obs) >= 0``: what it is and where it comes from.
+
+    ``kind`` is ``"lower"`` (``h = obs[entry] - bound``), ``"upper"``
+    (``h = bound - obs[entry]``) or ``"path"`` (row ``component`` of the path constraint
+    ``constraint``, an index into ``Constraints.path``). ``label`` states the constraint
+    (``s >= -1``, ``|(x, y) - (1, 0)| >= 0.35``), ``formula`` writes ``h`` out (``s + 1``,
+    ``(x - 1)^2 + y^2 - 0.35^2``; a path constraint that is not a circle as
+    ``name(obs)[i]``). ``h`` has the unit of observation entry ``entries[0]`` to the power
+    ``power`` (0: unknown).
+    """
+
+    name: str
+    kind: str
+    soft: bool
+    label: str
+    formula: str
+    entry: int | None = None
+    bound: float = math.nan
+    constraint: int | None = None
+    component: int = 0
+    entries: tuple[int, ...] = ()
+    power: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class SafetyRows:
+    """The safety rows ``h(obs) >= 0`` of resolved :class:`Constraints`, the rows a tube
+    tightens, built once by :meth:`of` and read by the transcription, the controller, its
+    tube and the reports.
+
+    Rows are stacked as: the observation entries with a finite lower bound (``lower``, rows
+    ``0 .. n_lo - 1``), those with a finite upper bound (``upper``, the next ``n_hi``
+    rows), then the rows of every path constraint in order (``path[c]`` the row indices of
+    constraint ``c``). ``function`` is ``obs -> h``; ``paired`` the rows of the entries
+    bounded on both sides, ``(lower rows, upper rows, obs_max - obs_min)``, whose margins
+    cannot together exceed the range (:meth:`empty_stages`).
+    """
+
+    constraints: Constraints
+    obs_names: tuple[str, ...]
+    rows: tuple[SafetyRow, ...]
+    function: ca.Function
+    lower: np.ndarray
+    upper: np.ndarray
+    path: tuple[np.ndarray, ...]
+    paired: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    @classmethod
+    def of(cls, constraints: Constraints, obs_names: Sequence[str]) -> SafetyRows:
+        """The safety rows of ``constraints`` (resolved: :meth:`Constraints.resolved`) on an
+        observation whose entries are called ``obs_names``."""
+        if isinstance(obs_names, str) or not all(isinstance(n, str) for n in obs_names):
+            raise InputError(f"obs_names must be a sequence of strings, got {obs_names!r:.80}")
+        names = tuple(obs_names)
+        c = constraints
+        if not (
+            isinstance(c, Constraints)
+            and isinstance(c.obs_min, np.ndarray)
+            and isinstance(c.obs_max, np.ndarray)
+        ):
+            raise InputError(
+                "SafetyRows.of needs resolved constraints (Constraints.resolved(nobs, nu)), "
+                f"got {c!r:.80}"
+            )
+        if c.obs_min.shape != (len(names),):
+            raise InputError(
+                f"obs_names must be {c.obs_min.size} names (one per observation entry of the "
+                f"constraints), got {len(names)}: {names!r:.80}"
+            )
+        lo = np.flatnonzero(np.isfinite(c.obs_min))
+        hi = np.flatnonzero(np.isfinite(c.obs_max))
+        soft = bool(c.soft_bounds)
+        rows = [
+            SafetyRow(
+                name=f"{names[i]} >= {c.obs_min[i]:g}",
+                kind="lower",
+                soft=soft,
+                label=f"{names[i]} >= {c.obs_min[i]:g}",
+                formula=_plus(names[i], -float(c.obs_min[i])),
+                entry=int(i),
+                bound=float(c.obs_min[i]),
+                entries=(int(i),),
+                power=1,
+            )
+            for i in lo
+        ]
+        rows += [
+            SafetyRow(
+                name=f"{names[i]} <= {c.obs_max[i]:g}",
+                kind="upper",
+                soft=soft,
+                label=f"{names[i]} <= {c.obs_max[i]:g}",
+                formula=f"{c.obs_max[i]:g} - {names[i]}",
+                entry=int(i),
+                bound=float(c.obs_max[i]),
+                entries=(int(i),),
+                power=1,
+            )
+            for i in hi
+        ]
+        obs = ca.MX.sym("obs", len(names))
+        h = [obs[i] - c.obs_min[i] for i in lo] + [c.obs_max[i] - obs[i] for i in hi]
+        path = []
+        for k, pc in enumerate(c.path):
+            n = pc.function.numel_out(0)
+            path.append(np.arange(len(rows), len(rows) + n))
+            h.append(ca.vec(pc.function(obs)))
+            for i in range(n):
+                name = pc.name if n == 1 else f"{pc.name}[{i}]"
+                row = dict(name=name, kind="path", soft=bool(pc.soft), constraint=k, component=i)
+                if pc.circle is not None:
+                    (ix, iy), (cx, cy), r = pc.circle
+                    label = f"|({names[ix]}, {names[iy]}) - ({cx:g}, {cy:g})| >= {r:g}"
+                    formula = f"{_squared(names[ix], cx)} + {_squared(names[iy], cy)} - {r:g}^2"
+                    rows.append(
+                        SafetyRow(**row, label=label, formula=formula, entries=(ix, iy), power=2)
+                    )
+                else:
+                    formula = f"{pc.name}(obs)" + ("" if n == 1 else f"[{i}]")
+                    rows.append(SafetyRow(**row, label=name, formula=formula))
+        fn = ca.Function("safety", [obs], [ca.vertcat(*h) if h else ca.MX(0, 1)], ["obs"], ["h"])
         try:
             fn = fn.expand()
         except RuntimeError:  # a path constraint with a non-expandable node stays MX
             pass
-        return fn, tuple(names)
+        both = np.intersect1d(lo, hi)
+        paired = (
+            np.searchsorted(lo, both),
+            lo.size + np.searchsorted(hi, both),
+            c.obs_max[both] - c.obs_min[both],
+        )
+        return cls(c, names, tuple(rows), fn, lo, hi, tuple(path), paired)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Each row's name: ``s >= -1``, ``s <= 1``, a path constraint's name (``wall[i]``
+        for a constraint of several rows)."""
+        return tuple(r.name for r in self.rows)
+
+    @property
+    def lower_rows(self) -> np.ndarray:
+        """The rows of the lower bounds (the entries ``lower``, in order)."""
+        return np.arange(self.lower.size)
+
+    @property
+    def upper_rows(self) -> np.ndarray:
+        """The rows of the upper bounds (the entries ``upper``, in order)."""
+        return np.arange(self.lower.size, self.lower.size + self.upper.size)
+
+    @property
+    def soft(self) -> np.ndarray:
+        """Per row, whether it is soft (a slack may relax it)."""
+        return np.array([r.soft for r in self.rows], dtype=bool)
+
+    @property
+    def soft_rows(self) -> np.ndarray:
+        """The soft rows in order: the bounds' with ``soft_bounds``, then the soft path
+        constraints'."""
+        return np.flatnonzero(self.soft)
+
+    def empty_stages(self, tube: Any) -> np.ndarray:
+        """Per stage (row of ``tube``, shape ``(stages, len(self))``: the margins of each
+        safety row), whether its tightened set is empty: an entry bounded on both sides whose
+        lower and upper margins together exceed its range ``obs_max - obs_min``."""
+        t = np.asarray(tube, dtype=np.float64)
+        if t.ndim != 2 or t.shape[1] != len(self):
+            raise InputError(
+                f"tube must be margins of shape (stages, {len(self)}) (one column per safety "
+                f"row), got shape {t.shape}"
+            )
+        lo, hi, span = self.paired
+        return np.any(t[:, lo] + t[:, hi] > span, axis=1)

@@ -35,7 +35,7 @@ import numpy as np
 from vimpc import _checks
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.mpc.problem import Constraints, _ResolvedCost
+from vimpc.mpc.problem import Constraints, SafetyRows, _ResolvedCost
 from vimpc.mpc.tube import expanded_or_none, keeps_mx, residual_function
 
 TRANSCRIPTIONS = ("step", "implicit")
@@ -66,14 +66,13 @@ class Transcription:
     soft_input_tube: bool = False  # the inputs' tightening ends the tube parameters, soft rows
 
 
-def _soft_bounds(cons: Constraints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _soft_bounds(safety: SafetyRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Soft observation bounds: the entries that have a finite bound (one slack each, shared
     by their lower and upper rows), and the entries with a finite lower / upper bound."""
-    if not cons.soft_bounds:
+    if not safety.constraints.soft_bounds:
         empty = np.zeros(0, int)
         return empty, empty, empty
-    lo, hi = np.isfinite(cons.obs_min), np.isfinite(cons.obs_max)
-    return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
+    return np.union1d(safety.lower, safety.upper), safety.lower, safety.upper
 
 
 def _soft_inputs(cons: Constraints, soft_input_tube: bool) -> tuple[np.ndarray, ...]:
@@ -86,19 +85,19 @@ def _soft_inputs(cons: Constraints, soft_input_tube: bool) -> tuple[np.ndarray, 
     return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
 
 
-def n_slacks(cons: Constraints, soft_input_tube: bool = False) -> int:
-    """The slacks per stage: one per softly bounded observation entry, one per row of each
-    soft path constraint, and with ``soft_input_tube`` one per bounded input entry."""
-    soft_entries, _, _ = _soft_bounds(cons)
-    n_u = len(_soft_inputs(cons, soft_input_tube)[0])
-    return len(soft_entries) + sum(c.function.numel_out(0) for c in cons.path if c.soft) + n_u
+def n_slacks(safety: SafetyRows, soft_input_tube: bool = False) -> int:
+    """The slacks per stage: one per softly bounded observation entry, one per soft path
+    row, and with ``soft_input_tube`` one per bounded input entry."""
+    soft_entries, _, _ = _soft_bounds(safety)
+    n_path = sum(1 for r in safety.rows if r.soft and r.kind == "path")
+    return len(soft_entries) + n_path + len(_soft_inputs(safety.constraints, soft_input_tube)[0])
 
 
 def transcribe(
     model: DiscreteModel,
     horizon: int,
     cost: _ResolvedCost,
-    cons: Constraints,
+    safety: SafetyRows,
     transcription: str,
     tightened: bool = False,
     soft_input_tube: bool = False,
@@ -111,16 +110,13 @@ def transcribe(
             "with one substep per dt); use transcription='step' for this model"
         )
     nx, nu, nobs = model.nx, model.nu, model.nobs
-    soft_entries, soft_lo, soft_hi = _soft_bounds(cons)
-    hard_lo = (
-        np.flatnonzero(np.isfinite(cons.obs_min)) if not cons.soft_bounds else np.zeros(0, int)
-    )
-    hard_hi = (
-        np.flatnonzero(np.isfinite(cons.obs_max)) if not cons.soft_bounds else np.zeros(0, int)
+    cons = safety.constraints
+    soft_entries, soft_lo, soft_hi = _soft_bounds(safety)
+    hard_lo, hard_hi = (
+        (safety.lower, safety.upper) if not cons.soft_bounds else (np.zeros(0, int),) * 2
     )
     soft_path = [c for c in cons.path if c.soft]
-    hard_path = [c for c in cons.path if not c.soft]
-    n_soft_path = sum(c.function.numel_out(0) for c in soft_path)
+    n_soft_path = sum(1 for r in safety.rows if r.soft and r.kind == "path")
     u_soft, u_lo, u_hi = _soft_inputs(cons, soft_input_tube)
     ns_obs = len(soft_entries) + n_soft_path
     ns = ns_obs + len(u_soft)
@@ -145,25 +141,14 @@ def transcribe(
     refs = ca.MX.sym("reference", nobs, N + 1)
     u_prev = ca.MX.sym("u_prev", nu)
     p = ca.MX.sym("p", model.np)
-    # the safety rows (in Constraints.safety order) of each group of stage constraints
-    safe_lo, safe_hi, path_rows = cons.safety_layout()
-    n_safety = safe_lo.size + safe_hi.size + sum(r.size for r in path_rows)
-    tube = ca.MX.sym("tube", n_safety, N) if tightened else None
+    tube = ca.MX.sym("tube", len(safety), N) if tightened else None
     tube_u = ca.MX.sym("tube_u", nu, N) if len(u_soft) else None
     # the input rows' slacks: a bounded input's two rows share one
     u_slack_map = np.zeros((len(u_lo) + len(u_hi), ns))
     for r, i in enumerate((*u_lo, *u_hi)):
         u_slack_map[r, ns_obs + int(np.searchsorted(u_soft, i))] = 1.0
-    lo_rows = np.arange(safe_lo.size)
-    hi_rows = np.arange(safe_lo.size, safe_lo.size + safe_hi.size)
-    hard_path_rows = [r for c, r in zip(cons.path, path_rows, strict=True) if not c.soft]
-    soft_rows = np.concatenate(
-        [
-            *((lo_rows, hi_rows) if cons.soft_bounds else ()),
-            *[r for c, r in zip(cons.path, path_rows, strict=True) if c.soft],
-            np.zeros(0, int),
-        ]
-    ).astype(int)
+    # the safety rows (SafetyRows order) of each group of stage constraints
+    hard_path = [(c, r) for c, r in zip(cons.path, safety.path, strict=True) if not c.soft]
 
     def tight(expr, k, rows, sign=-1.0):
         """``expr + sign * t_k[rows]``: lower rows move up by ``t``, upper rows down."""
@@ -217,8 +202,8 @@ def transcribe(
             if hard_lo.size or hard_hi.size:
                 rows_g.append(
                     ca.vertcat(
-                        tight(obs[hard_lo.tolist()], k, lo_rows),
-                        tight(obs[hard_hi.tolist()], k, hi_rows, +1.0),
+                        tight(obs[hard_lo.tolist()], k, safety.lower_rows),
+                        tight(obs[hard_hi.tolist()], k, safety.upper_rows, +1.0),
                     )
                 )
                 rows_lb.append(
@@ -227,7 +212,7 @@ def transcribe(
                 rows_ub.append(
                     np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]])
                 )
-            for c, rows in zip(hard_path, hard_path_rows, strict=True):
+            for c, rows in hard_path:
                 rows_g.append(tight(c.function(obs), k, rows))
                 rows_lb.append(np.zeros(c.function.numel_out(0)))
                 rows_ub.append(np.full(c.function.numel_out(0), np.inf))
@@ -238,7 +223,9 @@ def transcribe(
                 ]
                 soft += [c.function(obs) for c in soft_path]
                 rows_g.append(
-                    tight(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k][:ns_obs]), k, soft_rows)
+                    tight(
+                        ca.vertcat(*soft) + ca.mtimes(slack_map, S[k][:ns_obs]), k, safety.soft_rows
+                    )
                 )
                 rows_lb.append(np.zeros(len(slack_of_row)))
                 rows_ub.append(np.full(len(slack_of_row), np.inf))
