@@ -370,13 +370,10 @@ def _rmse(errors: np.ndarray) -> list[float | None]:
 
 def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
     """The MPC of a scenario: costs and constraints on the observation."""
-    import casadi as ca
-
     from vimpc.mpc import MPC, Constraints, Cost, EnergyShaping, PathConstraint
 
     ccfg = cfg["controller"]
     cost_cfg, cons_cfg = ccfg["cost"], ccfg["constraints"]
-    obs = ca.SX.sym("obs", model.nobs)
     reference: Any = cost_cfg["reference"]
     if cost_cfg["reference_from_env"]:
         if not hasattr(env, "reference"):
@@ -411,12 +408,18 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
         energy=energy,
     )
     low, high = env.action_space.low, env.action_space.high
-    circles = []
-    for i, c in enumerate(cons_cfg["circles"]):
-        ix, iy = c["indices"]
-        (cx, cy), r = c["center"], c["radius"]
-        h = ca.Function(f"circle{i}", [obs], [(obs[ix] - cx) ** 2 + (obs[iy] - cy) ** 2 - r**2])
-        circles.append(PathConstraint(f"circle{i}", h, soft=c["soft"], weight=c["weight"]))
+    circles = [
+        PathConstraint.keep_out(
+            f"circle{i}",
+            model.nobs,
+            c["indices"],
+            c["center"],
+            c["radius"],
+            soft=c["soft"],
+            weight=c["weight"],
+        )
+        for i, c in enumerate(cons_cfg["circles"])
+    ]
     constraints = Constraints(
         u_min=low if cons_cfg["u_min"] is None else cons_cfg["u_min"],
         u_max=high if cons_cfg["u_max"] is None else cons_cfg["u_max"],

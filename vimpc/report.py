@@ -257,52 +257,35 @@ def _true_limits(limits: Sequence[Any], n: int):
     return true_min, true_max, circles
 
 
-def _plus(name: str, value: float) -> str:
-    """``name + value`` written without a double sign (``s + 1``, ``s - 0.5``)."""
-    if value == 0:
-        return name
-    return f"{name} + {value:g}" if value > 0 else f"{name} - {-value:g}"
+def _safety_rows(ctl, names, units, true_min, true_max, true_circles):
+    """Labels (with units), definitions of ``h``, units and the value on the task's true
+    limit (NaN where no true limit matches) of each of the controller's safety rows
+    (:class:`~vimpc.mpc.problem.SafetyRows` says what each row is): a bound row
+    ``obs_max - obs`` meets the true upper limit at ``obs_max - true_max``; a circle row
+    ``|p - c|^2 - r^2`` meets a true circle about the same centre at ``r_true^2 - r^2``."""
+    from vimpc.mpc.problem import SafetyRows
 
-
-def _squared(name: str, center: float) -> str:
-    """``(name - center)^2`` (``name^2`` about zero)."""
-    return f"{name}^2" if center == 0 else f"({_plus(name, -center)})^2"
-
-
-def _safety_rows(cfg, ctl, names, units, true_min, true_max, true_circles):
-    """Names (with units), definitions of ``h``, units and the value on the task's true
-    limit (NaN where no true limit matches) of each of the controller's safety rows: a
-    bound row ``obs_max - obs`` meets the true upper limit at ``obs_max - true_max``; a
-    circle row ``|p - c|^2 - r^2`` meets a true circle about the same centre at
-    ``r_true^2 - r^2``."""
-    cons = ctl.constraints
-    lo, hi, path_rows = cons.safety_layout()
-    labels = [_with_unit(f"{names[i]} >= {cons.obs_min[i]:g}", units[i]) for i in lo]
-    labels += [_with_unit(f"{names[i]} <= {cons.obs_max[i]:g}", units[i]) for i in hi]
-    formulas = [_plus(names[i], -float(cons.obs_min[i])) for i in lo]
-    formulas += [f"{cons.obs_max[i]:g} - {names[i]}" for i in hi]
-    levels = [true_min[i] - cons.obs_min[i] for i in lo]
-    levels += [cons.obs_max[i] - true_max[i] for i in hi]
-    row_units = [units[i] for i in (*lo, *hi)]
-    circles = cfg["controller"]["constraints"]["circles"]
-    for k, rows in enumerate(path_rows):
-        label, formula, level, unit = None, None, np.nan, ""
-        if len(circles) == len(path_rows):
-            c = circles[k]
-            (ix, iy), (cx, cy) = c["indices"], c["center"]
-            label = _with_unit(
-                f"|({names[ix]}, {names[iy]}) - ({cx:g}, {cy:g})| >= {c['radius']:g}", units[ix]
-            )
-            formula = f"{_squared(names[ix], cx)} + {_squared(names[iy], cy)} - {c['radius']:g}^2"
-            unit = f"{units[ix]}^2" if units[ix] else ""
-            for center, radius, indices in true_circles:
-                if tuple(c["indices"]) == indices and np.allclose(center, c["center"]):
-                    level = radius**2 - c["radius"] ** 2
-        labels += [label or ctl.safety_names[r] for r in rows]
-        formulas += [formula or f"row {r} of {ctl.safety_names[r]}" for r in rows]
-        levels += [level] * len(rows)
-        row_units += [unit] * len(rows)
-    levels = [v if np.isfinite(v) else np.nan for v in levels]
+    safety = ctl.safety_rows
+    if tuple(names) != safety.obs_names:  # the report's names for the observation entries
+        safety = SafetyRows.of(ctl.constraints, names)
+    path = safety.constraints.path
+    labels, formulas, row_units, levels = [], [], [], []
+    for row in safety.rows:
+        unit = units[row.entries[0]] if row.power else ""
+        labels.append(_with_unit(row.label, unit))
+        formulas.append(row.formula)
+        row_units.append(unit if row.power < 2 or not unit else f"{unit}^{row.power}")
+        level = np.nan
+        if row.kind == "lower":
+            level = true_min[row.entry] - row.bound
+        elif row.kind == "upper":
+            level = row.bound - true_max[row.entry]
+        elif path[row.constraint].circle is not None:
+            indices, center, radius = path[row.constraint].circle
+            for true_center, true_radius, true_indices in true_circles:
+                if tuple(indices) == tuple(true_indices) and np.allclose(true_center, center):
+                    level = true_radius**2 - radius**2
+        levels.append(level if np.isfinite(level) else np.nan)
     return labels, formulas, row_units, levels
 
 
@@ -392,7 +375,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
         ),
     }
     labels, formulas, row_units, levels = _safety_rows(
-        cfg, ctl, names, units, true_min, true_max, true_circles
+        ctl, names, units, true_min, true_max, true_circles
     )
     out["safety"] = plot_safety.safety_figure(
         trajectories,
