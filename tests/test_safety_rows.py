@@ -231,3 +231,11 @@ def test_bad_input_is_refused_with_the_value():
     bad = Constraints(path=[PathConstraint("two", two, circle=((0, 1), (0.0, 0.0), 1.0))])
     with pytest.raises(InputError, match="'two': a circle has one row, but its function gives 2"):
         bad.resolved(3, 1)
+    # a circle that is not the function's would label another h than the one constrained
+    other = ca.Function("other", [obs], [obs[0] ** 2 + obs[1] ** 2 - 4.0])
+    lying = Constraints(path=[PathConstraint("other", other, circle=((0, 1), (0.0, 0.0), 1.0))])
+    with pytest.raises(InputError, match=r"'other': circle = .* gives h = -1 at obs = \[0.0"):
+        lying.resolved(3, 1)
+    # the same circle with its own function passes, its numbers made plain
+    honest = Constraints(path=[PathConstraint("c", other, circle=[[0, 1], [0, 0], 2])])
+    assert honest.resolved(3, 1).path[0].circle == ((0, 1), (0.0, 0.0), 2.0)

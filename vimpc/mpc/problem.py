@@ -6,6 +6,7 @@ problem serves every model of the same environment.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -316,13 +317,28 @@ def _circle(name: str, value: Any, nobs: int) -> tuple[tuple[int, int], tuple[fl
     except (TypeError, ValueError):
         raise InputError(f"{what}, got {value!r:.80}") from None
     if (
-        any(isinstance(k, bool) or k != int(k) for k in indices)
+        any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) for k in indices)
         or not (0 <= i < nobs and 0 <= j < nobs and i != j)
         or not np.isfinite([cx, cy, r]).all()
         or r <= 0
     ):
         raise InputError(f"{what}, got {value!r:.80}")
     return (i, j), (cx, cy), r
+
+
+def _check_circle(c: PathConstraint, nobs: int) -> None:
+    """Refuse a ``circle`` that is not ``c.function``'s (a report would write out another
+    ``h`` than the one constrained): both are compared on three fixed observations."""
+    (i, j), (cx, cy), r = c.circle
+    for obs in (np.zeros(nobs), np.ones(nobs), np.arange(1.0, nobs + 1.0)):
+        h = float(np.asarray(c.function(obs), dtype=np.float64).ravel()[0])
+        expected = (obs[i] - cx) ** 2 + (obs[j] - cy) ** 2 - r**2
+        if not abs(h - expected) <= 1e-9 * max(1.0, abs(expected)):
+            raise InputError(
+                f"path constraint {c.name!r}: circle = {c.circle} gives h = {expected:.6g} at "
+                f"obs = {obs.tolist()}, but its function gives {h:.6g}; give the circle's "
+                "function (PathConstraint.keep_out builds both) or drop circle"
+            )
 
 
 @dataclass(frozen=True)
@@ -396,7 +412,8 @@ class Constraints:
             raise InputError(
                 f"constraints.path must be a list of PathConstraint, got {self.path!r:.80}"
             )
-        for c in self.path:
+        path = list(self.path)
+        for k, c in enumerate(self.path):
             if not isinstance(c, PathConstraint):
                 raise InputError(
                     f"constraints.path entries must be PathConstraint, got {type(c).__name__}"
@@ -416,15 +433,17 @@ class Constraints:
                 raise InputError(f"path constraint {c.name!r} must take the {nobs} observations")
             _checks.positive(f"path constraint {c.name!r} weight", c.weight)
             if c.circle is not None:
-                _circle(c.name, c.circle, nobs)
+                # as numbers, so the rows can write the circle out
+                path[k] = dataclasses.replace(c, circle=_circle(c.name, c.circle, nobs))
                 if c.function.numel_out(0) != 1:
                     raise InputError(
                         f"path constraint {c.name!r}: a circle has one row, but its function "
                         f"gives {c.function.numel_out(0)}; drop circle or give the circle's h"
                     )
+                _check_circle(path[k], nobs)
         _checks.positive("constraints.bound_weight", self.bound_weight)
         return Constraints(
-            u_min, u_max, obs_min, obs_max, self.soft_bounds, self.bound_weight, tuple(self.path)
+            u_min, u_max, obs_min, obs_max, self.soft_bounds, self.bound_weight, tuple(path)
         )
 
 
