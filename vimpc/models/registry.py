@@ -22,6 +22,7 @@ FAMILIES: dict[str, str] = {
     "lnn": "vimpc.models.families.lnn:LNNModel",
     "clnn": "vimpc.models.families.clnn:CLNNModel",
     "chnn": "vimpc.models.families.clnn:CHNNModel",
+    "hamel": "vimpc.models.families.hamel:HamelModel",
 }
 
 

@@ -1,8 +1,8 @@
 """The registered model families, one module each (:data:`vimpc.models.FAMILIES` names them).
 
-``NominalModel`` is imported at once; ``GPVIModel``, ``LSIModel``, ``CLNNModel`` and
-``CHNNModel`` on first use, so that importing this package costs nothing more for a user of
-another family (the families that train import torch and gpytorch only inside ``fit``).
+``NominalModel`` is imported at once; ``GPVIModel``, ``LSIModel``, ``CLNNModel``,
+``CHNNModel`` and ``HamelModel`` on first use, so that importing this package costs nothing
+more for a user of another family (the families that train import torch and gpytorch only inside ``fit``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from vimpc.models.families.clnn import CHNNModel as CHNNModel
     from vimpc.models.families.clnn import CLNNModel as CLNNModel
     from vimpc.models.families.gp_vi import GPVIModel as GPVIModel
+    from vimpc.models.families.hamel import HamelModel as HamelModel
     from vimpc.models.families.lsi import LSIModel as LSIModel
 
 #: class name -> module of the families imported on first use
@@ -23,10 +24,11 @@ _LAZY = {
     "CHNNModel": "vimpc.models.families.clnn",
     "CLNNModel": "vimpc.models.families.clnn",
     "GPVIModel": "vimpc.models.families.gp_vi",
+    "HamelModel": "vimpc.models.families.hamel",
     "LSIModel": "vimpc.models.families.lsi",
 }
 
-__all__ = ["CHNNModel", "CLNNModel", "GPVIModel", "LSIModel", "NominalModel"]
+__all__ = ["CHNNModel", "CLNNModel", "GPVIModel", "HamelModel", "LSIModel", "NominalModel"]
 
 
 def __getattr__(name: str) -> Any:
