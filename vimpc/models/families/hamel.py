@@ -7,7 +7,7 @@ L4DC 2025, Secs. 3-5).
 group's vector fields are the paper's eqs. 20-22, ``u2 = d_phi - y d_x + x d_y``,
 ``u3 = d_x``, ``u4 = d_y``. The Lagrangian is known (the system's, as in the paper:
 only the constraint is learned); this family takes systems whose Lagrangian does not depend
-on ``q`` (constant mass matrix, constant potential, so ``u_i[l] = 0`` in eq. 14) and whose
+on ``q`` (constant mass matrix, constant potential: the frame alone moves ``l``) and whose
 two nonholonomic constraints leave the heading free (:func:`check_split`). The
 system's own constraint is used for one thing only: to warn of data that violate it.
 
@@ -32,8 +32,10 @@ echelon form of eq. 6: rows ``(-e_x, 0, 1, 0)`` and ``(-e_y, 0, 0, 1)`` with
 **Hamel's equations** (eq. 14 restricted to ``D~``; Bloch, Marsden & Zenkov 2009): the
 momenta ``p_i = dl/dw^i = u_i^T M q'`` of the reduced Lagrangian ``l(q, w) = L(q, U w)``;
 for ``a, b`` in ``D~``'s two members, ``d/dt p_a = sum_b sum_m c^m_{ba} p_m w^b
-+ u_a^T F`` with the structure coefficients ``[u_b, u_a] = c^m_{ba} u_m`` computed from
-the Lie brackets of the frame (eq. 39) by automatic differentiation (torch's autograd in
++ u_a[l] + u_a^T F``, where ``u_a[l]`` is the derivative of ``l`` along ``u_a`` at fixed
+``w`` (not zero: ``l`` depends on ``q`` through the frame even where ``L`` does not),
+``sum_b w^b (J_b u_a)^T M q'`` with ``J_b`` the Jacobian of ``u_b``; the structure
+coefficients ``[u_b, u_a] = c^m_{ba} u_m`` and the Jacobians come from the Lie brackets of the frame (eq. 39) by automatic differentiation (torch's autograd in
 training, CasADi's ``jacobian`` in the export), and ``F = B u - D q'`` the generalized force
 of the inputs (torques on ``theta`` and ``phi``) and of the system's known friction.
 ``w = K^-1 p_D`` with the locked inertia ``K = S^T M S``, ``S = (u~1, d_phi)``, and the
@@ -170,7 +172,8 @@ def check_split(system: MechanicalSystem) -> dict[str, np.ndarray]:
     worst = max(float(np.max(np.abs(np.asarray(grad_v(qq))))) for qq in _sample_q(4, 4))
     if worst > CONSTANT_TOL:
         raise InputError(
-            f"hamel needs a constant potential (u_i[l] = 0 in Hamel's equations); "
+            "hamel needs a constant potential (Hamel's equations are written for a kinetic "
+            f"Lagrangian); "
             f"{system.name}'s gradient reaches {worst:.3g}: use the rolling disk or a system "
             "of its form"
         )
@@ -378,17 +381,18 @@ class _TorchHamel:
         p_all = torch.einsum("bim,ij,bj->bm", frame, self.M, qdot)  # p_m = u_m^T M q'
         force = U @ self.B.T - qdot @ self.D.T
         dP = []
+        Mq = qdot @ self.M.T
         for a in range(2):
             total = torch.einsum("bi,bi->b", S[:, :, a], force)
             for c in range(2):
-                if c == a:
-                    continue
-                # [u_c, u_a] = J_a u_c - J_c u_a, in the frame: c^m_{ca}
+                # [u_c, u_a] = J_a u_c - J_c u_a (eq. 39), in the frame: c^m_{ca}
                 br = torch.einsum("bij,bj->bi", J[a], S[:, :, c]) - torch.einsum(
                     "bij,bj->bi", J[c], S[:, :, a]
                 )
                 coef = torch.linalg.solve(frame, br)
-                total = total + torch.einsum("bm,bm->b", coef, p_all) * w[:, c]
+                # u_a[l] at fixed w: l(q, w) = L(S(q) w) moves with the frame
+                moved = torch.einsum("bij,bj,bi->b", J[c], S[:, :, a], Mq)
+                total = total + (torch.einsum("bm,bm->b", coef, p_all) + moved) * w[:, c]
             dP.append(total)
         return qdot, torch.stack(dP, 1)
 
@@ -586,6 +590,9 @@ class HamelModel(ModelFamily):
         """``q -> a~(q) (2, 4)``: the learned constraint ``a~(q) v = 0`` in reduced row
         echelon form (eq. 6)."""
         self._require_fitted("constraint_matrix()")
+        return self._constraint_matrix()
+
+    def _constraint_matrix(self) -> ca.Function:
         q, _, u1 = self._symbolic()
         return ca.Function("constraint_matrix", [q], [constraint_rows(u1)], ["q"], ["a"])
 
@@ -627,12 +634,13 @@ class HamelModel(ModelFamily):
         p_all = ca.mtimes(frame.T, ca.mtimes(M, qdot))
         force = ca.mtimes(B, u) - ca.mtimes(D, qdot)
         dP = []
+        Mq = ca.mtimes(M, qdot)
         for a in range(2):
             total = ca.dot(S[:, a], force)
             for c in range(2):
-                if c != a:
-                    br = ca.mtimes(J[a], S[:, c]) - ca.mtimes(J[c], S[:, a])
-                    total = total + ca.dot(ca.solve(frame, br), p_all) * w[c]
+                br = ca.mtimes(J[a], S[:, c]) - ca.mtimes(J[c], S[:, a])
+                moved = ca.dot(ca.mtimes(J[c], S[:, a]), Mq)
+                total = total + (ca.dot(ca.solve(frame, br), p_all) + moved) * w[c]
             dP.append(total)
         return ca.Function("vector_field", [q, P, u], [qdot, ca.vertcat(*dP)],
                            ["q", "p", "u"], ["q_dot", "p_dot"])  # fmt: skip
@@ -641,11 +649,14 @@ class HamelModel(ModelFamily):
         """The system with the learned constraint in place of its own (what the exported
         integrator steps)."""
         self._require_fitted("learned_system()")
-        return LearnedConstraintSystem(self.system, self.constraint_matrix())
+        return self._learned_system()
+
+    def _learned_system(self) -> LearnedConstraintSystem:
+        return LearnedConstraintSystem(self.system, self._constraint_matrix())
 
     # -- export --------------------------------------------------------------------------------
     def _build(self) -> DiscreteModel:
-        integrator = VariationalIntegrator(self.learned_system(), "midpoint", "position_momentum")
+        integrator = VariationalIntegrator(self._learned_system(), "midpoint", "position_momentum")
         return integrator_model(integrator, self.dt, info=self._model_info())
 
     def _model_info(self) -> dict[str, Any]:
