@@ -25,6 +25,7 @@ configuration only, the DLNN fitted for a few epochs on a few short trajectories
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -60,6 +61,8 @@ CONFIGS = {
     "sqpmethod+qrqp GN / implicit, jit model": ['controller.jit="model"'],
 }
 DEFAULT_CONFIGS = list(CONFIGS)[:4]
+# the scenario's row once more on the DLNN without its closed-form residual Jacobian
+AD_ROW = "DLNN, AD Jacobian"
 MEDIAN_MS = 5.0
 
 
@@ -100,6 +103,13 @@ def main(argv: list[str] | None = None) -> None:
                     else f"{jit}: {'NOT compiled' if failed else 'compiled'}"
                 )
                 controllers[(label, name)] = TimedController(ctl)
+        if SCENARIO_ROW in args.configs:  # the same DLNN differentiated by CasADi's AD
+            cfg = load_scenario(SCENARIO, quick.get("DLNN", []))
+            plain = dataclasses.replace(models["DLNN"], residual_jacobian=None)
+            key = (SCENARIO_ROW, AD_ROW)
+            t0 = time.perf_counter()
+            controllers[key] = TimedController(build_controller(cfg, plain, env))
+            builds[key], compiled[key] = time.perf_counter() - t0, "none"
     steps, success = args.steps, success_test(base["DLNN"])
     runs: dict[tuple[str, str], list] = {key: [] for key in controllers}
     for seed in args.seeds:
@@ -163,7 +173,10 @@ the fit cache when it was there); nominal model: the nominal midpoint model with
 conformal bound. Only the controller keys of the row's label change between rows
 ("implicit": the integrator's residual as equality constraints, no Newton solve inside the
 NLP; "step": multiple shooting on the model's Newton-solved step; "jit model": the model's
-residual compiled to C when the controller is built, its compile inside "build").
+residual compiled to C when the controller is built, its compile inside "build"). The DLNN
+differentiates its residual by the Jacobian it exports in closed form
+(`DiscreteModel.residual_jacobian`); the row "{AD_ROW}" is the same model without it (CasADi's
+automatic differentiation of the residual), in the same run.
 {steps} closed-loop steps per seed, {len(args.seeds)} seeds, pooled
 ({len(args.seeds) * steps} solves per row); episodes interleaved across rows. Times are
 `MPCResult.solve_time` (wall time of the NLP solver call); "call overhead" is the median of
