@@ -130,6 +130,38 @@ def constrained_network_case() -> SmallCase:
     )
 
 
+def hamel_case() -> SmallCase:
+    # the rolling disk: 20 excited trajectories of 6 steps from consistent starts spread over
+    # the heading, an 8x8 connection network, 30 epochs of one-step rollouts (tests/test_hamel.py
+    # checks the learning); the step keeps the learned constraint only from states that meet it
+    from vimpc.mechanics import RollingDisk
+
+    kwargs = {"substep": 1e-3, "perturbation": 0.0, "obs_noise": 0.0}
+    env = gymnasium.make("vimpc/RollingDisk-v0", dt=DT, **kwargs).unwrapped
+    rng = np.random.default_rng(0)
+    disk = RollingDisk()
+    starts, inputs = [], []
+    for _ in range(20):
+        q = np.array([rng.uniform(-1, 1), rng.uniform(-np.pi, np.pi), *rng.uniform(-1, 1, 2)])
+        v = disk.consistent_velocity(q, rng.uniform(-2, 2), rng.uniform(-1.5, 1.5))
+        starts.append(np.concatenate([q, v]))
+        inputs.append(make_excitation("random_steps", 6, 2, DT, rng, low=[-2, -1], high=[2, 1]))
+    data = rollout_env(env, 20, 6, np.stack(inputs), 0, initial_states=np.array(starts))
+    return SmallCase(
+        system=env.nominal_system,
+        env_id="vimpc/RollingDisk-v0",
+        dt=DT,
+        env_kwargs=kwargs,
+        settings={"hidden": [8, 8], "epochs": 30, "window": 1, "lr": 1e-2, "batch": 0},
+        data=data,
+        obs_low=[-1.0, -np.pi, -1.0, -1.0, -1.0, -1.0, -0.3, -0.3],
+        obs_high=[1.0, np.pi, 1.0, 1.0, 1.0, 1.0, 0.3, 0.3],
+        input_low=[-2.0, -1.0],
+        input_high=[2.0, 1.0],
+        contract={"jacobian_rtol": 1e-4, "fd_step": 1e-4},
+    )
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _one_torch_thread():
     """Train the tiny networks on one torch thread: with the machine's 2 cores shared by
@@ -152,6 +184,7 @@ SMALL_CASES = {
     "lnn": lnn_case,
     "clnn": constrained_network_case,
     "chnn": constrained_network_case,
+    "hamel": hamel_case,
 }
 
 globals().update(ModelFamilyContract.for_registry(SMALL_CASES))

@@ -421,7 +421,9 @@ class _TorchHamel:
 
 
 class HamelModel(ModelFamily):
-    """Nonholonomic dynamics with a learned connection (see the module docstring).
+    """The rolling disk's connection learned in Hamel's frame, stepped by the nonholonomic VI.
+
+    See the module docstring.
 
     Args:
         system: the environment's system, on ``R x SE(2)`` with a free heading (the
