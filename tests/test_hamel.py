@@ -233,3 +233,16 @@ def test_short_data_and_use_before_fit_are_refused():
 def test_constraint_error_checks_its_configurations(fitted):
     with pytest.raises(InputError, match=r"shape \(n, 4\), got \(3,\)"):
         fitted.constraint_error(np.zeros(3))
+
+
+def test_the_learned_system_keeps_the_base_mechanics_and_checks_its_constraint():
+    q = ca.SX.sym("q", 4)
+    half = ca.Function("a", [q], [0.5 * DISK.nonholonomic(q)])
+    s = LearnedConstraintSystem(DISK, half).with_params(friction=[0.1, 0.2])
+    assert s.name == "RollingDisk" and s.friction.tolist() == [0.1, 0.2]
+    x = np.array([0.2, 0.7, 0.1, -0.3])
+    np.testing.assert_array_equal(s.nonholonomic(x), 0.5 * DISK.nonholonomic(x))
+    np.testing.assert_array_equal(s.function("M")(x).full(), DISK.function("M")(x).full())
+    wrong = ca.Function("a", [ca.SX.sym("q", 3)], [ca.SX.zeros(2, 4)])
+    with pytest.raises(InputError, match=r"q \(4\).*inputs \[\(3, 1\)\]"):
+        LearnedConstraintSystem(DISK, wrong)

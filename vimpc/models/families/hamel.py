@@ -229,11 +229,12 @@ class LearnedConstraintSystem(NaturalSystem):
     Args:
         base: the system whose mechanics are kept.
         constraint: ``q -> a~(q)`` ``(n_nonholonomic, nv)``, a CasADi function.
+        friction: the base system's friction coefficients replaced (None: kept).
     """
 
     defaults: dict[str, float] = {}
 
-    def __init__(self, base: NaturalSystem, constraint: ca.Function) -> None:
+    def __init__(self, base: NaturalSystem, constraint: ca.Function, *, friction=None) -> None:
         if not isinstance(base, NaturalSystem):
             raise InputError(f"base must be a NaturalSystem, got {type(base).__name__}")
         if not isinstance(constraint, ca.Function):
@@ -247,9 +248,9 @@ class LearnedConstraintSystem(NaturalSystem):
                 f"inputs {[constraint.size_in(i) for i in range(constraint.n_in())]} and "
                 f"output {shape}"
             )
-        self._base = base
+        self._base = base if friction is None else base.with_params(friction=friction)
         self._constraint = constraint
-        super().__init__(friction=base.friction)
+        super().__init__(friction=self._base.friction)
 
     def _extra_kwargs(self) -> dict[str, Any]:
         return {"base": self._base, "constraint": self._constraint}
