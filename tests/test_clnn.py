@@ -234,6 +234,35 @@ def test_a_longer_training_predicts_a_second_and_identifies_the_inertia():
     assert abs(inertia + m * system.params["l"] ** 2 / 4 - 1 / 3) < 0.05 / 3, fam.masses_
 
 
+def test_substeps_bring_the_step_closer_to_the_learned_flow():
+    """With 4 midpoint substeps the exported step (the same fit: same seed, same data) has no
+    residual, keeps the constraints, and its error against the learned vector field's flow
+    (RK4 with 100 substeps) is under a tenth of one midpoint step's (second order: 1/16)."""
+    one = _fitted(CLNNModel, 30)
+    system = _env("vimpc/Pendulum-v0").nominal_system
+    four = CLNNModel(system, DT, epochs=30, substeps=4, **TINY).fit(_pendulum())
+    assert "residual" not in four.provides() and four.discrete_model().residual is None
+    field = one.vector_field()
+    y, u = ca.MX.sym("y", 6), ca.MX.sym("u", 1)
+    h = DT / 100
+    k1 = field(y, u)
+    k2 = field(y + h / 2 * k1, u)
+    k3 = field(y + h / 2 * k2, u)
+    k4 = field(y + h * k3, u)
+    rk4 = ca.Function("rk4", [y, u], [y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)])
+    errors = {1: [], 4: []}
+    for x in _states_on_manifold(one, 4, 7):
+        flow = x
+        for _ in range(100):
+            flow = np.asarray(rk4(flow, 0.5)).ravel()
+        for k, fam in ((1, one), (4, four)):
+            model = fam.discrete_model()
+            x1 = np.asarray(model.step(x, [0.5], model.p_default)).ravel()
+            errors[k].append(np.abs(x1 - flow).max())
+            assert np.abs(np.asarray(model.constraint(x1))).max() <= 1e-10
+    assert max(errors[4]) < 0.1 * max(errors[1]), errors
+
+
 def test_conformal_bound():
     """bound = "conformal" calibrates on held-out trajectories: the exported model carries
     a finite non-negative bound of the state's size and its delta."""
