@@ -114,6 +114,8 @@ def test_a_scenario_without_options_builds_the_controller_of_the_defaults(minima
         assert mpc.tol == SETTINGS["tol"].default
         assert mpc.solver_name == SETTINGS["solver"].default
         assert mpc.time_budget is None and mpc.tube_lipschitz is None
+        # the sampling period: the env's dt from the scenario, the model's dt directly
+        assert mpc.period == 0.05
         assert (mpc.jit, mpc.tightening, mpc.tube, mpc.tube_errors) == (
             "none",
             "none",
@@ -130,7 +132,8 @@ def test_every_option_of_the_scenario_reaches_mpc(minimal, pendulum, monkeypatch
         "transcription": "step",
         "max_iter": 12,
         "tol": 1e-6,
-        "time_budget": 0.5,
+        "period": 0.2,
+        "time_budget": 0.15,
         "jit": "none",
         "tightening": "tube",
         "tube": "feedback",
@@ -166,6 +169,19 @@ def test_every_option_of_the_scenario_reaches_mpc(minimal, pendulum, monkeypatch
     assert received["tube_lipschitz"] is None
 
 
+def test_without_a_period_the_controller_is_timed_against_the_envs_dt(minimal, pendulum):
+    cfg = scenario.load_scenario(minimal, ["env.dt=0.1"])
+    assert cfg["controller"]["period"] is None
+    env = pipeline.build_env(cfg)
+    try:
+        model = NominalModel(Pendulum(), 0.1).discrete_model()
+        assert pipeline.build_controller(cfg, model, env).period == 0.1
+        cfg = scenario.load_scenario(minimal, ["env.dt=0.1", "controller.period=0.3"])
+        assert pipeline.build_controller(cfg, model, env).period == 0.3
+    finally:
+        env.close()
+
+
 # one bad value per option that takes a plain value, and the words of the rule it breaks
 BAD = [
     ("horizon", 0, "positive integer"),
@@ -176,7 +192,10 @@ BAD = [
     ("max_iter", 0, "positive integer"),
     ("max_iter", 2.5, "integer"),
     ("tol", -1.0, "positive"),
-    ("time_budget", 0.0, "positive"),
+    ("time_budget", -0.5, "non-negative"),
+    ("time_budget", float("nan"), "finite"),
+    ("period", 0.0, "positive"),
+    ("period", float("inf"), "finite"),
     ("jit", "all", "one of"),
     ("tightening", "tubes", "one of"),
     ("tube", "closed", "one of"),
@@ -223,4 +242,6 @@ def test_mpc_keeps_its_python_forms_of_the_options(pendulum):
     mpc = MPC(pendulum, np.int64(4), cost, max_iter=np.int32(3), tol=np.float64(1e-5))
     assert (mpc.horizon, mpc.max_iter, mpc.tol) == (4, 3, 1e-5)
     assert MPC(pendulum, 4, cost, transcription=None).transcription == "implicit"
-    assert math.isclose(MPC(pendulum, 4, cost, time_budget=2).time_budget, 2.0)
+    assert math.isclose(MPC(pendulum, 4, cost, period=3, time_budget=2).time_budget, 2.0)
+    # 0 is no budget, as an absent key is
+    assert MPC(pendulum, 4, cost, time_budget=0).time_budget is None

@@ -432,6 +432,8 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
     # every declared option reaches the controller, the tube's only where it applies
     options = {key: ccfg[key] for key in MPC.settings if key not in TUBE_KEYS}
     options.update(_tube_options(ccfg))
+    if options["period"] is None:  # called once per env step
+        options["period"] = float(cfg["env"]["dt"])
     try:
         return MPC(
             model,

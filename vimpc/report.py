@@ -195,10 +195,27 @@ def summary_table(
             "solves",
             f"{summary['solves']}: {summary['failed_solves']} failed, "
             f"{summary['late_solves']} late, "
-            f"{summary['iteration_limit_solves']} at the iteration limit",
+            f"{summary['iteration_limit_solves']} at the iteration limit" + _budget_text(summary),
         ),
     ]
+    if np.isfinite(summary.get("period_ms", np.nan)):
+        rows.append(
+            (
+                "late calls",
+                f"{summary['late_solves']} of {summary['solves']} "
+                f"({summary['late_solve_fraction']:.1%}) took longer than the period "
+                f"{summary['period_ms']:.3g} ms (slowest call {summary['call_time_max_ms']:.2f} ms)",
+            )
+        )
     return "\n".join(f"  {k:<{KEY_WIDTH}}  {v}" for k, v in rows)
+
+
+def _budget_text(summary: dict[str, Any]) -> str:
+    """The solves the time budget stopped (counted among the failed) or ran past, if any."""
+    stopped, past = summary.get("time_limit_solves", 0), summary.get("over_budget_solves", 0)
+    if not (stopped or past):
+        return ""
+    return f" ({stopped} stopped by the time budget, {past} converged past it)"
 
 
 def fit_table(report: dict[str, Any], names: list[str], units: Sequence[str] | None = None) -> str:

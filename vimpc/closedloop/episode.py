@@ -31,7 +31,12 @@ class Trajectory:
     each stage (zeros without tightening). ``planned_obs`` and ``planned_tube`` give their
     stage 1: the prediction of the next step. ``empty_tube (T,)``: how many stages of each
     step's tightened set were empty (``MPCResult.empty_tube_stages``; empty for records made
-    before it existed).
+    before it existed). ``call_times (T,)`` [s]: the wall time of each controller call
+    (``MPCResult.call_time``: tube, solve and Python work; NaN where the controller does not
+    say); ``late (T,)``: whether that call took longer than the controller's sampling
+    period (``MPCResult.late``); ``period ()`` [s]: that period (``MPC.period``; NaN for a
+    controller without one). The three are empty (``period`` NaN) for records made before
+    they existed.
     """
 
     t: np.ndarray
@@ -51,6 +56,9 @@ class Trajectory:
     seed: int
     metadata: dict = field(default_factory=dict)
     empty_tube: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    call_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    late: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    period: np.ndarray = field(default_factory=lambda: np.array(np.nan))
 
     @property
     def planned_obs(self) -> np.ndarray:
@@ -102,8 +110,9 @@ def run_episode(
 
     The controller is called as ``controller(obs, t)`` and must return an object
     with ``u``, ``status``, ``solve_time``, ``iterations`` and ``slack`` (an
-    :class:`~vimpc.mpc.MPCResult`); a ``reset()`` method, if present, is called
-    first. ``on_step(k)`` is called after each step (progress bars).
+    :class:`~vimpc.mpc.MPCResult`; its ``call_time`` and ``late`` are recorded where it
+    has them); a ``reset()`` method, if present, is called first; its ``period`` (the
+    sampling period ``late`` refers to) is recorded where it has one. ``on_step(k)`` is called after each step (progress bars).
 
     Every argument is checked before the environment is reset or stepped: an
     :class:`~vimpc.errors.InputError` names the argument that is wrong.
@@ -156,9 +165,14 @@ def run_episode(
         "solve_times",
         "slack",
         "plan_obs",
-        "tube",  # per step
+        "tube",
+        "call_times",  # per step
     )
-    rec: dict[str, list] = {name: [] for name in (*floats, "iterations", "status", "empty_tube")}
+    rec: dict[str, list] = {
+        name: [] for name in (*floats, "iterations", "status", "empty_tube", "late")
+    }
+    period = getattr(controller, "period", None)
+    period = float(period) if isinstance(period, (int, float, np.number)) else np.nan
 
     def record_state(obs, info, t):
         rec["obs"].append(obs)
@@ -186,6 +200,8 @@ def run_episode(
         tube = getattr(result, "tube", None)
         rec["tube"].append(np.zeros((len(plan), 0)) if tube is None else tube)
         rec["empty_tube"].append(int(getattr(result, "empty_tube_stages", 0)))
+        rec["call_times"].append(float(getattr(result, "call_time", np.nan)))
+        rec["late"].append(bool(getattr(result, "late", False)))
         record_state(obs, info, (k + 1) * dt)
         check_interrupt()  # a Ctrl-C that CasADi swallowed during the step
         if on_step is not None:
@@ -197,6 +213,8 @@ def run_episode(
         **{name: np.array(rec[name], dtype=np.float64) for name in floats},
         iterations=np.array(rec["iterations"], dtype=np.int64),
         empty_tube=np.array(rec["empty_tube"], dtype=np.int64),
+        late=np.array(rec["late"], dtype=bool),
+        period=np.array(period, dtype=np.float64),
         status=np.array(rec["status"], dtype=str),
         seed=int(seed),
     )

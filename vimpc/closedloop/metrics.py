@@ -20,10 +20,27 @@ from vimpc.errors import InputError
 from vimpc.models.calibration import windows_inside
 from vimpc.mpc.result import Status
 
-FAILED_STATUSES = ("FAILED", "INFEASIBLE")
+FAILED_STATUSES = ("FAILED", "INFEASIBLE", Status.TIME_LIMIT.name)
 #: solves whose input was used although the solver did not finish cleanly
 LATE_STATUS = Status.LATE.name
 ITERATION_LIMIT_STATUS = Status.ITERATION_LIMIT.name
+TIME_LIMIT_STATUS = Status.TIME_LIMIT.name
+
+
+def late_steps(traj: Trajectory) -> np.ndarray:
+    """``(T,)`` booleans: the steps whose controller call took longer than the sampling
+    period (``Trajectory.late``). A record made before ``late`` was recorded knows lateness
+    only from the status: there, the steps whose solve ran past the time budget (``LATE``)."""
+    if traj.late.shape == traj.status.shape:
+        return traj.late.astype(bool)
+    return traj.status == LATE_STATUS
+
+
+def _period_ms(trajectories: Sequence[Trajectory]) -> float:
+    """The controllers' sampling period [ms] the ``late`` counts refer to (NaN where not
+    recorded; the largest where episodes differ)."""
+    periods = [float(t.period) for t in trajectories if np.isfinite(t.period)]
+    return max(periods) * 1e3 if periods else math.nan
 
 
 def wrapped_error(traj: Trajectory, periodic: Sequence[int] = ()) -> np.ndarray:
@@ -110,8 +127,13 @@ def episode_metrics(
     (steps with a negative margin), ``max_violation`` (largest ``-margin``),
     ``min_margin`` (smallest margin over the episode: the margin the controller really
     had; ``inf`` if the task has no safety constraint). Solve times in milliseconds;
-    ``failed_solves`` (fell back), ``late_solves`` (solved after the time budget) and
+    ``failed_solves`` (fell back: failed, infeasible or stopped at the time budget),
+    ``time_limit_solves`` (stopped at the time budget, a share of ``failed_solves``),
+    ``over_budget_solves`` (converged, but past the time budget) and
     ``iteration_limit_solves`` (stopped at the iteration limit) count steps by status.
+    ``late_solves``: the steps whose controller call (tube, solve and Python work) took
+    longer than the sampling period ``period_ms`` (:func:`late_steps`), with
+    ``late_solve_fraction`` and ``call_time_max_ms`` (NaN where calls were not timed).
 
     ``nonfinite_plans``: steps whose plan predicts a NaN or inf without a fallback.
 
@@ -157,7 +179,12 @@ def episode_metrics(
         "solve_time_max_ms": float(times_ms.max()),
         "failed_solves": int(np.count_nonzero(failed)),
         "failed_solve_fraction": float(failed.mean()),
-        "late_solves": int(np.count_nonzero(traj.status == LATE_STATUS)),
+        "late_solves": int(np.count_nonzero(late_steps(traj))),
+        "late_solve_fraction": float(late_steps(traj).mean()) if len(traj.status) else 0.0,
+        "period_ms": _period_ms([traj]),
+        "call_time_max_ms": _max_ms(traj.call_times),
+        "time_limit_solves": int(np.count_nonzero(traj.status == TIME_LIMIT_STATUS)),
+        "over_budget_solves": int(np.count_nonzero(traj.status == LATE_STATUS)),
         "iteration_limit_solves": int(np.count_nonzero(traj.status == ITERATION_LIMIT_STATUS)),
         "steps": int(len(traj.inputs)),
     }
@@ -192,6 +219,12 @@ def episode_metrics(
         tube = rows["tube"][np.isfinite(rows["tube"])]  # inf: a tube that was not computed
         out["max_tube"] = float(tube.max()) if tube.size else 0.0
     return out
+
+
+def _max_ms(seconds: np.ndarray) -> float:
+    """The largest finite time in ``seconds``, in ms (NaN when none is)."""
+    finite = seconds[np.isfinite(seconds)]
+    return float(finite.max()) * 1e3 if finite.size else math.nan
 
 
 def outside_box(traj: Trajectory, box: dict[str, Any]) -> np.ndarray:
@@ -319,8 +352,10 @@ def summarize(
     ``safety_limits`` (records with ``name``, ``unit`` and the margin ``rows`` they own),
     ``safety_limits`` lists each by name with its ``states_outside`` and ``min_margin``.
     Solve-time statistics
-    and the solve counts by status (``solves``, ``failed_solves``, ``late_solves``,
-    ``iteration_limit_solves``) pool all steps of all episodes, as do ``nonfinite_plans``
+    and the solve counts (``solves``, ``failed_solves``, ``time_limit_solves``,
+    ``over_budget_solves``, ``iteration_limit_solves``; ``late_solves`` with
+    ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
+    ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``
     and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
     and ``horizon_coverage_mean`` (per window of ``coverage_horizon`` steps), each with its
     ``_std`` over episodes and ``_min`` (the worst episode). Intervals across episodes,
@@ -385,7 +420,13 @@ def summarize(
     out["solves"] = int(status.size)
     out["failed_solves"] = int(np.count_nonzero(np.isin(status, FAILED_STATUSES)))
     out["failed_solve_fraction"] = float(np.mean(np.isin(status, FAILED_STATUSES)))
-    out["late_solves"] = int(np.count_nonzero(status == LATE_STATUS))
+    late = np.concatenate([late_steps(t) for t in trajectories])
+    out["late_solves"] = int(np.count_nonzero(late))
+    out["late_solve_fraction"] = float(late.mean()) if late.size else 0.0
+    out["period_ms"] = _period_ms(trajectories)
+    out["call_time_max_ms"] = _max_ms(np.concatenate([t.call_times for t in trajectories]))
+    out["time_limit_solves"] = int(np.count_nonzero(status == TIME_LIMIT_STATUS))
+    out["over_budget_solves"] = int(np.count_nonzero(status == LATE_STATUS))
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))
     out["nonfinite_plans"] = int(sum(m.get("nonfinite_plans", 0) for m in per_episode))
     if all("empty_tube_steps" in m for m in per_episode):

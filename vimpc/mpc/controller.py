@@ -26,9 +26,11 @@ from vimpc.mpc.solvers import (
     HESSIANS,
     QP_SOLVERS,
     SOLVERS,
+    check_timed,
     checked_options,
     nlpsol_options,
     option_error,
+    time_budget_options,
 )
 from vimpc.mpc.transcription import n_slacks, transcribe
 from vimpc.mpc.tube import ERRORS, step_jacobians, tube_function, weight_matrix
@@ -60,7 +62,22 @@ SETTINGS: dict[str, Setting] = {
     "hessian": Setting(str, "gauss-newton", "for `sqpmethod`/`rti`", choices=HESSIANS),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
     "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
-    "time_budget": Setting(float, None, "seconds; a slower solve reports `LATE`", rule=POSITIVE),
+    "period": Setting(
+        float,
+        None,
+        "the sampling period [s]: a call (tube, solve and Python work) that takes longer is "
+        "counted `late` (default: the model's dt; in a scenario, the env's dt)",
+        rule=POSITIVE,
+    ),
+    "time_budget": Setting(
+        float,
+        None,
+        "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
+        "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`; `fatrop` has no time "
+        "limit and is refused): a solve stopped by it reports `TIME_LIMIT` and applies the "
+        "fallback input; 0 or not set: none",
+        rule=NONNEGATIVE,
+    ),
     "jit": Setting(
         str,
         "none",
@@ -128,6 +145,8 @@ def _option(key: str, value: Any) -> Any:
     setting = SETTINGS[key]
     if value is None and setting.default is None:
         return None
+    if key == "time_budget":
+        return _time_budget(value)
     if setting.choices:
         return _checks.one_of(key, value, setting.choices)
     if setting.rule is POSITIVE and setting.kind is int:
@@ -135,6 +154,21 @@ def _option(key: str, value: Any) -> Any:
     if setting.rule is POSITIVE and setting.kind is float:
         return _checks.positive(key, value)
     return setting.check(key, value, InputError)
+
+
+def _time_budget(value: Any) -> float | None:
+    """The time budget in seconds, None for none (``0``), or an InputError naming it."""
+    bad = isinstance(value, (bool, np.bool_, str, bytes))
+    try:
+        budget = math.nan if bad else float(value)
+    except (TypeError, ValueError):
+        budget = math.nan
+    if not math.isfinite(budget) or budget < 0.0:
+        raise InputError(
+            "time_budget must be a positive number (seconds of wall time per solve), or 0 or "
+            f"None for no budget: a non-negative finite number, got {value!r}"
+        )
+    return budget if budget > 0.0 else None
 
 
 class MPC:
@@ -165,7 +199,18 @@ class MPC:
         hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
             least squares) or ``"exact"`` (convexified by eigenvalue reflection).
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
-        time_budget: seconds; a solve that takes longer reports ``Status.LATE``.
+        period: the sampling period [s], the time between two calls (default ``model.dt``:
+            the controller is called once per model step). A call whose wall time (tube,
+            solve and the Python work around them: what a robot waits for) exceeds it is
+            ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
+        time_budget: wall time [s] a solve may take (``None`` or ``0``: no budget), at most
+            ``period``. The solver keeps it: ipopt through its ``max_wall_time``,
+            ``sqpmethod``/``rti`` through an iteration callback that stops the solve at the
+            first iteration past the budget (both check between iterations, so a solve ends
+            at most one iteration late); ``fatrop`` has no time limit and is refused. A solve
+            it stops reports ``Status.TIME_LIMIT`` and applies the fallback input, as a
+            failed solve does; one that converged in its last iteration past the budget
+            reports ``Status.LATE`` and is used.
         safe_input: the input applied when a solve fails and no previous plan
             exists (default: zero clipped to the input bounds).
         solver_options: CasADi ``nlpsol`` options merged over the preset (nested
@@ -280,6 +325,7 @@ class MPC:
         hessian: str = _DEFAULTS["hessian"],
         max_iter: int = _DEFAULTS["max_iter"],
         tol: float = _DEFAULTS["tol"],
+        period: float | None = _DEFAULTS["period"],
         time_budget: float | None = _DEFAULTS["time_budget"],
         safe_input: Any = None,
         solver_options: dict[str, Any] | None = None,
@@ -320,7 +366,15 @@ class MPC:
             checked[key] for key in ("horizon", "solver", "transcription", "tube_lipschitz")
         )
         self.horizon, self.max_iter, self.tol = horizon, checked["max_iter"], checked["tol"]
+        self.period = model.dt if checked["period"] is None else checked["period"]
         self.time_budget = checked["time_budget"]
+        if self.time_budget is not None and self.time_budget > self.period:
+            where = "model.dt" if checked["period"] is None else "period"
+            raise InputError(
+                f"time_budget = {self.time_budget!r} s exceeds the sampling period "
+                f"{self.period!r} s ({where}): a solve must end within one period; lower "
+                "time_budget, or set period if the controller is called less often"
+            )
         self.solver_name = solver
         for name in ignored_sqp_options(solver, checked):
             # they belong to the SQP presets: given with another solver they would do nothing
@@ -330,6 +384,7 @@ class MPC:
                 f"default {SETTINGS[name].default!r} or choose an SQP solver"
             )
         given_options = checked_options(solver, solver_options)
+        check_timed(solver, self.time_budget)
         self.tightening, self.jit = tightening, jit = checked["tightening"], checked["jit"]
         if tightening == "tube" and model.bound is None:
             raise InputError(
@@ -447,6 +502,16 @@ class MPC:
         )
         if self.jit == "nlp":
             opts.update(_jit.options())
+        self._deadline = None
+        if self.time_budget is not None:
+            nlp = self._tr.nlp
+            budget_opts, self._deadline = time_budget_options(
+                solver,
+                self.time_budget,
+                given_options,
+                (nlp["x"].numel(), nlp["g"].numel(), nlp["p"].numel()),
+            )
+            given_options = {**budget_opts, **given_options}
         for key, value in given_options.items():
             if isinstance(value, dict) and isinstance(opts.get(key), dict):
                 opts[key] = {**opts[key], **value}
@@ -519,6 +584,7 @@ class MPC:
         self._u_prev = self.safe_input.copy()
 
     def __call__(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
+        called = time.perf_counter()
         m, N, L = self.model, self.horizon, self._layout
         obs = _checks.finite_vector("obs", obs, m.nobs, self.obs_names)
         t = _checks.finite_number(
@@ -574,6 +640,8 @@ class MPC:
         if inputs_empty:  # no input meets the tightened bounds (or no tube): nothing to solve
             sol, error, stats = None, None, {}
         else:
+            if self._deadline is not None:
+                self._deadline.arm(self.time_budget)
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                     sol = self._solver(**args)
@@ -604,6 +672,7 @@ class MPC:
             self._w0 = self._lam_g0 = self._lam_x0 = None
         self._u_prev = u
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
+        call_time = time.perf_counter() - called
         return MPCResult(
             u=u,
             status=status,
@@ -621,6 +690,8 @@ class MPC:
             empty_tube_stages=empty_stages,
             failed_tube_stages=failed_stages,
             tube_failure=tube_failure,
+            call_time=call_time,
+            late=call_time > self.period,
         )
 
     # -- helpers --------------------------------------------------------------------------
@@ -734,6 +805,8 @@ class MPC:
             stats.get("return_status", "")
         ):
             return Status.INFEASIBLE
+        if self._stopped_by_budget(stats):
+            return Status.TIME_LIMIT
         if stats.get("success", False):
             result = Status.SOLVED
         elif self.solver_name == "rti" or self._violation(sol) <= FEASIBILITY_TOL:
@@ -745,6 +818,15 @@ class MPC:
         if self.time_budget is not None and elapsed > self.time_budget:
             return Status.LATE
         return result
+
+    def _stopped_by_budget(self, stats: dict) -> bool:
+        """Whether the time budget stopped the solve: ipopt's wall-clock limit, or the
+        iteration callback's request (``sqpmethod``, ``rti``)."""
+        if self.time_budget is None or stats.get("success", False):
+            return False
+        if self._deadline is not None:
+            return self._deadline.stopped
+        return stats.get("return_status") == "Maximum_WallTime_Exceeded"
 
     def _violation(self, sol) -> float:
         """Largest violation of the NLP's constraints at the returned iterate."""

@@ -13,7 +13,8 @@ class Status(enum.Enum):
 
     SOLVED = "solved to tolerance"
     ITERATION_LIMIT = "stopped at the iteration limit; the iterate is used"
-    LATE = "solved, but after the time budget"
+    LATE = "solved, but the solve ran past the time budget (checked between iterations)"
+    TIME_LIMIT = "stopped at the time budget: fell back to the shifted previous plan"
     INFEASIBLE = "infeasible: fell back to the shifted previous plan"
     FAILED = "solver failed: fell back to the shifted previous plan"
 
@@ -35,6 +36,10 @@ class MPCResult:
         u_plan: planned inputs, shape ``(N, nu)``.
         iterations: solver iterations.
         solve_time: wall time of the NLP solve alone [s].
+        call_time: wall time of the whole controller call [s]: the tube, the solve and the
+            Python work around them, the time a robot waits for ``u`` (nan when unknown).
+        late: True when ``call_time`` exceeded the controller's sampling period
+            (``MPC.period``): the input came later than the next sample.
         slack: largest slack of the soft constraints (0 when all hold).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
@@ -72,3 +77,5 @@ class MPCResult:
     empty_tube_stages: int = 0
     failed_tube_stages: int = 0
     tube_failure: str = ""
+    call_time: float = float("nan")
+    late: bool = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -237,3 +238,97 @@ def _unknown(
         f"{where} has an unknown key {key!r}: solver {solver!r} has no such option{table}"
         f"{hint}; the options it takes: {docs}"
     )
+
+
+# -- time budget ----------------------------------------------------------------------------
+#: how each solver keeps a time budget: ipopt's own wall-clock limit; sqpmethod (and rti)
+#: through CasADi's ``iteration_callback``, which stops the solve at the first iteration
+#: past the deadline; fatrop has neither (in CasADi 3.8 it takes no time option and never
+#: calls the iteration callback)
+TIME_BUDGET_MECHANISM = {
+    "ipopt": "ipopt's max_wall_time",
+    "sqpmethod": "an iteration callback that stops the solve past the deadline",
+    "rti": "an iteration callback that stops the solve past the deadline",
+}
+
+
+class Deadline(ca.Callback):
+    """CasADi ``iteration_callback`` that asks the solver to stop once the wall clock passes
+    :attr:`deadline` (``time.perf_counter()`` seconds); :attr:`stopped` says whether it did
+    in the current solve. Checked once per iteration, so a solve ends at most one iteration
+    past the deadline."""
+
+    def __init__(self, nx: int, ng: int, np_: int) -> None:
+        ca.Callback.__init__(self)
+        self._sizes = {"x": nx, "lam_x": nx, "g": ng, "lam_g": ng, "lam_p": np_, "f": 1}
+        self.deadline = float("inf")
+        self.stopped = False
+        self.construct("time_budget", {})
+
+    def arm(self, budget: float) -> None:
+        """Start the clock of one solve: stop it ``budget`` seconds from now."""
+        self.deadline = time.perf_counter() + budget
+        self.stopped = False
+
+    def get_n_in(self) -> int:
+        return ca.nlpsol_n_out()
+
+    def get_n_out(self) -> int:
+        return 1
+
+    def get_name_in(self, i: int) -> str:
+        return ca.nlpsol_out(i)
+
+    def get_name_out(self, i: int) -> str:
+        return "stop"
+
+    def get_sparsity_in(self, i: int) -> ca.Sparsity:
+        n = self._sizes.get(ca.nlpsol_out(i), 0)
+        return ca.Sparsity.dense(n) if n else ca.Sparsity(0, 0)
+
+    def eval(self, arg):  # noqa: ARG002 (the iterate is not read)
+        if time.perf_counter() > self.deadline:
+            self.stopped = True
+            return [1]
+        return [0]
+
+
+def check_timed(
+    solver: str, budget: float | None, error: type[Exception] = InputError, prefix: str = ""
+) -> None:
+    """Refuse a time budget ``budget`` (None: none) that ``solver`` cannot keep; ``prefix``
+    names the keys' table in the message (``"controller."``)."""
+    if budget is not None and solver not in TIME_BUDGET_MECHANISM:
+        raise error(
+            f"{prefix}time_budget = {budget!r} s cannot be kept by {prefix}solver = {solver!r}: "
+            f"in CasADi {ca.__version__} it has no wall-time option and does not call an "
+            "iteration callback; use solver 'ipopt' or 'sqpmethod' with a time budget, or "
+            f"bound {solver}'s solves by max_iter and set {prefix}time_budget = 0 (none)"
+        )
+
+
+def time_budget_options(
+    solver: str, budget: float, given: Mapping[str, Any], sizes: tuple[int, int, int]
+) -> tuple[dict[str, Any], Deadline | None]:
+    """The nlpsol options that make ``solver`` keep ``budget`` seconds of wall time, and
+    the :class:`Deadline` to arm before each solve (None for ipopt, which keeps its own
+    clock). ``given`` (the user's ``solver_options``) must not set the same limit, and
+    ``sizes`` are the NLP's ``(nx, ng, np)``. A solver without a time limit raises an
+    :class:`InputError` that says so."""
+    check_timed(solver, budget)
+    if solver == "ipopt":
+        if "max_wall_time" in (given.get("ipopt") or {}):
+            raise InputError(
+                f"solver_options['ipopt']['max_wall_time'] = {given['ipopt']['max_wall_time']!r} "
+                f"and time_budget = {budget!r} both set ipopt's wall-time limit; give only "
+                "time_budget"
+            )
+        return {"ipopt": {"max_wall_time": budget}}, None
+    if "iteration_callback" in given:
+        raise InputError(
+            f"solver_options['iteration_callback'] cannot be given with time_budget = "
+            f"{budget!r} and solver={solver!r}: the budget is kept by an iteration callback; "
+            "drop one of them"
+        )
+    deadline = Deadline(*sizes)
+    return {"iteration_callback": deadline}, deadline

@@ -20,6 +20,7 @@ from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
 from vimpc.mpc.controller import ignored_sqp_options
+from vimpc.mpc.solvers import check_timed
 from vimpc.scenario.schema import CIRCLE_KEYS
 from vimpc.scenario.specs import EnvSpec, ModelSpec, check_variation
 
@@ -142,6 +143,7 @@ def check(cfg: dict[str, Any]) -> None:
             f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
             f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
         )
+    _check_timing(ctrl, cfg["env"]["dt"])
     if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
         raise ConfigError(
             "controller.tube_lipschitz applies only with controller.tightening = 'tube'"
@@ -183,6 +185,20 @@ def check(cfg: dict[str, Any]) -> None:
                 )
     # last: it builds the env (only for hard observation bounds or keep-out circles)
     _check_start_states(cfg, env)
+
+
+def _check_timing(ctrl: dict[str, Any], env_dt: float) -> None:
+    """A time budget the solver can keep, within the sampling period (``controller.period``,
+    else ``env.dt``)."""
+    budget = ctrl["time_budget"] or None  # 0: none
+    check_timed(ctrl["solver"], budget, ConfigError, "controller.")
+    period, where = (ctrl["period"], "controller.period") if ctrl["period"] else (env_dt, "env.dt")
+    if budget is not None and budget > period:
+        raise ConfigError(
+            f"controller.time_budget = {budget!r} s exceeds the sampling period {period!r} s "
+            f"({where}): a solve must end within one period; lower controller.time_budget, or "
+            "set controller.period if the controller is called less often"
+        )
 
 
 def _check_seeds(cfg: dict[str, Any]) -> None:
