@@ -267,15 +267,15 @@ def intro(args, names, counts, configs, rows, missing) -> str:
         "longer than the control step dt (recorded solve times; the loop waits for them, a "
         "real-time controller would have been late), "
         + (
-            "no scenario sets `controller.time_budget`, so none fell back for lateness; "
+            "no scenario sets `controller.time_budget`, so none fell back for lateness. "
             if not budgets
-            else f"scenarios with a `controller.time_budget`: {', '.join(budgets)}; "
+            else f"Scenarios with a `controller.time_budget`: {', '.join(budgets)}. "
         )
-        + "the episodes ran in the worker processes of column processes, one scenario at a "
-        "time, on a machine shared with other work (load_1min: the 1-minute load "
-        "average at the start and end of the run), so solve times are those of a loaded "
-        "machine (results/benchmarks/ has them measured alone). Wall time in s, everything "
-        "included (model loading, controller building, figures)."
+        + "processes: the episode processes of the scenario's run (the scenarios ran one at a "
+        "time) on a machine shared with other work (load_1min: the 1-minute load average at "
+        "the start and end of the run), so solve times are those of a loaded machine "
+        "(results/benchmarks/ has them measured alone). Wall time in s, everything included "
+        "(fit or model loading, controller building, figures)."
     )
     if missing:
         text += f" Not run yet (no complete run in the runs folder): {', '.join(missing)}."
