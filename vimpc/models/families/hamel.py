@@ -21,11 +21,12 @@ scaling). The horizontal field is eq. 23, ``u~1 = d_theta - A~^a u_{1+a}``.
 paper's eq. 65). Hamel's equations for a nonholonomic system need a frame whose first
 members span ``D``, so the frame is ``(u~1, d_phi, u3, u4)`` with
 ``d_phi = u2 + y u3 - x u4``; the quasi-velocities are ``w = (theta', phi' + A~^1 theta')``
-on ``D~`` and zero off it. Because ``d_phi`` lies in ``D~``, the component ``A~^1`` only
-moves ``u~1`` along ``D~`` and no motion can tell it: the identified part is the
-connection in the gauge ``A^1 = 0``, ``(0, A~^2 - A~^1 y, A~^3 + A~^1 x)``
-(:meth:`HamelModel.identified_connection`), which the true ``(0, -R cos phi, -R sin phi)``
-is compared with. The implied constraint matrix ``a~(q)`` (2 x 4) is the reduced row
+on ``D~`` and zero off it. Because ``d_phi`` lies in ``D~``, only the ``(x, y)`` part of
+``u~1``, ``(e_x, e_y) = (A~^1 y - A~^2, -A~^1 x - A~^3)``, shapes ``D~``: three components
+give two functions, and no motion tells connections with the same ``(e_x, e_y)`` apart.
+The identified part is the connection in the gauge ``A^1 = 0``,
+``(0, A~^2 - A~^1 y, A~^3 + A~^1 x)`` (:meth:`HamelModel.identified_connection`), which the
+true ``(0, -R cos phi, -R sin phi)`` is compared with. The implied constraint matrix ``a~(q)`` (2 x 4) is the reduced row
 echelon form of eq. 6: rows ``(-e_x, 0, 1, 0)`` and ``(-e_y, 0, 0, 1)`` with
 ``(e_x, e_y)`` the ``(x, y)`` part of ``u~1``.
 
@@ -604,7 +605,8 @@ class HamelModel(ModelFamily):
         ``(n, 4)``: ``connection_rms`` (RMS over ``Q`` of the Euclidean error of the
         identified connection, equal to that of the constraint matrices), ``raw_rms`` (of
         the network's ``A~`` against the true ``(0, -e_x, -e_y)``, including the
-        unidentified ``A^1``), ``max`` (largest error of the identified connection)."""
+        split into ``A^1`` and the rest that motion does not fix), ``max`` (largest error of
+        the identified connection)."""
         self._require_fitted("constraint_error()")
         Q = np.asarray(Q, dtype=np.float64)
         if Q.ndim != 2 or Q.shape[1] != 4 or not np.all(np.isfinite(Q)):
