@@ -146,7 +146,7 @@ def solve_times_figure(
     ax = fig.subplots()
     n = len(trajectories)
     marks = (
-        (("FAILED", "INFEASIBLE"), "x", "failed (fallback input)"),
+        (("FAILED", "INFEASIBLE", "TIME_LIMIT"), "x", "failed (fallback input)"),
         (("LATE",), "o", "late"),
         (("ITERATION_LIMIT",), "^", "at the iteration limit"),
     )

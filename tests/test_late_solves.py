@@ -1,0 +1,274 @@
+"""Late solves are visible and handled: the controller knows its sampling period, marks a call
+that takes longer as late, keeps a time budget through the solver and falls back when the
+budget stops a solve; the closed loop counts late calls and the summary prints them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from vimpc_envs.pendulum import PendulumEnv
+
+import vimpc.mpc.controller as controller_module
+from vimpc import report, scenario
+from vimpc.closedloop import Trajectory, episode_metrics, run_episode, summarize
+from vimpc.closedloop.metrics import late_steps
+from vimpc.errors import ConfigError, InputError
+from vimpc.mechanics import CartPole, Pendulum
+from vimpc.models import NominalModel
+from vimpc.mpc import MPC, Constraints, Cost, Status
+
+PENDULUM_COST = Cost(Q=[1.0, 0.1], R=[0.01], reference=[np.pi, 0.0])
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = PendulumEnv(jit=False)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def pendulum(env):
+    return NominalModel(Pendulum(), env.dt).discrete_model()
+
+
+def _episode(env, mpc, steps=6):
+    return run_episode(env, mpc, steps=steps, seed=3)
+
+
+# -- the period ------------------------------------------------------------------------------
+
+
+def test_a_call_longer_than_the_period_is_late_and_counted(env, pendulum):
+    # 1 ns: no call of a CasADi solve is that fast, so every call is late
+    tiny = MPC(pendulum, 8, PENDULUM_COST, period=1e-9)
+    assert tiny.period == 1e-9
+    traj = _episode(env, tiny)
+    assert traj.late.dtype == bool and traj.late.shape == traj.status.shape
+    assert traj.late.all()
+    assert float(traj.period) == 1e-9
+    # the whole call is timed: never shorter than the solve inside it
+    assert np.all(traj.call_times >= traj.solve_times) and np.all(traj.call_times > 1e-9)
+    m = episode_metrics(traj)
+    assert m["late_solves"] == m["steps"] == 6 and m["late_solve_fraction"] == 1.0
+    assert m["period_ms"] == pytest.approx(1e-6)
+    assert m["call_time_max_ms"] == pytest.approx(traj.call_times.max() * 1e3)
+
+    # the default period is the model's dt, and a 1000 s period is never missed
+    relaxed = MPC(pendulum, 8, PENDULUM_COST, period=1e3)
+    assert MPC(pendulum, 8, PENDULUM_COST).period == pendulum.dt
+    calm = _episode(env, relaxed)
+    assert not calm.late.any() and episode_metrics(calm)["late_solves"] == 0
+
+    # pooled over both episodes, with the share and the period the summary names
+    summary = summarize([m, episode_metrics(calm)], [traj, calm])
+    assert summary["late_solves"] == 6 and summary["solves"] == 12
+    assert summary["late_solve_fraction"] == pytest.approx(0.5)
+    assert summary["period_ms"] == pytest.approx(1e6)  # the largest where episodes differ
+    table = report.summary_table(summary)
+    assert "12: 0 failed, 6 late, 0 at the iteration limit" in table
+    (row,) = [line for line in table.splitlines() if "late calls" in line]
+    assert "6 of 12 (50.0%) took longer than the period 1e+06 ms" in row
+
+
+def test_each_result_says_late_exactly_when_its_call_outlasts_the_period(pendulum):
+    mpc = MPC(pendulum, 8, PENDULUM_COST, period=2e-3)
+    for theta in np.linspace(0.0, 3.0, 8):
+        result = mpc(np.array([theta, 0.0]))
+        assert result.call_time >= result.solve_time > 0.0
+        assert result.late == (result.call_time > 2e-3)
+
+
+def test_a_record_made_before_late_existed_counts_the_late_status(env, pendulum):
+    traj = _episode(env, MPC(pendulum, 4, PENDULUM_COST), steps=4)
+    old = Trajectory(
+        **{
+            **traj.arrays(),
+            "late": np.zeros(0, dtype=bool),
+            "call_times": np.zeros(0),
+            "period": np.array(math.nan),
+            "status": np.array(["SOLVED", "LATE", "LATE", "FAILED"]),
+        },
+        seed=traj.seed,
+    )
+    assert late_steps(old).tolist() == [False, True, True, False]
+    m = episode_metrics(old)
+    assert m["late_solves"] == 2 and math.isnan(m["period_ms"])
+    assert math.isnan(m["call_time_max_ms"])
+    # no period recorded: the summary has no row that would name one
+    assert "late calls" not in report.summary_table(summarize([m], [old]))
+
+
+# -- the time budget -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return NominalModel(CartPole(), 0.05).discrete_model()
+
+
+#: a swing-up from rest at the bottom over 150 stages: ipopt needs about a second and over
+#: 40 iterations cold, sqpmethod hits its 200 iterations after several seconds
+SWING_UP = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0])
+BOTTOM, TOP = np.array([0.0, 0.3, 0.0, 0.0]), np.array([0.0, np.pi, 0.0, 0.0])
+BUDGET = 0.2
+
+
+@pytest.mark.parametrize("solver", ["ipopt", "sqpmethod"])
+def test_a_time_budget_stops_a_slow_solve_and_the_fallback_is_applied(cartpole, solver):
+    mpc = MPC(
+        cartpole,
+        150,
+        SWING_UP,
+        Constraints(u_min=[-20.0], u_max=[20.0]),
+        solver=solver,
+        max_iter=200,
+        period=1.0,
+        time_budget=BUDGET,
+        safe_input=[1.5],
+    )
+    # no previous plan: the safe input
+    first = mpc(BOTTOM)
+    assert first.status is Status.TIME_LIMIT and not first.status.ok
+    assert first.fallback and first.u.tolist() == [1.5]
+    # the solver ran until the budget, and stopped within one iteration of it
+    assert BUDGET <= first.solve_time < 3 * BUDGET
+    assert not first.late  # the period is 1 s
+    # at the target the solve is quick and used ...
+    held = mpc(TOP)
+    assert held.status in (Status.SOLVED, Status.ITERATION_LIMIT) and not held.fallback
+    assert held.solve_time < BUDGET
+    # ... and a solve the budget stops next applies that plan's next input, shifted
+    stopped = mpc(BOTTOM)
+    assert stopped.status is Status.TIME_LIMIT and stopped.fallback
+    assert BUDGET <= stopped.solve_time < 3 * BUDGET
+    assert np.array_equal(stopped.u, np.clip(held.u_plan[1], -20.0, 20.0))
+    assert stopped.u.tolist() != [1.5]
+
+
+def test_the_budget_reaches_ipopt_as_its_wall_time_limit(cartpole, monkeypatch):
+    seen = {}
+    original = controller_module.ca.nlpsol
+
+    def spy(name, plugin, nlp, opts):
+        seen.update(plugin=plugin, opts=opts)
+        return original(name, plugin, nlp, opts)
+
+    monkeypatch.setattr(controller_module.ca, "nlpsol", spy)
+    MPC(cartpole, 5, SWING_UP, solver="ipopt", time_budget=0.02)
+    assert seen["plugin"] == "ipopt" and seen["opts"]["ipopt"]["max_wall_time"] == 0.02
+    assert seen["opts"]["ipopt"]["max_iter"] == 50  # the preset's options are kept
+    MPC(cartpole, 5, SWING_UP, solver="ipopt", time_budget=0)
+    assert "max_wall_time" not in seen["opts"]["ipopt"]
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"period": 0.0}, "period must be a positive finite number, got 0.0"),
+        ({"period": -0.05}, "period must be a positive finite number, got -0.05"),
+        ({"period": math.nan}, "period must be a positive finite number, got nan"),
+        ({"period": "0.05"}, "period must be a positive number, got '0.05'"),
+        ({"time_budget": -0.01}, "time_budget must be a positive number"),
+        ({"time_budget": math.nan}, "a non-negative finite number, got nan"),
+        ({"time_budget": math.inf}, "a non-negative finite number, got inf"),
+        ({"time_budget": True}, "a non-negative finite number, got True"),
+        (
+            {"time_budget": 0.06},
+            "time_budget = 0.06 s exceeds the sampling period 0.05 s (model.dt)",
+        ),
+        (
+            {"time_budget": 0.2, "period": 0.1},
+            "time_budget = 0.2 s exceeds the sampling period 0.1 s (period)",
+        ),
+        (
+            {"time_budget": 0.01, "solver": "fatrop"},
+            "time_budget = 0.01 s cannot be kept by solver = 'fatrop'",
+        ),
+        (
+            {
+                "time_budget": 0.01,
+                "solver": "ipopt",
+                "solver_options": {"ipopt": {"max_wall_time": 1.0}},
+            },
+            "solver_options['ipopt']['max_wall_time'] = 1.0 and time_budget = 0.01 both set",
+        ),
+        (
+            {"time_budget": 0.01, "solver_options": {"iteration_callback": None}},
+            "solver_options['iteration_callback'] cannot be given with time_budget = 0.01",
+        ),
+    ],
+)
+def test_bad_timing_is_refused_naming_the_argument_before_building(
+    cartpole, kwargs, message, monkeypatch
+):
+    def no_build(*args, **kw):
+        raise AssertionError("the NLP was built before the argument was checked")
+
+    # the period and the budget are checked before the NLP is transcribed; the options that
+    # clash with the budget before the solver is created
+    clash = "solver_options" in kwargs
+    if not clash:
+        monkeypatch.setattr(controller_module, "transcribe", no_build)
+    with pytest.raises(InputError) as err:
+        MPC(cartpole, 5, SWING_UP, **kwargs)
+    assert message in str(err.value)
+
+
+SCENARIO = """\
+[env]
+id = "vimpc/Pendulum-v0"
+dt = 0.05
+
+[model]
+family = "nominal"
+
+[controller]
+horizon = 5
+
+[controller.cost]
+Q = [1.0, 0.1]
+R = [0.01]
+
+[episodes]
+steps = 10
+"""
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["controller.time_budget=0.08"],
+            "controller.time_budget = 0.08 s exceeds the sampling period 0.05 s (env.dt)",
+        ),
+        (
+            ["controller.time_budget=0.3", "controller.period=0.2"],
+            "controller.time_budget = 0.3 s exceeds the sampling period 0.2 s (controller.period)",
+        ),
+        (
+            ["controller.time_budget=0.01", 'controller.solver="fatrop"'],
+            "controller.time_budget = 0.01 s cannot be kept by controller.solver = 'fatrop'",
+        ),
+        (["controller.time_budget=-1.0"], "controller.time_budget must be a non-negative"),
+        (["controller.period=0.0"], "controller.period must be a positive number, got 0.0"),
+    ],
+)
+def test_a_scenario_with_bad_timing_is_refused_on_load(tmp_path, overrides, message):
+    path = tmp_path / "timing.toml"
+    path.write_text(SCENARIO, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(path, overrides)
+    assert message in str(err.value)
+    # a period that leaves room for the budget loads, and 0 is no budget
+    ok = scenario.load_scenario(path, ["controller.time_budget=0.08", "controller.period=0.1"])
+    assert (ok["controller"]["time_budget"], ok["controller"]["period"]) == (0.08, 0.1)
+    assert (
+        scenario.load_scenario(path, ["controller.time_budget=0"])["controller"]["time_budget"]
+        == 0.0
+    )
