@@ -20,7 +20,7 @@ Each is fitted with the family's training (one-step RK4 rollouts of the Hamel OD
 before the output, Adam with lr 1e-2 and a cosine schedule, full batch, ``--epochs`` (the
 authors: 2001 RMSprop iterations), once per training seed (``--seeds``; the seed sets the
 initial weights, the data stay the same). Errors of the identified connection (the gauge
-``A^1 = 0``; ``A^1`` alone is not determined by motion, see the family's docstring) against
+``A^1 = 0``; motion fixes only ``(A^1 y - A^2, -A^1 x - A^3)``, see the family's docstring) against
 the true ``(0, -R cos phi, -R sin phi)``: RMS over 500 held-out configurations of the
 many-trajectory distribution, and over the orbit's own configurations; also the raw network
 output's RMS error, and the largest ``|a~(q) v|`` over 20 predicted steps of the exported
@@ -170,7 +170,7 @@ rollouts, Adam lr 1e-2, full batch, training seeds {args.seeds}. Errors of the i
 connection (gauge A^1 = 0) against the true (0, -R cos phi, -R sin phi), Euclidean per
 configuration: RMS and max over {HELDOUT} held-out configurations (theta, x, y in [-1, 1],
 phi in [-pi, pi]), RMS over the orbit's configurations; raw: the network's own output,
-including the A^1 motion does not determine. An untrained network (output near 0) is off by
+including the split into A^1 and the rest that motion does not fix. An untrained network (output near 0) is off by
 about R = {R}. predicted_max_constraint: the largest |a~(q) v| over {PREDICTED_STEPS}
 predicted steps of the exported integrator from {PREDICTED_STARTS} held-out consistent starts
 with random torques.
@@ -184,8 +184,11 @@ rollouts at dt = 0.01 s, errors of a few 1e-2 after t = 5 s along their orbit) i
 qualitative; this table uses one-step RK4 rollouts at dt = 0.05 s, Adam and far fewer
 epochs. The orbit's heading covers every angle, but its contact point stays on one circle
 and its theta grows to 20 rad, so the held-out configurations (theta, x, y in [-1, 1]) lie
-outside what the orbit shows the network: the gap between the rows is the orbit's
-generalisation, the paper's stated open problem.
+outside what the orbit shows the network, and the orbit's configurations (theta up to 20
+rad, the contact point near (3.2, -4.7) m) lie outside the many trajectories' range: each
+network is accurate where its data are (the network sees all of q, though the true
+connection depends on phi alone). Learning from many initial conditions instead of one
+orbit is the paper's stated open problem (its Sec. 6).
 """
     )
     write_table(
