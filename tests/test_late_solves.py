@@ -160,8 +160,15 @@ def test_the_budget_reaches_ipopt_as_its_wall_time_limit(cartpole, monkeypatch):
     MPC(cartpole, 5, SWING_UP, solver="ipopt", time_budget=0.02)
     assert seen["plugin"] == "ipopt" and seen["opts"]["ipopt"]["max_wall_time"] == 0.02
     assert seen["opts"]["ipopt"]["max_iter"] == 50  # the preset's options are kept
+    # with the user's own ipopt options beside it
+    MPC(cartpole, 5, SWING_UP, solver="ipopt", time_budget=0.02, solver_options=MU)
+    assert seen["opts"]["ipopt"]["max_wall_time"] == 0.02
+    assert seen["opts"]["ipopt"]["mu_init"] == 0.01
     MPC(cartpole, 5, SWING_UP, solver="ipopt", time_budget=0)
     assert "max_wall_time" not in seen["opts"]["ipopt"]
+
+
+MU = {"ipopt": {"mu_init": 0.01}}
 
 
 # -- bad input -------------------------------------------------------------------------------
@@ -210,11 +217,8 @@ def test_bad_timing_is_refused_naming_the_argument_before_building(
     def no_build(*args, **kw):
         raise AssertionError("the NLP was built before the argument was checked")
 
-    # the period and the budget are checked before the NLP is transcribed; the options that
-    # clash with the budget before the solver is created
-    clash = "solver_options" in kwargs
-    if not clash:
-        monkeypatch.setattr(controller_module, "transcribe", no_build)
+    # the period, the budget and the options that clash with it: before the NLP is transcribed
+    monkeypatch.setattr(controller_module, "transcribe", no_build)
     with pytest.raises(InputError) as err:
         MPC(cartpole, 5, SWING_UP, **kwargs)
     assert message in str(err.value)

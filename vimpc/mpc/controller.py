@@ -26,7 +26,7 @@ from vimpc.mpc.solvers import (
     HESSIANS,
     QP_SOLVERS,
     SOLVERS,
-    check_timed,
+    check_time_budget,
     checked_options,
     nlpsol_options,
     option_error,
@@ -384,7 +384,7 @@ class MPC:
                 f"default {SETTINGS[name].default!r} or choose an SQP solver"
             )
         given_options = checked_options(solver, solver_options)
-        check_timed(solver, self.time_budget)
+        check_time_budget(solver, self.time_budget, given_options)
         self.tightening, self.jit = tightening, jit = checked["tightening"], checked["jit"]
         if tightening == "tube" and model.bound is None:
             raise InputError(
@@ -503,6 +503,7 @@ class MPC:
         if self.jit == "nlp":
             opts.update(_jit.options())
         self._deadline = None
+        budget_opts: dict[str, Any] = {}
         if self.time_budget is not None:
             nlp = self._tr.nlp
             budget_opts, self._deadline = time_budget_options(
@@ -511,12 +512,13 @@ class MPC:
                 given_options,
                 (nlp["x"].numel(), nlp["g"].numel(), nlp["p"].numel()),
             )
-            given_options = {**budget_opts, **given_options}
-        for key, value in given_options.items():
-            if isinstance(value, dict) and isinstance(opts.get(key), dict):
-                opts[key] = {**opts[key], **value}
-            else:
-                opts[key] = value
+        # the preset, the budget's options, then the user's (which cannot set the budget's)
+        for extra in (budget_opts, given_options):
+            for key, value in extra.items():
+                if isinstance(value, dict) and isinstance(opts.get(key), dict):
+                    opts[key] = {**opts[key], **value}
+                else:
+                    opts[key] = value
         # an NLP's JIT also writes its C source to the working directory: keep it in the
         # JIT directory, which the process removes at exit
         where = (

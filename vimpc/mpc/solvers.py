@@ -307,28 +307,35 @@ def check_timed(
         )
 
 
-def time_budget_options(
-    solver: str, budget: float, given: Mapping[str, Any], sizes: tuple[int, int, int]
-) -> tuple[dict[str, Any], Deadline | None]:
-    """The nlpsol options that make ``solver`` keep ``budget`` seconds of wall time, and
-    the :class:`Deadline` to arm before each solve (None for ipopt, which keeps its own
-    clock). ``given`` (the user's ``solver_options``) must not set the same limit, and
-    ``sizes`` are the NLP's ``(nx, ng, np)``. A solver without a time limit raises an
-    :class:`InputError` that says so."""
+def check_time_budget(solver: str, budget: float | None, given: Mapping[str, Any]) -> None:
+    """Refuse a time budget ``budget`` (None: none) that ``solver`` cannot keep, or that
+    ``given`` (the user's ``solver_options``) would override with its own limit."""
     check_timed(solver, budget)
-    if solver == "ipopt":
-        if "max_wall_time" in (given.get("ipopt") or {}):
-            raise InputError(
-                f"solver_options['ipopt']['max_wall_time'] = {given['ipopt']['max_wall_time']!r} "
-                f"and time_budget = {budget!r} both set ipopt's wall-time limit; give only "
-                "time_budget"
-            )
-        return {"ipopt": {"max_wall_time": budget}}, None
-    if "iteration_callback" in given:
+    if budget is None:
+        return
+    if solver == "ipopt" and "max_wall_time" in (given.get("ipopt") or {}):
+        raise InputError(
+            f"solver_options['ipopt']['max_wall_time'] = {given['ipopt']['max_wall_time']!r} "
+            f"and time_budget = {budget!r} both set ipopt's wall-time limit; give only "
+            "time_budget"
+        )
+    if solver != "ipopt" and "iteration_callback" in given:
         raise InputError(
             f"solver_options['iteration_callback'] cannot be given with time_budget = "
             f"{budget!r} and solver={solver!r}: the budget is kept by an iteration callback; "
             "drop one of them"
         )
+
+
+def time_budget_options(
+    solver: str, budget: float, given: Mapping[str, Any], sizes: tuple[int, int, int]
+) -> tuple[dict[str, Any], Deadline | None]:
+    """The nlpsol options that make ``solver`` keep ``budget`` seconds of wall time, and
+    the :class:`Deadline` to arm before each solve (None for ipopt, which keeps its own
+    clock); ``sizes`` are the NLP's ``(nx, ng, np)``. Refused as by
+    :func:`check_time_budget`."""
+    check_time_budget(solver, budget, given)
+    if solver == "ipopt":
+        return {"ipopt": {"max_wall_time": budget}}, None
     deadline = Deadline(*sizes)
     return {"iteration_callback": deadline}, deadline
