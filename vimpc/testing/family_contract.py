@@ -133,7 +133,12 @@ class SmallCase:
 
 
 def _num(fn: ca.Function, *args: Any) -> np.ndarray:
-    return np.asarray(ca.DM(fn(*args)).full(), dtype=np.float64).reshape(-1)
+    """``fn`` on numbers: its outputs (one or more) as one flat float64 array."""
+    out = fn(*args)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return np.concatenate(
+        [np.asarray(ca.DM(o).full(), dtype=np.float64).reshape(-1, order="F") for o in outs]
+    )
 
 
 def _fields(model: DiscreteModel) -> frozenset[str]:
