@@ -15,7 +15,7 @@ from vimpc.errors import InputError
 from vimpc.mechanics import CartPole, Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, EnergyShaping, PathConstraint, Status
-from vimpc.mpc.controller import tube_failure_cause
+from vimpc.mpc.tube import tube_failure_cause
 
 DT = 0.1
 # double integrator with a drag term, exact zero-order-hold discretisation

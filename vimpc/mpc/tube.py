@@ -47,6 +47,8 @@ Everything is one CasADi function of the plan, built once and evaluated once per
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import casadi as ca
@@ -291,6 +293,100 @@ def tube_function(
         ["x", "u", "p"],
         ["t", "t_u"],
     )
+
+
+def tube_failure_cause(
+    W: Sequence[np.ndarray],
+    A: Sequence[np.ndarray],
+    B: Sequence[np.ndarray],
+    *,
+    Qx: Sequence[np.ndarray] | None = None,
+    R: np.ndarray | None = None,
+    lipschitz: float | None = None,
+) -> str | None:
+    """Why a tube along a plan is not finite: the first cause, naming its stage, found by
+    redoing :func:`tube_function`'s recursions in numpy (a diagnosis run only when a tube
+    failed: keep the two in step) on the plan's bounds
+    ``W[k]`` and linearisations ``(A[k], B[k])``, ``k = 0..N-1``. ``Qx`` (``N + 1`` state
+    weights, the observation weight pulled back through ``d to_obs/dx``) and ``R`` make it
+    the feedback tube's LQR and ellipsoid, else the open-loop box (or, with ``lipschitz``,
+    the Lipschitz box). None where every recursion is finite."""
+    N = len(W)
+    for k in range(N):
+        if not np.all(np.isfinite(W[k])):
+            return f"stage {k}: the model's bound is not finite there (w_{k} = {W[k].tolist()})"
+    if lipschitz is not None:
+        e = 0.0
+        for k in range(N):
+            e = lipschitz * e + float(np.max(W[k]))
+            if not math.isfinite(e):
+                return (
+                    f"stage {k + 1}: the Lipschitz box L max(e_k) + w_k overflows (L = {lipschitz})"
+                )
+        return None
+    for k in range(N):
+        if not (np.all(np.isfinite(A[k])) and np.all(np.isfinite(B[k]))):
+            return (
+                f"stage {k}: the step's linearisation (A_{k}, B_{k}) is not finite there (the "
+                "derivative of the step failed: a singular d residual / d x_next or a failed "
+                "Newton solve)"
+            )
+    nx = A[0].shape[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if Qx is None:
+            e = np.zeros(nx)
+            for k in range(N):
+                e = np.abs(A[k]) @ e + W[k]
+                if not np.all(np.isfinite(e)):
+                    return (
+                        f"stage {k + 1}: the open-loop box |A_k| e_k + w_k overflows (largest "
+                        f"|A_{k}| entry {np.abs(A[k]).max():.3g})"
+                    )
+            return None
+        # the backward Riccati recursion, begun N stages past the horizon as the tube's
+        P, gains = Qx[N], [None] * N
+        for k in [N - 1] * N + list(reversed(range(N))):
+            S = R + B[k].T @ P @ B[k]
+            finite = np.all(np.isfinite(S))
+            smallest = float(np.linalg.eigvalsh((S + S.T) / 2).min()) if finite else math.nan
+            if not finite or smallest <= 1e-12 * max(1.0, float(np.abs(S).max())):
+                return f"stage {k}: R + B_k^T P B_k of the LQR is " + (
+                    "not finite: " + _growth(A[k], B[k], k)
+                    if not finite
+                    else f"singular (smallest eigenvalue {smallest:.3g}): the input weight "
+                    "tube_R is too small against B_k^T P B_k (a singular input weight)"
+                )
+            gains[k] = -np.linalg.solve(S, B[k].T @ P @ A[k])
+            P = Qx[k] + A[k].T @ P @ (A[k] + B[k] @ gains[k])
+            P = (P + P.T) / 2
+            if not np.all(np.isfinite(P)):
+                return f"stage {k}: the LQR's cost-to-go P is not finite: " + _growth(A[k], B[k], k)
+        Sigma = np.zeros((nx, nx))
+        for k in range(N):
+            closed = A[k] + B[k] @ gains[k]
+            Sigma = closed @ Sigma @ closed.T + nx * np.diag(W[k] ** 2)
+            if not np.all(np.isfinite(Sigma)):
+                radius = float(np.abs(np.linalg.eigvals(closed)).max())
+                return (
+                    f"stage {k + 1}: the ellipsoid overflows (A_{k} + B_{k} K_{k} has spectral "
+                    f"radius {radius:.3g})"
+                )
+    return None
+
+
+def _growth(A: np.ndarray, B: np.ndarray, k: int) -> str:
+    """Why a Riccati recursion through ``(A, B)`` overflows: a growing mode the input cannot
+    reach (its left eigenvector orthogonal to ``B``: the PBH test, scale-free), else the size
+    of ``A``."""
+    values, vectors = np.linalg.eig(A.T)  # left eigenvectors of A
+    reach = np.linalg.norm(B)
+    for lam, v in zip(values, vectors.T, strict=True):
+        if abs(lam) > 1 + 1e-6 and np.linalg.norm(v @ B) <= 1e-9 * reach * np.linalg.norm(v):
+            return (
+                f"the linearisation is uncontrollable there (the mode of eigenvalue "
+                f"{lam:.6g} of A_{k} grows and the input cannot reach it)"
+            )
+    return f"the recursion overflowed (largest |A_{k}| entry {np.abs(A).max():.3g})"
 
 
 def _root(q):
