@@ -1,4 +1,4 @@
-"""The controller's options are declared once (vimpc.mpc.controller.SETTINGS): MPC's keyword
+"""The controller's options are declared once (vimpc.mpc.options.SETTINGS): MPC's keyword
 defaults and checks, the scenario's [controller] table and the pipeline read that one table,
 so they cannot drift apart."""
 
@@ -18,7 +18,7 @@ from vimpc.errors import ConfigError, InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Cost
-from vimpc.mpc.controller import SETTINGS
+from vimpc.mpc.options import SETTINGS
 from vimpc.mpc.solvers import HESSIANS, QP_SOLVERS, SOLVERS
 from vimpc.mpc.transcription import TRANSCRIPTIONS
 from vimpc.mpc.tube import ERRORS, TUBES

@@ -2,7 +2,7 @@
 
 The schema is declared once (:mod:`vimpc.scenario.schema`): :data:`SCHEMA` for the fixed
 tables (its ``[controller]`` table is the controller's own declaration,
-:data:`vimpc.mpc.controller.SETTINGS`), :data:`MODEL_KEYS` plus the chosen model family's own declaration
+:data:`vimpc.mpc.options.SETTINGS`), :data:`MODEL_KEYS` plus the chosen model family's own declaration
 (:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
 reading (:mod:`vimpc.scenario.load`) and the checks (:mod:`vimpc.scenario.checks`, against
 the env and model as :mod:`vimpc.scenario.specs` reads them), the resolved configuration

@@ -19,7 +19,7 @@ from typing import Any
 from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
-from vimpc.mpc.controller import ignored_sqp_options
+from vimpc.mpc.options import ignored_sqp_options
 from vimpc.mpc.solvers import check_timed
 from vimpc.scenario.schema import CIRCLE_KEYS
 from vimpc.scenario.specs import EnvSpec, ModelSpec, check_variation

@@ -20,7 +20,7 @@ from vimpc._settings import (
 )
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
-from vimpc.mpc.controller import SETTINGS as CONTROLLER_SETTINGS
+from vimpc.mpc.options import SETTINGS as CONTROLLER_SETTINGS
 
 INITIAL_STATES = ("env", "uniform", "halton")
 

@@ -1,0 +1,176 @@
+"""The controller's options, declared once (:data:`SETTINGS`), and the checks of their
+values that do not need the model's maths."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from vimpc import _checks
+from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Setting
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
+from vimpc.mpc.solvers import HESSIANS, QP_SOLVERS, SOLVERS
+from vimpc.mpc.tube import ERRORS
+
+TIGHTENINGS = ("none", "tube")
+JITS = ("none", "model", "nlp")
+#: the solvers of the SQP presets, and the options that only they read
+SQP_SOLVERS = ("sqpmethod", "rti")
+SQP_OPTIONS = ("qpsol", "hessian")
+
+#: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
+#: defaults and checks, the scenario's ``[controller]`` table (its schema, its validation, the
+#: ``vimpc schema`` output and ``scenarios/README.md``) and
+#: :func:`vimpc.pipeline.build_controller` read this table. The docs are written for scenario
+#: files; ``MPC`` also takes a scalar or a matrix for ``tube_Q`` and ``tube_R`` and ``None`` for
+#: ``transcription`` (the same as ``"auto"``).
+SETTINGS: dict[str, Setting] = {
+    "horizon": Setting(int, REQUIRED, "prediction steps", rule=POSITIVE),
+    "solver": Setting(str, "sqpmethod", "NLP solver", choices=SOLVERS),
+    "transcription": Setting(
+        str,
+        "auto",
+        "`implicit` (integrator residual as constraints), `step`, or `auto` (implicit "
+        "when the model has a residual)",
+        choices=("auto", "implicit", "step"),  # the same as TRANSCRIPTIONS and "auto"
+    ),
+    "qpsol": Setting(str, "qrqp", "QP solver of `sqpmethod`/`rti`", choices=QP_SOLVERS),
+    "hessian": Setting(str, "gauss-newton", "for `sqpmethod`/`rti`", choices=HESSIANS),
+    "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
+    "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
+    "period": Setting(
+        float,
+        None,
+        "the sampling period [s]: a call (tube, solve and Python work) that takes longer is "
+        "counted `late` (default: the model's dt; in a scenario, the env's dt)",
+        rule=POSITIVE,
+    ),
+    "time_budget": Setting(
+        float,
+        None,
+        "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
+        "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`; `fatrop` has no time "
+        "limit and is refused): a solve stopped by it reports `TIME_LIMIT` and applies the "
+        "fallback input; 0 or not set: none",
+        rule=NONNEGATIVE,
+    ),
+    "jit": Setting(
+        str,
+        "none",
+        "compile to C when the controller is built: `model` (the model's stage function; "
+        "pays off for heavy models such as GPs) or `nlp` (the whole NLP; long compile)",
+        choices=JITS,
+    ),
+    "tightening": Setting(
+        str,
+        "none",
+        "`tube`: tighten every observation constraint by the model's bound propagated "
+        "along the previous plan",
+        choices=TIGHTENINGS,
+    ),
+    "tube": Setting(
+        str,
+        "open_loop",
+        "read only with `tightening = 'tube'`: `open_loop` (the planned inputs as they "
+        "are, the error in a box) or `feedback` (an LQR feedback on the plan's "
+        "linearisation, the error in an ellipsoid, the inputs tightened by the feedback's "
+        "share)",
+        choices=("open_loop", "feedback"),  # the same as vimpc.mpc.tube.TUBES
+    ),
+    "tube_Q": Setting(
+        list,
+        None,
+        "the feedback tube's LQR weights on the observation (diagonal; default the cost's "
+        "Q; read only with `tube = 'feedback'`)",
+        items=float,
+        rule=NONNEGATIVE,
+    ),
+    "tube_R": Setting(
+        list,
+        None,
+        "the feedback tube's LQR weights on the input (diagonal; default the cost's R; "
+        "read only with `tube = 'feedback'`)",
+        items=float,
+        rule=POSITIVE,
+    ),
+    "tube_errors": Setting(
+        str,
+        "box",
+        "the feedback tube's reading of the bound: `box` (every error in it) or `gaussian` "
+        "(quantiles of independent Gaussian errors; each row held with probability "
+        "1 - delta per stage, as in cautious GP-MPC; read only with `tube = 'feedback'`)",
+        choices=ERRORS,
+    ),
+    "tube_lipschitz": Setting(
+        float,
+        None,
+        "a fixed Lipschitz constant for the open-loop tube instead of the step's Jacobian",
+        rule=POSITIVE,
+    ),
+}
+#: the options' defaults, as ``MPC``'s keyword arguments take them
+DEFAULTS = {key: s.default for key, s in SETTINGS.items() if s.default is not REQUIRED}
+#: the weights an ``MPC`` argument takes as matrices too (checked by ``weight_matrix``)
+MATRICES = ("tube_Q", "tube_R")
+
+
+def check_option(key: str, value: Any) -> Any:
+    """``value`` of the option ``key`` checked against :data:`SETTINGS` as a Python argument
+    (numpy numbers accepted), or an :class:`InputError` naming the key, the value and what
+    the table allows."""
+    setting = SETTINGS[key]
+    if value is None and setting.default is None:
+        return None
+    if key == "time_budget":
+        return _time_budget(value)
+    if setting.choices:
+        return _checks.one_of(key, value, setting.choices)
+    if setting.rule is POSITIVE and setting.kind is int:
+        return _checks.positive_int(key, value)
+    if setting.rule is POSITIVE and setting.kind is float:
+        return _checks.positive(key, value)
+    return setting.check(key, value, InputError)
+
+
+def _time_budget(value: Any) -> float | None:
+    """The time budget in seconds, None for none (``0``), or an InputError naming it."""
+    bad = isinstance(value, (bool, np.bool_, str, bytes))
+    try:
+        budget = math.nan if bad else float(value)
+    except (TypeError, ValueError):
+        budget = math.nan
+    if not math.isfinite(budget) or budget < 0.0:
+        raise InputError(
+            "time_budget must be a positive number (seconds of wall time per solve), or 0 or "
+            f"None for no budget: a non-negative finite number, got {value!r}"
+        )
+    return budget if budget > 0.0 else None
+
+
+def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
+    """The options of the SQP presets (``qpsol``, ``hessian``) that ``options`` sets away from
+    their defaults while ``solver`` is not an SQP one, where they would do nothing."""
+    if solver in SQP_SOLVERS:
+        return []
+    return [key for key in SQP_OPTIONS if options[key] != SETTINGS[key].default]
+
+
+def check_obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:
+    """The names of ``model``'s observation entries: ``names`` checked (one string per
+    entry), or by default the state names when the observation is the state, else
+    ``obs0, obs1, ...``."""
+    if names is None:
+        if model.nobs == model.nx:
+            return tuple(model.state_names)
+        return tuple(f"obs{i}" for i in range(model.nobs))
+    if isinstance(names, str) or len(names) != model.nobs:
+        raise InputError(
+            f"obs_names must be {model.nobs} names (one per observation entry), got {names!r}"
+        )
+    if not all(isinstance(n, str) for n in names):
+        raise InputError(f"obs_names must be strings, got {list(names)!r}")
+    return tuple(names)
