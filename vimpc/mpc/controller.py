@@ -25,6 +25,7 @@ from vimpc.mpc.options import (
     SETTINGS,
     check_obs_names,
     check_option,
+    check_within_period,
     ignored_sqp_options,
 )
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
@@ -246,13 +247,8 @@ class MPC:
         self.horizon, self.max_iter, self.tol = horizon, checked["max_iter"], checked["tol"]
         self.period = model.dt if checked["period"] is None else checked["period"]
         self.time_budget = checked["time_budget"]
-        if self.time_budget is not None and self.time_budget > self.period:
-            where = "model.dt" if checked["period"] is None else "period"
-            raise InputError(
-                f"time_budget = {self.time_budget!r} s exceeds the sampling period "
-                f"{self.period!r} s ({where}): a solve must end within one period; lower "
-                "time_budget, or set period if the controller is called less often"
-            )
+        where = "model.dt" if checked["period"] is None else "period"
+        check_within_period(self.time_budget, self.period, where)
         self.solver_name = solver
         for name in ignored_sqp_options(solver, checked):
             # they belong to the SQP presets: given with another solver they would do nothing
@@ -271,30 +267,28 @@ class MPC:
                 "vimpc.models.calibration) or use tightening='none'"
             )
         self.tube = tube = checked["tube"]
-        if tube != SETTINGS["tube"].default and tightening != "tube":
-            raise InputError(
-                f"tube = {tube!r} only applies with tightening='tube', got "
-                f"tightening={tightening!r}; set tightening='tube' or drop tube"
-            )
-        if tube_lipschitz is not None:
-            if tightening != "tube":
-                raise InputError(
-                    f"tube_lipschitz = {tube_lipschitz!r} only applies with tightening='tube', "
-                    f"got tightening={tightening!r}"
-                )
-            if tube != "open_loop":
-                raise InputError(
-                    f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
-                    f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
-                )
         self.tube_errors = tube_errors = checked["tube_errors"]
-        if tube_errors != SETTINGS["tube_errors"].default and tube != "feedback":
+        # options that only the tube (or one kind of tube) reads: without it they do nothing
+        for name, value, given_here in (
+            ("tube", tube, tube != SETTINGS["tube"].default),
+            ("tube_lipschitz", tube_lipschitz, tube_lipschitz is not None),
+        ):
+            if given_here and tightening != "tube":
+                raise InputError(
+                    f"{name} = {value!r} only applies with tightening='tube', got "
+                    f"tightening={tightening!r}; set tightening='tube' or drop {name}"
+                )
+        if tube_lipschitz is not None and tube != "open_loop":
             raise InputError(
-                f"tube_errors = {tube_errors!r} applies only to tube='feedback', got tube={tube!r}; "
-                "drop tube_errors or set tube='feedback'"
+                f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
+                f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
             )
-        for name, value in zip(MATRICES, (tube_Q, tube_R), strict=True):
-            if value is not None and tube != "feedback":
+        for name, value, given_here in (
+            ("tube_errors", tube_errors, tube_errors != SETTINGS["tube_errors"].default),
+            ("tube_Q", tube_Q, tube_Q is not None),
+            ("tube_R", tube_R, tube_R is not None),
+        ):
+            if given_here and tube != "feedback":
                 raise InputError(
                     f"{name} = {value!r:.80} applies only to tube='feedback', got tube={tube!r}; "
                     f"drop {name} or set tube='feedback'"

@@ -1,5 +1,7 @@
 """The controller's options, declared once (:data:`SETTINGS`), and the checks of their
-values that do not need the model's maths."""
+values that do not need the model's maths. Where :class:`~vimpc.mpc.controller.MPC` and the
+scenario's checks refuse the same thing they call one function here (``error`` and ``prefix``
+name the exception and the keys' table)."""
 
 from __future__ import annotations
 
@@ -149,6 +151,24 @@ def _time_budget(value: Any) -> float | None:
             f"None for no budget: a non-negative finite number, got {value!r}"
         )
     return budget if budget > 0.0 else None
+
+
+def check_within_period(
+    budget: float | None,
+    period: float,
+    where: str,
+    error: type[Exception] = InputError,
+    prefix: str = "",
+) -> None:
+    """Refuse a time budget ``budget`` (None: none) longer than the sampling period ``period``
+    [s]; ``where`` says where the period came from, ``prefix`` names the keys' table in the
+    message (``"controller."``)."""
+    if budget is not None and budget > period:
+        raise error(
+            f"{prefix}time_budget = {budget!r} s exceeds the sampling period {period!r} s "
+            f"({where}): a solve must end within one period; lower {prefix}time_budget, or "
+            f"set {prefix}period if the controller is called less often"
+        )
 
 
 def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:

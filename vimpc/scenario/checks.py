@@ -19,7 +19,7 @@ from typing import Any
 from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
-from vimpc.mpc.options import ignored_sqp_options
+from vimpc.mpc.options import check_within_period, ignored_sqp_options
 from vimpc.mpc.solvers import check_timed
 from vimpc.scenario.schema import CIRCLE_KEYS
 from vimpc.scenario.specs import EnvSpec, ModelSpec, check_variation
@@ -193,12 +193,7 @@ def _check_timing(ctrl: dict[str, Any], env_dt: float) -> None:
     budget = ctrl["time_budget"] or None  # 0: none
     check_timed(ctrl["solver"], budget, ConfigError, "controller.")
     period, where = (ctrl["period"], "controller.period") if ctrl["period"] else (env_dt, "env.dt")
-    if budget is not None and budget > period:
-        raise ConfigError(
-            f"controller.time_budget = {budget!r} s exceeds the sampling period {period!r} s "
-            f"({where}): a solve must end within one period; lower controller.time_budget, or "
-            "set controller.period if the controller is called less often"
-        )
+    check_within_period(budget, period, where, ConfigError, "controller.")
 
 
 def _check_seeds(cfg: dict[str, Any]) -> None:
