@@ -111,6 +111,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from vimpc._sweep_command import cmd_sweep
+
+    return cmd_sweep(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vimpc import __version__
 
@@ -173,6 +179,37 @@ def build_parser() -> argparse.ArgumentParser:
         "too must match them)",
     )
     run.set_defaults(func=cmd_run)
+    sweep = sub.add_parser(
+        "sweep",
+        help="run a scenario under a grid or list of overrides and compare them",
+        description="Run every configuration of a sweep file (scenario = a file or shipped "
+        "name; [sweep] name and out; [set] overrides of all; [grid] key = [values], their "
+        "product; [[runs]] explicit override sets, each crossed with the grid), each as a "
+        "vimpc run in OUT/<name>/<configuration id>/, then summary.csv, summary.md (95 %% "
+        "intervals) and summary.png. Every configuration is checked before any work; the "
+        "folder is <name>.partial until every configuration is complete.",
+        epilog="exit codes: 0 complete; 2 an error vimpc explains, or configurations that "
+        "failed (the others are kept; --resume runs what is missing); 130 interrupted (the "
+        "finished episodes are kept and the command that resumes them is printed).",
+    )
+    sweep.add_argument("sweep", nargs="?", help="the sweep .toml file")
+    sweep.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY.SUB=VALUE",
+        help="override one key of every configuration (repeatable; wins over [set])",
+    )
+    sweep.add_argument("--out", default=None, help="results root (default: sweep.out)")
+    sweep.add_argument(
+        "--workers", type=int, default=1, help="configurations in parallel processes"
+    )
+    sweep.add_argument(
+        "--resume", metavar="FOLDER", default=None, help="finish an unfinished sweep folder"
+    )
+    sweep.add_argument("--refit", action="store_true", help="fit again instead of the cache")
+    sweep.add_argument("--no-plots", action="store_true", help="skip the figures")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(func=_cmd_sweep)
     for name, text in (
         ("fit", "collect data, fit the scenario's model and write it to a .vimpc file"),
         ("export", "the same as fit (for models with nothing to fit: build and write)"),
