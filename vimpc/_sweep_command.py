@@ -180,7 +180,7 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
     a :class:`ConfigError` naming the key and the value otherwise. Nothing is written."""
     from vimpc import scenario
     from vimpc._settings import unknown_key
-    from vimpc.scenario.checks import _check_name
+    from vimpc.scenario.checks import _NAME
 
     path = Path(path)
     text, raw = _read(path)
@@ -200,7 +200,11 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
     name = options.get("name", path.stem)
     if not isinstance(name, str):
         raise ConfigError(f"{path}: sweep.name must be a string, got {name!r:.80}")
-    _check_name(name, f" (sweep.name in {path}; the sweep is written to <out>/<sweep.name>/)")
+    if not _NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{path}: sweep.name = {name!r} must be one folder name: letters, digits, '-', '_' "
+            "and '.', not '.' or '..' (the sweep is written to <out>/<sweep.name>/)"
+        )
     out = options.get("out", DEFAULT_SWEEP_OUT)
     if not isinstance(out, str) or not out.strip():
         raise ConfigError(f"{path}: sweep.out must be a folder path, got {out!r:.80}")
@@ -871,6 +875,7 @@ def summary_figure(rows: list[dict[str, Any]], path: Path, manifest: dict[str, A
         ax.set_yticks(y)
         ax.set_yticklabels(labels if ax is axes[0] else [], fontsize=7)
         ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.ticklabel_format(axis="x", useOffset=False)
         ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle(
         f"{Path(manifest['scenario_file']).stem}: {len(rows)} configurations, 95 % intervals "
