@@ -261,3 +261,62 @@ def test_the_summary_figure_is_written(reference, tmp_path):
     target = tmp_path / "summary.png"
     _sweep_command.summary_figure(rows, target, manifest)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and target.stat().st_size > 10_000
+
+
+def test_two_workers_give_the_serial_results(reference, tmp_path):
+    assert _sweep(tmp_path, _sweep_file(tmp_path, GRID), "--workers", "2") == 0
+    final = tmp_path / "out" / "horizons"
+    assert _timeless(_rows(final)) == _timeless(_rows(reference))
+    manifest = json.loads((final / "sweep.json").read_text())
+    processes = manifest["sessions"][0]["processes"]
+    assert processes == min(2, pipeline.usable_cores())
+    md = (final / "summary.md").read_text()
+    assert f"measured with {processes} configuration process" in md
+
+
+def test_ctrl_c_stops_a_sweep_with_workers_and_leaves_it_incomplete(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    text = (
+        FAST.replace('"pendulum_swingup"', '"cartpole_swingup"')
+        .replace("episodes.count = 2", "episodes.count = 200")
+        .replace("episodes.steps = 3", "episodes.steps = 50")
+    )
+    path = _sweep_file(tmp_path, text + "[grid]\ncontroller.horizon = [10, 12]\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vimpc.cli", "sweep", str(path), "--out", str(tmp_path / "out"),
+         "--workers", "2", "--quiet", "--no-plots"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert proc.stdout.readline().startswith("vimpc sweep horizons")
+    time.sleep(3.0)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("one SIGINT did not stop the sweep within 30 s") from None
+    assert code == 130 and time.perf_counter() - sent < 10
+    stage = tmp_path / "out" / "horizons.partial"
+    assert f"vimpc sweep --resume {stage}" in proc.stderr.read()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["horizons.partial"]
+    assert not list(stage.rglob("metrics.json")) and not list(stage.glob("summary.*"))
+    manifest = json.loads((stage / "sweep.json").read_text())
+    assert manifest["complete"] is False and manifest["missing"] == ["c00", "c01"]
+    assert manifest["sessions"][0]["ended"] == "interrupted"
+
+
+def test_the_example_sweep_file_is_valid(no_env):
+    plan = read_sweep(ROOT / "scenarios" / "sweeps" / "cartpole_tightening.toml")
+    assert [c.varying for c in plan.configurations] == [
+        {"controller.tightening": t, "model.delta": d}
+        for t in ("none", "tube")
+        for d in (0.05, 0.2)
+    ]
+    assert all(cfg["episodes"]["count"] == 20 for cfg in plan.configs)

@@ -326,21 +326,19 @@ class Outcome:
 def run_task(task: Task) -> Outcome:
     """Run (or finish) one configuration's run folder, as ``vimpc run --resume`` does; its
     printed output goes to ``task.log``. An error is returned, not raised (a Ctrl-C is)."""
-    buffer = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-            code = _finish_run(Path(task.stage), task)
-        return Outcome(task.id, code, None)
-    except Exception as exc:
-        from vimpc._interrupt import interrupted
+    # line by line, so a worker ended by a Ctrl-C keeps what its run printed
+    with open(task.log, "a", encoding="utf-8", buffering=1) as log:
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                code = _finish_run(Path(task.stage), task)
+            return Outcome(task.id, code, None)
+        except Exception as exc:
+            from vimpc._interrupt import interrupted
 
-        if interrupted():  # an error a Ctrl-C caused inside CasADi
-            raise KeyboardInterrupt from None
-        print(f"error: {type(exc).__name__}: {exc}", file=buffer)
-        return Outcome(task.id, None, f"{type(exc).__name__}: {exc}")
-    finally:
-        with contextlib.suppress(OSError), open(task.log, "a", encoding="utf-8") as handle:
-            handle.write(buffer.getvalue())
+            if interrupted():  # an error a Ctrl-C caused inside CasADi
+                raise KeyboardInterrupt from None
+            print(f"error: {type(exc).__name__}: {exc}", file=log)
+            return Outcome(task.id, None, f"{type(exc).__name__}: {exc}")
 
 
 def _finish_run(stage: Path, task: Task) -> int:
@@ -658,7 +656,7 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
     """Run the sweep's missing configurations, then write its summary and rename it."""
     from tqdm import tqdm
 
-    from vimpc.pipeline import usable_cores
+    from vimpc.pipeline import usable_cores, worker_count
 
     started = time.perf_counter()
     entries = manifest["configurations"]
@@ -671,10 +669,11 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             if _status(stage, e["id"]) == "not begun":
                 _prepare(stage, e, cfg, manifest["scenario_file"])
         todo = [e["id"] for e in entries if _status(stage, e["id"]) != "complete"]
-        workers = max(1, min(args.workers, len(todo), usable_cores()))
-        if todo and workers != args.workers:
-            print(f"--workers {args.workers} capped to {workers} (configurations to run, cores)")
-        session.update(workers_requested=args.workers, processes=workers)
+        workers, why = worker_count(args.workers, len(todo))
+        if todo and why is not None:
+            # the count is of configurations here, where worker_count says episodes
+            print(f"--workers {args.workers} capped to {workers} ({why})".replace("episode", "run"))
+        session.update(workers_requested=args.workers, processes=workers, cores=usable_cores())
         tasks = [
             Task(
                 id=cid,
@@ -829,6 +828,7 @@ def summary_markdown(rows: list[dict[str, Any]], manifest: dict[str, Any]) -> st
     lines = [
         f"Sweep of {Path(manifest['scenario_file']).name} ({len(rows)} configurations); "
         "[95 % intervals]: Wilson for rates, percentile bootstrap over episodes for means.",
+        _sharing(manifest),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
@@ -843,6 +843,18 @@ def summary_markdown(rows: list[dict[str, Any]], manifest: dict[str, Any]) -> st
             cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _sharing(manifest: dict[str, Any]) -> str:
+    """How many configurations ran at once while the solve times were measured."""
+    ran = [s for s in manifest["sessions"] if "processes" in s]
+    counts = sorted({s["processes"] for s in ran}) or [1]
+    cores = max((s.get("cores", 1) for s in ran), default=1)
+    return (
+        f"Solve times were measured with {' or '.join(map(str, counts))} configuration "
+        f"process{'es' if counts[-1] > 1 else ''} at once on {cores} usable "
+        f"core{'s' if cores != 1 else ''} (vimpc sweep --workers)."
+    )
 
 
 def summary_figure(rows: list[dict[str, Any]], path: Path, manifest: dict[str, Any]) -> None:
