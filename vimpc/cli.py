@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run every configuration of a sweep file (scenario = a file or shipped "
         "name; [sweep] name and out; [set] overrides of all; [grid] key = [values], their "
         "product; [[runs]] explicit override sets, each crossed with the grid), each as a "
-        "vimpc run in OUT/<name>/<configuration id>/, then summary.csv, summary.md (95 %% "
+        "vimpc run in OUT/<name>/<configuration id>/, then summary.csv, summary.md (95 % "
         "intervals) and summary.png. Every configuration is checked before any work; the "
         "folder is <name>.partial until every configuration is complete.",
         epilog="exit codes: 0 complete; 2 an error vimpc explains, or configurations that "
@@ -201,7 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--out", default=None, help="results root (default: sweep.out)")
     sweep.add_argument(
-        "--workers", type=int, default=1, help="configurations in parallel processes"
+        "--workers",
+        type=int,
+        default=1,
+        help="configurations in parallel processes (at most one per configuration and per "
+        "core; each runs its episodes serially)",
     )
     sweep.add_argument(
         "--resume", metavar="FOLDER", default=None, help="finish an unfinished sweep folder"
