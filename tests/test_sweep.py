@@ -320,3 +320,35 @@ def test_the_example_sweep_file_is_valid(no_env):
         for d in (0.05, 0.2)
     ]
     assert all(cfg["episodes"]["count"] == 20 for cfg in plan.configs)
+
+
+@pytest.mark.parametrize("refit", [False, True])
+def test_configurations_sharing_a_fit_fit_it_once(tmp_path, refit):
+    text = """
+scenario = "cartpole_safe"
+
+[sweep]
+name = "seeds"
+
+[set]
+data.trajectories = 6
+data.heldout_trajectories = 20
+episodes.count = 1
+episodes.steps = 2
+controller.horizon = 5
+
+[grid]
+episodes.seed = [0, 10, 20]
+"""
+    extra = ["--workers", "2"] + (["--refit"] if refit else [])
+    assert _sweep(tmp_path, _sweep_file(tmp_path, text), *extra) == 0
+    final = tmp_path / "out" / "seeds"
+    models = [
+        json.loads((final / c / "metrics.json").read_text())["model"] for c in ("c00", "c01", "c02")
+    ]
+    # one fit at most (another test may have cached it), never one per worker at once
+    assert [m["fitted_now"] for m in models][1:] == [False, False]
+    assert [m["reused_cached_fit"] for m in models][1:] == [True, True]
+    if refit:  # --refit fits the shared entry once
+        assert models[0]["fitted_now"] and not models[0]["reused_cached_fit"]
+    assert len({m["sha256"] for m in models}) == 1

@@ -375,6 +375,47 @@ def _finish_run(stage: Path, task: Task) -> int:
     return _session(cfg, args, time.perf_counter(), final, stage, manifest, lock, new=False)
 
 
+def _obtain_models_first(stage: Path, cid: str, refit: bool, refitted: set[str]) -> Outcome:
+    """Obtain (load, build, take from the cache or fit) the models of configuration ``cid``
+    whose run has none yet and record them in its manifest, as its run would; ``--refit``
+    fits each cache entry once per sweep (``refitted``). An error is returned, not raised."""
+    from vimpc import pipeline, scenario
+    from vimpc._run_command import _obtain_models
+
+    run_stage = stage / (cid + PARTIAL)
+    if not run_stage.is_dir() or (run_stage / _run_dir.METRICS).is_file():
+        return Outcome(cid, None, None)
+    with open(stage / f"{cid}.log", "a", encoding="utf-8", buffering=1) as log:
+        lock = None
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                lock = _run_dir.Lock(run_stage, wait=False)
+                manifest = _run_dir.read_manifest(run_stage)
+                if manifest is None or manifest.get("model") is not None:
+                    return Outcome(cid, None, None)
+                cfg = scenario.load_scenario(run_stage / _run_dir.CONFIG)
+                key = pipeline.cache_key(pipeline.fit_config(cfg, 0))
+                again = refit and key not in refitted
+                refitted.add(key)
+                args = argparse.Namespace(refit=again, quiet=True)
+                records = _obtain_models(cfg, pipeline.build_env(cfg), args, print)
+                manifest["model"] = records[0]
+                if len(records) > 1:
+                    manifest["fits"] = records
+                _run_dir.write_manifest(run_stage, manifest)
+            return Outcome(cid, None, None)
+        except Exception as exc:
+            from vimpc._interrupt import interrupted
+
+            if interrupted():
+                raise KeyboardInterrupt from None
+            print(f"error: {type(exc).__name__}: {exc}", file=log)
+            return Outcome(cid, None, f"{type(exc).__name__}: {exc}")
+        finally:
+            if lock is not None:
+                lock.release()
+
+
 def _init_worker() -> None:
     import signal
 
@@ -674,16 +715,6 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             # the count is of configurations here, where worker_count says episodes
             print(f"--workers {args.workers} capped to {workers} ({why})".replace("episode", "run"))
         session.update(workers_requested=args.workers, processes=workers, cores=usable_cores())
-        tasks = [
-            Task(
-                id=cid,
-                stage=str(stage / (cid + PARTIAL)),
-                log=str(stage / f"{cid}.log"),
-                refit=bool(args.refit),
-                plots=not args.no_plots,
-            )
-            for cid in todo
-        ]
         bar = tqdm(
             total=len(entries),
             initial=len(entries) - len(todo),
@@ -699,6 +730,25 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             bar.set_postfix(failed=len(failures))
             _record(stage, manifest, failures)
 
+        # the models first, here and one at a time: configurations that share a fit (other
+        # seeds, controller settings) reuse the cached one instead of fitting it at once
+        # in several workers
+        refitted: set[str] = set()
+        for cid in todo:
+            outcome = _obtain_models_first(stage, cid, bool(args.refit), refitted)
+            if outcome.error is not None:
+                done(outcome)
+        tasks = [
+            Task(
+                id=cid,
+                stage=str(stage / (cid + PARTIAL)),
+                log=str(stage / f"{cid}.log"),
+                refit=False,
+                plots=not args.no_plots,
+            )
+            for cid in todo
+            if cid not in failures
+        ]
         run_local(tasks, workers, done)
         bar.close()
         if failures:
