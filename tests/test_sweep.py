@@ -352,3 +352,24 @@ episodes.seed = [0, 10, 20]
     if refit:  # --refit fits the shared entry once
         assert models[0]["fitted_now"] and not models[0]["reused_cached_fit"]
     assert len({m["sha256"] for m in models}) == 1
+
+
+def test_a_configuration_whose_model_fails_is_counted_and_the_others_run(
+    tmp_path, monkeypatch, capsys
+):
+    from vimpc import _run_command
+
+    real = _run_command._obtain_models
+
+    def fail_at_horizon_4(cfg, *args, **kwargs):
+        if cfg["controller"]["horizon"] == 4:
+            raise ConfigError("fitting model.family = 'x': no data (test)")
+        return real(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(_run_command, "_obtain_models", fail_at_horizon_4)
+    assert _sweep(tmp_path, _sweep_file(tmp_path, GRID)) == 2
+    assert "c00: ConfigError: fitting model.family" in capsys.readouterr().err
+    stage = tmp_path / "out" / "horizons.partial"
+    assert (stage / "c01" / "metrics.json").is_file()
+    assert _run_dir.finished(stage / "c00.partial", 2) == []
+    assert json.loads((stage / "sweep.json").read_text())["missing"] == ["c00"]

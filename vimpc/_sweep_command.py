@@ -33,8 +33,11 @@ missing or failed), and per configuration ``<id>/``: a ``vimpc run`` folder (see
 stops the runs, keeps their finished episodes and leaves the ``.partial`` name;
 ``vimpc sweep --resume FOLDER`` runs only what is missing.
 
-The configurations run through :func:`run_local` (the local backend): worker processes, one
-configuration each at a time.
+The models of the configurations are obtained first, in the sweep's process one at a time
+(configurations that share a fit reuse the cached one). Then the configurations' runs go to
+a backend (:data:`BACKENDS`): a function of the tasks, the number of processes and a callback
+for each outcome. :func:`run_local` runs them in local worker processes, one configuration
+each at a time, its episodes in turn.
 """
 
 from __future__ import annotations
@@ -464,6 +467,12 @@ def run_local(
     return outcomes
 
 
+#: the backends by name: ``backend(tasks, workers, on_done) -> outcomes``
+BACKENDS: dict[str, Callable[[Sequence[Task], int, Callable[[Outcome], None]], list[Outcome]]] = {
+    "local": run_local
+}
+
+
 # -- the sweep folder ----------------------------------------------------------------------------
 
 
@@ -749,7 +758,7 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             for cid in todo
             if cid not in failures
         ]
-        run_local(tasks, workers, done)
+        BACKENDS["local"](tasks, workers, done)
         bar.close()
         if failures:
             session["ended"] = f"{len(failures)} configurations failed"
