@@ -133,8 +133,8 @@ SETTINGS: dict[str, Setting] = {
     "progress": Setting(bool, False, "show a progress bar while training"),
     "substeps": Setting(
         int, 1, "midpoint steps per dt in the exported model (1 gives the residual the "
-        "implicit transcription needs; the 2-pendulum at dt = 0.03 s: the true Lagrangian's "
-        "one-step midpoint error is about the learned model's, results/clnn)", rule=SUBSTEPS,
+        "implicit transcription needs; 2-pendulum at dt = 0.03 s: rollout error 3.8e-3 with "
+        "1, 6.6e-4 with 4, results/clnn)", rule=SUBSTEPS,
     ),
 }  # fmt: skip
 
