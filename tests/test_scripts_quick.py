@@ -104,6 +104,8 @@ def test_quick_mode_runs(script, tmp_path, monkeypatch):
         _check_summary(out / "summary.csv")
     if script.stem == "gp_vi_closed_loop":  # the success test's error and threshold sweep
         _check_gp_vi_closed_loop(out, _module(script, monkeypatch))
+    if script.stem == "hamel_closed_loop":  # the three models on the same short episode
+        _check_hamel_closed_loop(out / "summary.csv")
 
 
 def _check_summary(table: Path) -> None:
@@ -121,6 +123,21 @@ def _check_summary(table: Path) -> None:
     for r in rows.values():
         assert (r["episodes"], r["steps"], r["solves"]) == ("1", "3", "3")
         assert 0 <= int(r["solves_over_dt"]) <= int(r["solves"])
+
+
+def _check_hamel_closed_loop(table: Path) -> None:
+    """The quick rolling-disk comparison: a row per model, each one episode of 3 solves,
+    its final errors and counts within range, and the paths figure."""
+    import csv
+
+    with open(table, newline="") as f:
+        rows = {r["model"]: r for r in csv.DictReader(f)}
+    assert list(rows) == ["hamel", "nominal", "free rigid body"]
+    for r in rows.values():
+        assert (r["episodes"], r["solves"]) == ("1", "3")
+        assert 0 <= int(r["failed_solves"]) <= 3 and 0 <= int(r["touched"]) <= 1
+        assert float(r["final_position_error_mean_m"]) > 0.0
+    assert (table.parent / "paths.png").stat().st_size > 0
 
 
 def _check_gp_vi_closed_loop(out: Path, module) -> None:
