@@ -104,8 +104,12 @@ SETTINGS: dict[str, Setting] = {
     "hidden": Setting(list, [20, 20, 20], "widths of the connection network's hidden layers "
                       "(authors: 3 x 20)", items=int, rule=POSITIVE),
     "activation": Setting(str, "sine", "activation of the hidden layers (an ELU with alpha "
-                          "0.5 follows the last, as the authors')",
+                          "elu_alpha follows the last, as the authors')",
                           choices=("sine", "tanh", "softplus", "elu")),
+    "elu_alpha": Setting(float, ELU_ALPHA, "alpha of the ELU before the output layer (the "
+                         "authors' 0.5 has a kink, its slope jumps from 0.5 to 1 at 0; 1: "
+                         "continuously differentiable, for Newton-type MPC solvers)",
+                         rule=POSITIVE),
     "init_std": Setting(float, 0.1, "standard deviation of the initial weights (biases 0)",
                         rule=POSITIVE),
     "window": Setting(int, 20, "steps per training rollout (authors: 20)", rule=POSITIVE),
@@ -315,9 +319,9 @@ class LearnedConstraintSystem(NaturalSystem):
 # -- torch (training and checks) -----------------------------------------------------------------
 
 
-def _network(sizes: list[int], activation: str, std: float, seed: int):
-    """``Linear, act, ..., Linear, ELU(0.5), Linear`` (the authors' layout), float64,
-    weights ``N(0, std^2)``, biases 0."""
+def _network(sizes: list[int], activation: str, std: float, seed: int, alpha: float = ELU_ALPHA):
+    """``Linear, act, ..., Linear, ELU(alpha), Linear`` (the authors' layout, alpha 0.5),
+    float64, weights ``N(0, std^2)``, biases 0."""
     import torch
     from torch import nn
 
@@ -334,7 +338,7 @@ def _network(sizes: list[int], activation: str, std: float, seed: int):
             lin.bias.zero_()
         layers.append(lin)
         if i < n_hidden:
-            layers.append(nn.ELU(alpha=ELU_ALPHA) if i == n_hidden - 1 else acts[activation]())
+            layers.append(nn.ELU(alpha=alpha) if i == n_hidden - 1 else acts[activation]())
     return nn.Sequential(*layers)
 
 
@@ -519,7 +523,7 @@ class HamelModel(ModelFamily):
 
     def untrained_network(self):
         """The network before training (torch; its weights depend on ``seed`` only)."""
-        return _network(self.sizes, self.activation, self.init_std, self.seed)
+        return _network(self.sizes, self.activation, self.init_std, self.seed, self.elu_alpha)
 
     def _train(self, Xw: np.ndarray, Uw: np.ndarray) -> None:
         import torch
