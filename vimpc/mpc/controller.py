@@ -31,6 +31,7 @@ from vimpc.mpc.options import (
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import (
+    RealTimeIteration,
     check_time_budget,
     checked_options,
     nlpsol_options,
@@ -65,9 +66,12 @@ class MPC:
         solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
             QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
             (interior point exploiting the stage structure; the most robust on
-            swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (one SQP
-            iteration per call; it needs a good warm start and can diverge from
-            a cold start far from the solution).
+            swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (the real-time
+            iteration: one Gauss–Newton linearisation and one QP per call,
+            :class:`~vimpc.mpc.solvers.RealTimeIteration`; with the exact Hessian, a time
+            budget or ``sqpmethod`` options it is ``sqpmethod`` stopped after one
+            iteration; it needs a good warm start and can diverge from a cold start far
+            from the solution).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -398,7 +402,17 @@ class MPC:
         )
         try:
             with where:
-                self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                if self._real_time(solver, hessian, given_options):
+                    self._solver = RealTimeIteration(
+                        self._tr.nlp,
+                        self._tr.gauss_newton,
+                        qpsol,
+                        opts["qpsol_options"],
+                        expand=opts["expand"],
+                        function_options=_jit.options() if self.jit == "nlp" else None,
+                    )
+                else:
+                    self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
         except RuntimeError as exc:
             error = option_error(solver, plugin, qpsol, given_options, str(exc))
             if error is None:
@@ -569,6 +583,19 @@ class MPC:
         )
 
     # -- helpers --------------------------------------------------------------------------
+    def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
+        """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation
+        and one QP per call): with the Gauss–Newton Hessian, no time budget and no solver
+        options of CasADi's ``sqpmethod``; otherwise it is ``sqpmethod`` stopped after one
+        iteration (the exact Hessian's convexification, the budget's iteration callback and
+        such options are ``sqpmethod``'s)."""
+        return (
+            solver == "rti"
+            and hessian == "gauss-newton"
+            and self.time_budget is None
+            and set(given) <= {"qpsol_options"}
+        )
+
     def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
         """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N))``: the
         tube along the plan held in the initial guess ``w``. It takes the DMs the solver gets
