@@ -43,11 +43,12 @@ sys.path.insert(0, str(ROOT / "tests" / "experiments"))
 from dlnn_closed_loop import QUICK_DLNN, QUICK_SETS, nominal_variant  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "cartpole_dlnn_balance.toml"
-SCENARIO_ROW = "sqpmethod+qrqp GN / implicit (scenario)"
+SCENARIO_ROW = "rti (qrqp, GN) / implicit (scenario)"
+SQP = 'controller.solver="sqpmethod"'
 # solver rows: label -> scenario overrides (the scenario's configuration first)
 CONFIGS = {
     SCENARIO_ROW: [],
-    "rti / implicit": ['controller.solver="rti"'],
+    "sqpmethod+qrqp GN / implicit": [SQP],
     "fatrop / implicit": ['controller.solver="fatrop"', "controller.max_iter=100"],
     "ipopt / implicit": ['controller.solver="ipopt"', "controller.max_iter=100"],
     "fatrop / step": [
@@ -58,8 +59,8 @@ CONFIGS = {
     # opt-in rows (--configs): osqp stopped at its iteration limit on every solve of a
     # trial, and the C compile of jit = "model" (the residual's derivatives up to the
     # Hessian's) did not finish in 12 minutes on 2x64 (see the notes)
-    "sqpmethod+osqp GN / implicit": ['controller.qpsol="osqp"'],
-    "sqpmethod+qrqp GN / implicit, jit model": ['controller.jit="model"'],
+    "sqpmethod+osqp GN / implicit": [SQP, 'controller.qpsol="osqp"'],
+    "sqpmethod+qrqp GN / implicit, jit model": [SQP, 'controller.jit="model"'],
 }
 DEFAULT_CONFIGS = list(CONFIGS)[:5]
 # the scenario's row once more on the DLNN without its closed-form residual Jacobian
@@ -165,8 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     notes = f"""
 Cart-pole balance, `scenarios/cartpole_dlnn_balance.toml`: horizon 20, dt 0.05 s, the rail
 |s| <= 1 m as a soft constraint tightened by the tube of the model's conformal bound
-(delta 0.05), sqpmethod with qrqp on the Gauss-Newton Hessian, max_iter 30 (100 for the fatrop
-and ipopt rows), tol 1e-4; true `vimpc/CartPole-v0` (param_seed 0) with 10 %
+(delta 0.05), the real-time iteration ("rti": one Gauss-Newton linearisation and one qrqp QP
+per sample; the sqpmethod rows iterate to tol 1e-4, max_iter 30, 100 for fatrop and ipopt); true `vimpc/CartPole-v0` (param_seed 0) with 10 %
 mass/inertia perturbation, friction [0.3, 0.1] and observation noise 1e-4, starts near
 upright (reset seeds {args.seeds}). DLNN model: the scenario's `[model]`
 ({_settings_text(dl)}), fitted in {fit.get("fit_time_s", float("nan")):.0f} s (reused from
@@ -186,10 +187,10 @@ the controller's Python work. Failed solves: status FAILED or INFEASIBLE (the fa
 applied); iter-limit solves stopped at the iteration limit and were used. "Upright at the
 end": episodes with |theta - pi| < 0.1 rad over their last 1 s (short episodes: a
 sanity check, not the success rate; that is in `results/dlnn_control/summary.md`).
-Target (issue): median <= {MEDIAN_MS:g} ms on the DLNN model.
-"rti": sqpmethod stopped after one iteration (every such solve is counted as an iteration-limit
-solve), which evaluates the constraint Jacobian twice (at the start and for the convergence test
-after the step). Not in the default rows:
+Target (issue): median <= {MEDIAN_MS:g} ms on the DLNN model with the scenario's controller.
+"rti" evaluates the constraint Jacobian once per sample (`vimpc.mpc.solvers.RealTimeIteration`;
+every such solve is counted as an iteration-limit solve: never converged by design). Not in the
+default rows:
 sqpmethod with hpipm (CasADi refuses the structure at build: "HPIPM: specified structure of A
 does not correspond to what the interface can handle"), with osqp (a 20-step trial: every
 solve stopped at the iteration limit, median 4.6 s) and `jit = "model"` (its C compile of
