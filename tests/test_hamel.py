@@ -246,3 +246,24 @@ def test_the_learned_system_keeps_the_base_mechanics_and_checks_its_constraint()
     wrong = ca.Function("a", [ca.SX.sym("q", 3)], [ca.SX.zeros(2, 4)])
     with pytest.raises(InputError, match=r"q \(4\).*inputs \[\(3, 1\)\]"):
         LearnedConstraintSystem(DISK, wrong)
+
+
+def test_elu_alpha_sets_the_slope_below_zero_of_the_exported_network():
+    # the authors' alpha 0.5 puts a kink in the connection (slope 0.5 below the ELU's 0, 1
+    # above); alpha 1 makes it continuously differentiable: checked on the CasADi export
+    from vimpc.models._torch_casadi import casadi_function
+
+    for alpha in (0.5, 1.0):
+        # one hidden unit: Linear(4, 1) (bias 0), ELU(alpha), Linear(1, 3)
+        net = HamelModel(DISK, DT, hidden=[1], elu_alpha=alpha).untrained_network()
+        assert net[1].alpha == alpha
+        fn = casadi_function(net, name="connection")
+        q = ca.MX.sym("q", 4)
+        slope = ca.Function("slope", [q], [ca.jacobian(fn(q), q)])
+        w = net[0].weight.detach().numpy()[0]
+        # inputs along w with the hidden unit's pre-activation just below and above 0
+        below, above = (np.asarray(slope(s * 1e-6 * w / (w @ w))) for s in (-1.0, 1.0))
+        ratio = below[np.abs(above) > 1e-12] / above[np.abs(above) > 1e-12]
+        np.testing.assert_allclose(ratio, alpha, rtol=1e-4)
+    with pytest.raises(InputError, match="elu_alpha"):
+        HamelModel(DISK, DT, elu_alpha=0.0)
