@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from test_controller_options import MINIMAL as SCENARIO
 from vimpc_envs.pendulum import PendulumEnv
 
 import vimpc.mpc.controller as controller_module
@@ -222,26 +223,6 @@ def test_bad_timing_is_refused_naming_the_argument_before_building(
     with pytest.raises(InputError) as err:
         MPC(cartpole, 5, SWING_UP, **kwargs)
     assert message in str(err.value)
-
-
-SCENARIO = """\
-[env]
-id = "vimpc/Pendulum-v0"
-dt = 0.05
-
-[model]
-family = "nominal"
-
-[controller]
-horizon = 5
-
-[controller.cost]
-Q = [1.0, 0.1]
-R = [0.01]
-
-[episodes]
-steps = 10
-"""
 
 
 @pytest.mark.parametrize(

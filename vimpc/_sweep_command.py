@@ -107,23 +107,14 @@ class Plan:
 
 def _toml_value(v: Any) -> str:
     """A TOML value that :func:`vimpc.scenario.parse_override` reads back as ``v``."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a TOML basic string
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise ConfigError(f"cannot use a {type(v).__name__} value as an override, got {v!r}")
+    from vimpc.scenario.schema import toml_value
+
+    try:
+        return toml_value(v)
+    except TypeError:
+        raise ConfigError(
+            f"cannot use a {type(v).__name__} value as an override, got {v!r}"
+        ) from None
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -4,7 +4,9 @@ follows from it without reading a file: the resolved configuration as TOML
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -326,26 +328,36 @@ CIRCLE_KEYS: dict[str, Setting] = {
 TABLE_ORDER = ("scenario", "env", "data", "model", "controller", "episodes", "metrics")
 
 
+def toml_value(v: Any) -> str:
+    """``v`` (bool, number, str, list, table) as one inline TOML value that TOML reads back
+    as ``v`` (``None`` entries of a table omitted)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        items = (f"{_toml_key(k)} = {toml_value(x)}" for k, x in v.items() if x is not None)
+        return "{" + ", ".join(items) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
 def dump_toml(cfg: dict[str, Any]) -> str:
     """A TOML text of a resolved configuration (tables, scalars, arrays; ``None`` omitted)."""
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, float):
-            if math.isinf(v):
-                return "inf" if v > 0 else "-inf"
-            return repr(v)
-        if isinstance(v, int):
-            return str(v)
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items() if x is not None) + "}"
-        raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
+    value = toml_value
     lines: list[str] = []
     for name in TABLE_ORDER:
         table = cfg[name]
