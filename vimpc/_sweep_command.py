@@ -422,39 +422,20 @@ def run_local(
     """Run ``tasks`` in this process (``workers == 1``) or in ``workers`` spawned processes;
     ``on_done`` gets each outcome in this process as it comes. A Ctrl-C or an error in this
     process ends the workers at once (their runs keep what they finished)."""
-    from vimpc.pipeline import _end_workers
+    from vimpc.pipeline import in_processes
 
-    outcomes = []
+    outcomes: list[Outcome] = []
     if workers <= 1:
         for task in tasks:
             outcomes.append(run_task(task))
             on_done(outcomes[-1])
         return outcomes
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
 
-    from vimpc.errors import WorkerError
+    def done(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        on_done(outcome)
 
-    pool = ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
-    )
-    try:
-        futures = [pool.submit(run_task, task) for task in tasks]
-        for future in as_completed(futures):
-            outcomes.append(future.result())
-            on_done(outcomes[-1])
-    except BrokenProcessPool:
-        _end_workers(pool)
-        raise WorkerError(
-            f"a worker process ended before its configuration did (killed, or out of memory?); "
-            f"{len(outcomes)} of {len(tasks)} configurations had ended. Resume with fewer "
-            "--workers if memory is short"
-        ) from None
-    except BaseException:
-        _end_workers(pool)
-        raise
-    pool.shutdown()
+    in_processes(run_task, tasks, workers, done, "configuration", initializer=_init_worker)
     return outcomes
 
 

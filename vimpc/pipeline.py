@@ -563,6 +563,50 @@ class EpisodeRunner:
 _RUNNER: EpisodeRunner | BaseException | None = None
 
 
+def in_processes(
+    function: Callable[[Any], Any],
+    items: Sequence[Any],
+    workers: int,
+    on_done: Callable[[Any], None],
+    what: str,
+    *,
+    initializer: Callable[..., None],
+    initargs: tuple = (),
+) -> None:
+    """``function(item)`` for every item in ``workers`` spawned processes, ``on_done`` called
+    with each result in this process as it comes. An executor, not a ``multiprocessing.Pool``:
+    a Pool replaces a worker that died (killed, out of memory) and waits for its item for
+    ever; the executor says it broke, which is a :class:`WorkerError` naming how many
+    ``what``s had finished. A Ctrl-C or an error here ends the workers at once."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=initializer,
+        initargs=initargs,
+    )
+    finished = 0
+    try:
+        for future in as_completed([pool.submit(function, item) for item in items]):
+            result = future.result()
+            finished += 1
+            on_done(result)
+    except BrokenProcessPool:
+        _end_workers(pool)
+        raise WorkerError(
+            f"a worker process ended before its {what} did (killed, or out of memory?); "
+            f"{finished} of {len(items)} {what}s had finished. Run again with fewer "
+            "--workers if memory is short"
+        ) from None
+    except BaseException:
+        _end_workers(pool)
+        raise
+    pool.shutdown()
+
+
 def _end_workers(pool) -> None:
     """Stop an executor's workers now (a Ctrl-C or an error must not wait for the episodes
     they are running)."""
@@ -671,38 +715,17 @@ def run_episodes(
             if on_episode is not None:
                 on_episode(len(out[-1][0].inputs))
         return out
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
     results: dict[int, Any] = {}
-    # an executor, not a multiprocessing.Pool: a Pool replaces a worker that died (killed,
-    # out of memory) and waits for its episode for ever; an executor says it broke
-    pool = ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(cfg, path),
-    )
-    try:
-        items = [(i, seed, fits[i]) for i, seed in enumerate(seeds)]
-        futures = [pool.submit(_run_in_worker, item) for item in items]
-        for future in as_completed(futures):
-            index, result = future.result()
-            results[index] = result
-            if on_result is not None:
-                on_result(index, result)
-            if on_episode is not None:
-                on_episode(len(result[0].inputs))
-    except BrokenProcessPool:
-        _end_workers(pool)
-        raise WorkerError(
-            f"a worker process ended before its episode did (killed, or out of memory?); "
-            f"{len(results)} of {len(seeds)} episodes had finished. Run again with fewer "
-            "--workers if memory is short"
-        ) from None
-    except BaseException:
-        _end_workers(pool)
-        raise
-    pool.shutdown()
+
+    def done(item) -> None:
+        index, result = item
+        results[index] = result
+        if on_result is not None:
+            on_result(index, result)
+        if on_episode is not None:
+            on_episode(len(result[0].inputs))
+
+    items = [(i, seed, fits[i]) for i, seed in enumerate(seeds)]
+    in_processes(_run_in_worker, items, workers, done, "episode",
+                 initializer=_init_worker, initargs=(cfg, path))  # fmt: skip
     return [results[i] for i in range(len(seeds))]
