@@ -30,18 +30,20 @@ def _double_integrator(
     bound=True,
     A=A,
     B=B,  # noqa: N803
+    state_names=("s", "v"),
 ) -> DiscreteModel:
-    """``x_next = A x + B u`` (by default the double integrator) with the constant bound
-    ``w`` and observation ``M x``."""
-    M = np.eye(2) if to_obs is None else np.asarray(to_obs, dtype=float)
-    x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
-    obs = ca.SX.sym("obs", 2)
+    """``x_next = A x + B u`` (by default the double integrator; any size ``A``) with the
+    constant bound ``w`` and observation ``M x``."""
+    n = A.shape[0]
+    M = np.eye(n) if to_obs is None else np.asarray(to_obs, dtype=float)
+    x, u, p, xn = ca.SX.sym("x", n), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", n)
+    obs = ca.SX.sym("obs", n)
     return DiscreteModel(
         dt=DT,
-        nx=2,
+        nx=n,
         nu=1,
         np=0,
-        nobs=2,
+        nobs=n,
         step=ca.Function("step", [x, u, p], [ca.mtimes(A, x) + ca.mtimes(B, u)]),
         residual=(
             ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A, x) - ca.mtimes(B, u)])
@@ -52,7 +54,7 @@ def _double_integrator(
         delta=0.05 if bound else None,
         from_obs=ca.Function("from_obs", [obs], [ca.mtimes(np.linalg.inv(M), obs)]),
         to_obs=ca.Function("to_obs", [x], [ca.mtimes(M, x)]),
-        state_names=("s", "v"),
+        state_names=state_names,
         input_names=("f",),
     )
 

@@ -8,6 +8,7 @@ import re
 import casadi as ca
 import numpy as np
 import pytest
+from test_mpc_tube import _double_integrator
 
 from vimpc import report
 from vimpc.dynamics import DiscreteModel
@@ -23,23 +24,7 @@ B3 = np.array([[0.0], [0.0], [DT]])
 
 def _triple_integrator() -> DiscreteModel:
     """``x_next = A x + B u`` on ``(a, b, c)``, observed as the state, a constant bound."""
-    x, u, p, xn = ca.SX.sym("x", 3), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 3)
-    obs = ca.SX.sym("obs", 3)
-    return DiscreteModel(
-        dt=DT,
-        nx=3,
-        nu=1,
-        np=0,
-        nobs=3,
-        step=ca.Function("step", [x, u, p], [ca.mtimes(A3, x) + ca.mtimes(B3, u)]),
-        residual=ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A3, x) - ca.mtimes(B3, u)]),
-        bound=ca.Function("bound", [x, u, p], [ca.DM([1e-3, 2e-3, 5e-3])]),
-        delta=0.05,
-        from_obs=ca.Function("from_obs", [obs], [obs]),
-        to_obs=ca.Function("to_obs", [x], [x]),
-        state_names=NAMES,
-        input_names=("u",),
-    )
+    return _double_integrator([1e-3, 2e-3, 5e-3], A=A3, B=B3, state_names=NAMES)
 
 
 def _constraints(soft_bounds: bool) -> Constraints:

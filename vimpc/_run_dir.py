@@ -198,12 +198,13 @@ def load_episode(stage: Path, k: int):
 # -- configurations ------------------------------------------------------------------------------
 
 
-def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (a TOML dotted key is a nested table)."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
-            out.update(_flat(value, name + "."))
+            out.update(flat(value, name + "."))
         else:
             out[name] = value
     return out
@@ -215,10 +216,10 @@ def config_differences(stage: Path, cfg: dict[str, Any]) -> list[str]:
     from vimpc.scenario import dump_toml
 
     try:
-        there = _flat(tomllib.loads((stage / CONFIG).read_text(encoding="utf-8")))
+        there = flat(tomllib.loads((stage / CONFIG).read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{str(stage / CONFIG)!r} cannot be read: {exc}") from None
-    here = _flat(tomllib.loads(dump_toml(cfg)))
+    here = flat(tomllib.loads(dump_toml(cfg)))
     lines = []
     for key in sorted(set(there) | set(here)):
         a, b = there.get(key, "(unset)"), here.get(key, "(unset)")

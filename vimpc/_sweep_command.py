@@ -117,18 +117,6 @@ def _toml_value(v: Any) -> str:
         ) from None
 
 
-def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (a TOML dotted key is a nested table)."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
 def _table(raw: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     value = raw.get(key, {})
     if not isinstance(value, dict):
@@ -203,11 +191,11 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
     if not isinstance(out, str) or not out.strip():
         raise ConfigError(f"{path}: sweep.out must be a folder path, got {out!r:.80}")
 
-    base = _flatten(_table(raw, "set", path))
+    base = _run_dir.flat(_table(raw, "set", path))
     for item in cli_sets:
         keys, value = scenario.parse_override(item)
         base[".".join(keys)] = value  # the command line wins over [set]
-    grid = _flatten(_table(raw, "grid", path))
+    grid = _run_dir.flat(_table(raw, "grid", path))
     for key, values in grid.items():
         if not isinstance(values, list):
             raise ConfigError(
@@ -239,7 +227,7 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
         )
     if not runs:
         raise ConfigError(f"{path}: runs = [] gives no configuration; remove it or add a run")
-    runs = [_flatten(r) for r in runs]
+    runs = [_run_dir.flat(r) for r in runs]
     for i, run in enumerate(runs):
         for key, value in run.items():
             where = (
