@@ -124,17 +124,10 @@ class Network:
 
     def torch_module(self):
         """The network as a float64 ``torch.nn.Sequential`` (imports torch)."""
-        import torch
 
-        from vimpc.models._torch_casadi import mlp
+        from vimpc.models._torch_casadi import load_weights, mlp
 
-        net = mlp(self.sizes, self.activation, seed=0)
-        linear = [m for m in net if isinstance(m, torch.nn.Linear)]
-        with torch.no_grad():
-            for module, (W, b) in zip(linear, self.layers, strict=True):
-                module.weight.copy_(torch.from_numpy(W))
-                module.bias.copy_(torch.from_numpy(b))
-        return net
+        return load_weights(mlp(self.sizes, self.activation, seed=0), self.layers)
 
     def casadi_function(self, name: str) -> ca.Function:
         """``x -> y`` as an MX CasADi function, written by

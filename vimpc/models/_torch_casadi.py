@@ -42,7 +42,7 @@ from torch import nn
 
 from vimpc.errors import InputError
 
-__all__ = ["SUPPORTED", "Sine", "casadi_expression", "casadi_function", "mlp"]
+__all__ = ["SUPPORTED", "Sine", "casadi_expression", "casadi_function", "load_weights", "mlp"]
 
 
 class Sine(nn.Module):
@@ -253,6 +253,17 @@ def mlp(
         if i < len(sizes) - 2:
             layers.append(make())
     return nn.Sequential(*layers)
+
+
+def load_weights(module: nn.Module, layers) -> nn.Module:
+    """``module`` with its Linear layers, in order, set to ``layers`` (``(W, b)`` numpy pairs,
+    float64); returns it."""
+    linear = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        for m, (W, b) in zip(linear, layers, strict=True):
+            m.weight.copy_(torch.from_numpy(np.asarray(W, dtype=np.float64)))
+            m.bias.copy_(torch.from_numpy(np.asarray(b, dtype=np.float64)))
+    return module
 
 
 def _timings(kind: str, repeats: int = 500) -> dict[str, float]:

@@ -553,16 +553,10 @@ class HamelModel(ModelFamily):
 
     def torch_network(self):
         """The fitted connection network, rebuilt in torch from ``weights_`` (for checks)."""
-        import torch
+        from vimpc.models._torch_casadi import load_weights
 
         self._require_fitted("torch_network()")
-        net = self.untrained_network()
-        linear = [m for m in net if isinstance(m, torch.nn.Linear)]
-        with torch.no_grad():
-            for m, (W, b) in zip(linear, self.weights_, strict=True):
-                m.weight.copy_(torch.from_numpy(W))
-                m.bias.copy_(torch.from_numpy(b))
-        return net
+        return load_weights(self.untrained_network(), self.weights_)
 
     def torch_dynamics(self, net=None) -> _TorchHamel:
         """The learned equations in torch (the fitted network unless ``net`` is given)."""
