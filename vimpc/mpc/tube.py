@@ -92,7 +92,7 @@ def residual_function(model: DiscreteModel) -> ca.Function:
     args = [ca.MX.sym(name, model.residual.sparsity_in(i))
             for i, name in enumerate(("x", "u", "x_next", "p"))]  # fmt: skip
     plain = model.residual.call(args, True, False)[0]
-    r, J = model.residual_jacobian.call(args, True, False)
+    _, J = model.residual_jacobian.call(args, True, False)
     out = ca.MX.sym("out_r", nx)
     blocks = (J[:, :nx], J[:, nx : nx + nu], J[:, nx + nu :], ca.MX(nx, model.np))
     jac = ca.Function(
@@ -114,7 +114,8 @@ def step_jacobians(model: DiscreteModel) -> ca.Function:
     if model.residual_jacobian is not None:  # the blocks [dr/dx, dr/du, dr/dx_next] given
         x, u, z = ca.MX.sym("x", model.nx), ca.MX.sym("u", model.nu), ca.MX.sym("x_next", model.nx)
         p = ca.MX.sym("p", model.np)
-        J, nx = model.residual_jacobian(x, u, z, p)[1], model.nx
+        # inlined, so that only J's part of the function is evaluated
+        J, nx = model.residual_jacobian.call([x, u, z, p], True, False)[1], model.nx
         AB = -ca.solve(J[:, nx + model.nu :], J[:, : nx + model.nu])
         return ca.Function("step_jacobians", [x, u, z, p], [AB[:, :nx], AB[:, nx:]],
                            ["x", "u", "x_next", "p"], ["A", "B"])  # fmt: skip
