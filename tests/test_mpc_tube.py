@@ -663,3 +663,35 @@ def test_gaussian_errors_scale_the_box_ellipsoid_by_the_quantile_ratio():
         MPC(model, **{**problem, "tube": "open_loop"}, tube_errors="gaussian")
     with pytest.raises(InputError, match=r"tube_errors must be one of .*got 'normal'"):
         MPC(model, **problem, tube_errors="normal")
+
+
+def test_a_horizon_level_bound_is_read_as_quantiles_over_its_horizon():
+    """The same Gaussian errors give the same ellipsoids whichever level the bound was
+    calibrated at: a bound that holds all H steps at once is wider by z(delta / 2 nx H) over
+    z(delta / 2 nx), and its ellipsoid after stage 1 is the step-level one's."""
+    from statistics import NormalDist
+
+    from vimpc.mpc.tube import bound_steps, gaussian_factors
+
+    delta, nx, H, N = 0.05, 2, 20, 8
+    z = [NormalDist().inv_cdf(1 - delta / (2 * nx * n)) for n in (1, H)]
+    w = np.array([2e-3, 1e-2])
+    step = dataclasses.replace(_double_integrator(w, implicit=False), delta=delta)
+    wide = _double_integrator(w * z[1] / z[0], implicit=False)
+    info = {**wide.info, "bound": {"level": "horizon", "horizon": H}}
+    horizon = dataclasses.replace(wide, delta=delta, info=info)
+    assert (bound_steps(step), bound_steps(horizon)) == (1, H)
+    assert gaussian_factors(delta, nx, H)[0] == pytest.approx(1 / z[1] ** 2, rel=1e-12)
+    problem = dict(
+        horizon=N,
+        cost=Cost(Q=[1.0, 0.1], R=[0.1]),
+        constraints=Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-1.0, -5.0], obs_max=[1.0, 5.0]),
+        tightening="tube",
+        tube="feedback",
+        tube_errors="gaussian",
+    )  # fmt: skip
+    a, b = (MPC(m, **problem)(np.array([0.1, 0.0])) for m in (step, horizon))
+    np.testing.assert_allclose(b.tube[2:], a.tube[2:], rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(b.tube_inputs, a.tube_inputs, rtol=1e-9, atol=1e-15)
+    # stage 1 holds the wider box
+    np.testing.assert_allclose(b.tube[1], a.tube[1] * z[1] / z[0], rtol=1e-12)

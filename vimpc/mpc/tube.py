@@ -38,9 +38,11 @@ linearised system over all error sequences in the boxes is larger: the tube expe
 the bound instead as the quantiles of independent zero-mean Gaussian errors
 (:func:`gaussian_factors`): ``W_k = diag((w_k / z_w)^2)`` and the margins ``z_c sqrt(...)``, so
 each row and each input bound holds with probability ``1 - delta`` at each stage under that
-assumption. Its ellipsoid does not hold the box (``z_c / z_w < 1``), so at stage 1, where
-``e_1`` is the one-step error itself, a row's margin is the larger of its own and the box's
-worst case ``|g_{1,j}| . w_0``.
+assumption. A horizon-level bound (all errors of a horizon inside at once) is read as the
+quantiles at the correspondingly smaller probability per entry, so the same Gaussian errors
+give the same ``W_k`` whichever level the bound was calibrated at. Its ellipsoid does not
+hold the box (``z_c / z_w < 1``), so at stage 1, where ``e_1`` is the one-step error itself,
+a row's margin is the larger of its own and the box's worst case ``|g_{1,j}| . w_0``.
 
 Everything is one CasADi function of the plan, built once and evaluated once per solve.
 """
@@ -61,16 +63,25 @@ TUBES = ("feedback", "open_loop")
 ERRORS = ("box", "gaussian")
 
 
-def gaussian_factors(delta: float, nx: int) -> tuple[float, float]:
+def gaussian_factors(delta: float, nx: int, steps: int = 1) -> tuple[float, float]:
     """``(1 / z_w^2, z_c)`` of the feedback tube's ``"gaussian"`` errors: the bound ``w`` read
-    as the two-sided quantiles of independent zero-mean Gaussian errors at ``delta / nx`` per
-    entry (all entries inside at once with probability ``>= 1 - delta``, as the bound
-    promises), ``sigma = w / z_w``, ``z_w = Phi^-1(1 - delta / (2 nx))``; each row held with
-    probability ``1 - delta`` at each stage, ``z_c = Phi^-1(1 - delta)``."""
+    as the two-sided quantiles of independent zero-mean Gaussian errors at
+    ``delta / (nx steps)`` per entry (all ``nx`` entries of ``steps`` consecutive errors inside
+    at once with probability ``>= 1 - delta``, as the bound promises: ``steps = 1`` for a
+    step-level bound, its horizon for a horizon-level one), ``sigma = w / z_w``,
+    ``z_w = Phi^-1(1 - delta / (2 nx steps))``; each row held with probability ``1 - delta``
+    at each stage, ``z_c = Phi^-1(1 - delta)``."""
     from statistics import NormalDist
 
-    z_w = NormalDist().inv_cdf(1 - delta / (2 * nx))
+    z_w = NormalDist().inv_cdf(1 - delta / (2 * nx * steps))
     return 1.0 / z_w**2, NormalDist().inv_cdf(1 - delta)
+
+
+def bound_steps(model: DiscreteModel) -> int:
+    """How many consecutive one-step errors the model's bound holds at once with probability
+    ``1 - delta``: its horizon for a horizon-level bound, else 1."""
+    record = model.info.get("bound") or {}
+    return int(record.get("horizon", 1)) if record.get("level") == "horizon" else 1
 
 
 def keeps_mx(model: DiscreteModel) -> bool:
@@ -211,7 +222,7 @@ def tube_function(
                 f"tube_errors must be one of {', '.join(map(repr, ERRORS))}, got {errors!r}"
             )
     # the ellipsoid's shape per unit w^2, and the margin per unit sqrt(g^T Sigma g)
-    shape, margin = gaussian_factors(model.delta, nx) if errors == "gaussian" else (nx, 1.0)
+    shape, margin = gaussian_factors(model.delta, nx, bound_steps(model)) if errors == "gaussian" else (nx, 1.0)
     fns = {"bound": model.bound, "to_obs": model.to_obs, "safety": safety}
     if lipschitz is None:
         fns["jacobians"] = step_jacobians(model)
