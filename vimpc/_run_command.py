@@ -134,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.workers < 1:
         raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
+    _check_backend(args)
     if args.resume is not None:
         return _resume(args, started)
     if args.scenario is None:
@@ -146,6 +147,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     _usable_folder(root, "--out")
     name = cfg["scenario"]["name"]
     _mention_unfinished(root, name, cfg)
+    with _backend(args):
+        return _new_run(cfg, args, started, root, name)
+
+
+def _new_run(cfg, args, started, root: Path, name: str) -> int:
+    from vimpc import scenario
+
     final_dir, stage_dir = _reserve_run_dir(root, name)
     lock = _run_dir.Lock(stage_dir, wait=True)
     try:
@@ -173,6 +181,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         shutil.rmtree(stage_dir, ignore_errors=True)
         raise
     return _session(cfg, args, started, final_dir, stage_dir, manifest, lock, new=True)
+
+
+def _check_backend(args: argparse.Namespace) -> None:
+    """Refuse a ``--backend``/``--address`` pair that cannot work (without importing Ray)."""
+    from vimpc._ray_backend import check_options
+
+    check_options(getattr(args, "backend", "local"), getattr(args, "address", None))
+
+
+def _backend(args: argparse.Namespace):
+    """The context the run's episodes need: for ``--backend ray`` the Ray cluster (started
+    or connected to here, before any folder is made; stopped after if started here)."""
+    if getattr(args, "backend", "local") != "ray":
+        return contextlib.nullcontext()
+    from vimpc._ray_backend import connected
+
+    return connected(getattr(args, "address", None), args.workers)
 
 
 def _seeds(cfg) -> list[int]:
@@ -216,9 +241,6 @@ def _mention_unfinished(root: Path, name: str, cfg) -> None:
 
 def _resume(args: argparse.Namespace, started: float) -> int:
     """``vimpc run --resume FOLDER``: run the episodes an unfinished run is missing."""
-    from vimpc import pipeline, scenario
-    from vimpc.scenario.catalog import find_scenario
-
     if args.refit:
         raise ConfigError(
             "--refit cannot be combined with --resume: the finished episodes used the model "
@@ -250,6 +272,14 @@ def _resume(args: argparse.Namespace, started: float) -> int:
             f"--resume: {str(final_dir)!r} exists beside {str(stage_dir)!r}; the run cannot be "
             "finished under its name. Move one of them away first"
         )
+    with _backend(args):
+        return _resume_in(args, started, final_dir, stage_dir)
+
+
+def _resume_in(args: argparse.Namespace, started: float, final_dir: Path, stage_dir: Path) -> int:
+    from vimpc import pipeline, scenario
+    from vimpc.scenario.catalog import find_scenario
+
     lock = _run_dir.Lock(stage_dir, wait=False)
     try:
         if (stage_dir / _run_dir.METRICS).is_file():
@@ -414,13 +444,22 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     count, steps = manifest["episodes"], cfg["episodes"]["steps"]
     seeds = manifest["seeds"]
     missing = sorted(set(range(count)) - set(_run_dir.finished(stage_dir, count)))
-    workers, why = pipeline.worker_count(args.workers, len(missing))
-    cores = pipeline.usable_cores()
+    ray = getattr(args, "backend", "local") == "ray"
+    if ray:
+        from vimpc import _ray_backend
+
+        workers, why = _ray_backend.worker_count(args.workers, len(missing))
+        cluster = _ray_backend.current()  # the machine's cores for a local cluster
+        cores = pipeline.usable_cores() if cluster.owned else cluster.cpus
+        session.update(backend="ray", ray_cluster=_ray_backend.describe())
+    else:
+        workers, why = pipeline.worker_count(args.workers, len(missing))
+        cores = pipeline.usable_cores()
     if why is not None and missing:
         shared = ": more processes would share the cores and slow every solve"
         print(
             f"--workers {args.workers} capped to {workers} ({why})"
-            + (shared if workers == cores else "")
+            + (shared if workers == cores and not ray else "")
         )
     session.update(workers_requested=args.workers, processes=workers, cores=cores)
     # what else ran on the machine meanwhile: the 1-minute load average, before and after
@@ -428,7 +467,8 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     session["episodes_run"] = 0
     # the plots need a controller here; a serial run uses the same one for its episodes
     plots = not args.no_plots
-    runner = pipeline.EpisodeRunner(cfg, path) if plots or (workers == 1 and missing) else None
+    serial = workers == 1 and missing and not ray
+    runner = pipeline.EpisodeRunner(cfg, path) if plots or serial else None
     left = set(missing)
 
     def keep(i: int, result) -> None:
@@ -444,17 +484,28 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
         with tqdm(
             total=len(missing) * steps, desc="episodes", unit="step", disable=args.quiet
         ) as bar:
-            pipeline.run_episodes(
-                cfg,
-                path,
-                [seeds[k] for k in missing],
-                fits=[k % len(records) for k in missing],
-                workers=workers,
-                on_step=(lambda: bar.update()) if workers == 1 else None,
-                on_episode=(lambda steps: bar.update(steps)) if workers > 1 else None,
-                on_result=keep,
-                runner=runner,
-            )
+            if ray:  # one Ray task per episode, the model sent as its file's bytes
+                _ray_backend.run_episodes(
+                    cfg,
+                    path,
+                    [seeds[k] for k in missing],
+                    fits=[k % len(records) for k in missing],
+                    workers=workers,
+                    on_episode=lambda steps: bar.update(steps),
+                    on_result=keep,
+                )
+            else:
+                pipeline.run_episodes(
+                    cfg,
+                    path,
+                    [seeds[k] for k in missing],
+                    fits=[k % len(records) for k in missing],
+                    workers=workers,
+                    on_step=(lambda: bar.update()) if workers == 1 else None,
+                    on_episode=(lambda steps: bar.update(steps)) if workers > 1 else None,
+                    on_result=keep,
+                    runner=runner,
+                )
     # the summary is made from the kept files, whichever session ran each episode
     kept = [_run_dir.load_episode(stage_dir, k) for k in range(count)]
     trajectories = [traj for traj, _ in kept]

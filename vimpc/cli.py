@@ -117,6 +117,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return cmd_sweep(args)
 
 
+def _backend_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help=f"where the {what} run: local worker processes, or Ray tasks (the same results; "
+        'needs pip install "vimpc[ray]")',
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="with --backend ray: auto, HOST:PORT or ray://HOST:PORT of an existing cluster "
+        "(default: a local cluster on 127.0.0.1 with --workers CPUs, started and stopped here)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from vimpc import __version__
 
@@ -178,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with the configuration and model of its finished ones (a scenario and --set given "
         "too must match them)",
     )
+    _backend_args(run, "episodes")
     run.set_defaults(func=cmd_run)
     sweep = sub.add_parser(
         "sweep",
@@ -213,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--refit", action="store_true", help="fit again instead of the cache")
     sweep.add_argument("--no-plots", action="store_true", help="skip the figures")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    _backend_args(sweep, "episodes (and fits)")
     sweep.set_defaults(func=_cmd_sweep)
     for name, text in (
         ("fit", "collect data, fit the scenario's model and write it to a .vimpc file"),
