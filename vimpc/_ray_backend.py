@@ -35,6 +35,7 @@ import hashlib
 import os
 import socket
 import tempfile
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -473,3 +474,211 @@ def describe() -> str:
     cluster = current()
     kind = "local Ray cluster" if cluster.owned else "Ray cluster"
     return f"{kind} at {cluster.address} ({cluster.cpus} CPU{'s' if cluster.cpus != 1 else ''})"
+
+
+# -- a sweep on Ray --------------------------------------------------------------------------------
+
+
+def fit_sweep(
+    stage: Path, todo: Sequence[str], refit: bool, refitted: set[str]
+) -> tuple[set[str], dict[str, str]]:
+    """Fit, as Ray tasks at once, the models the configurations ``todo`` of the sweep in
+    ``stage`` still need that the cache lacks (all of them with ``refit``): one task per
+    distinct fit, each written to the cache as a fit in this process would be. Fits whose
+    data are files (``data.path``) stay for the sweep's process. Returns the cached files
+    written (``fresh``) and ``{configuration: error}`` for the configurations whose fit
+    failed. The keys fitted are added to ``refitted`` (not fitted again)."""
+    from vimpc import _run_dir, pipeline, scenario
+    from vimpc._files import write_atomic
+
+    wanted: dict[str, tuple[dict[str, Any], str]] = {}  # cache file -> (fit config, key)
+    users: dict[str, list[str]] = {}
+    for cid in todo:
+        run_stage = stage / (cid + _run_dir.PARTIAL)
+        manifest = _run_dir.read_manifest(run_stage) if run_stage.is_dir() else None
+        if manifest is None or manifest.get("model") is not None:
+            continue
+        cfg = scenario.load_scenario(run_stage / _run_dir.CONFIG)
+        for k in range(cfg["data"]["fits"]):
+            fit_cfg = pipeline.fit_config(cfg, k)
+            files = (fit_cfg["model"]["path"], fit_cfg["data"]["path"])
+            if any(f is not None for f in files) or fit_cfg["data"]["heldout_path"] is not None:
+                continue
+            env = pipeline.build_env(fit_cfg)
+            if not pipeline.build_family(fit_cfg, env.nominal_system).needs_fit():
+                continue
+            key = pipeline.cache_key(fit_cfg)
+            target = pipeline.cache_dir() / f"{fit_cfg['scenario']['name']}-{key}.vimpc"
+            if target.exists() and not refit:
+                continue
+            wanted.setdefault(str(target), (fit_cfg, key))
+            users.setdefault(str(target), []).append(cid)
+    if not wanted:
+        return set(), {}
+    pipeline.check_cache_writable()
+    targets = list(wanted)
+    fresh: set[str] = set()
+    failed: dict[str, str] = {}
+
+    def done(i: int, result: Any, error: BaseException | None) -> None:
+        target = targets[i]
+        if error is not None:
+            for cid in users[target]:
+                failed.setdefault(cid, f"{type(error).__name__}: {error}")
+            return
+        data, lines = result
+        write_atomic(target, data, overwrite=True)
+        fresh.add(target)
+        refitted.add(wanted[target][1])
+        for cid in users[target]:
+            with open(stage / f"{cid}.log", "a", encoding="utf-8") as log:
+                print("\n".join(lines), file=log)
+
+    workers, _ = worker_count(len(targets), len(targets))
+    print(f"fitting {len(targets)} model(s) as Ray tasks on the {describe()}")
+    calls = [(fit, (wanted[t][0],)) for t in targets]
+    run_tasks(calls, workers, done, "fit")
+    return fresh, failed
+
+
+class _OpenRun:
+    """A configuration's run folder while its episodes run on Ray (locked here)."""
+
+    def __init__(self, task, stage: Path, cfg, manifest, lock, missing: list[int]) -> None:
+        self.task, self.stage, self.cfg = task, stage, cfg
+        self.manifest, self.lock = manifest, lock
+        self.left = set(missing)
+        self.pending = len(missing)
+        self.error: str | None = None
+        self.session: dict[str, Any] = {}
+        self.started = time.perf_counter()
+        self.closed = False
+
+
+def run_sweep(
+    tasks: Sequence[Any],
+    workers: int,
+    on_done: Callable[[Any], None],
+    session: dict[str, Any] | None = None,
+) -> list[Any]:
+    """The sweep's runs (:class:`vimpc._sweep_command.Task`) on the open Ray cluster: every
+    missing episode of every run is one Ray task (at most ``workers`` at once, the runs in
+    order), kept in its run folder here as it ends; a run whose episodes are all kept is
+    finished here (metrics, figures, rename) and ``on_done`` gets its outcome. An episode
+    that raises fails its run (its other episodes still run and are kept)."""
+    from datetime import UTC, datetime
+
+    from vimpc import _run_dir, scenario
+    from vimpc._run_command import _load_average
+    from vimpc._sweep_command import Outcome, _open_run, run_task
+
+    outcomes: list[Any] = []
+
+    def finish(task, error: str | None) -> None:
+        if error is None:
+            outcome = run_task(task)  # the metrics and figures from the kept episodes
+        else:
+            with open(task.log, "a", encoding="utf-8") as log:
+                print(f"error: {error}", file=log)
+            outcome = Outcome(task.id, None, error)
+        outcomes.append(outcome)
+        on_done(outcome)
+
+    runs: dict[str, _OpenRun] = {}
+    calls: list[tuple[Callable, tuple]] = []
+    index: list[tuple[str, int]] = []
+    try:
+        for task in tasks:
+            stage = Path(task.stage)
+            try:
+                opened = _open_run(stage)
+            except Exception as exc:
+                finish(task, f"{type(exc).__name__}: {exc}")
+                continue
+            if opened is None:
+                finish(task, None)
+                continue
+            cfg, manifest, lock = opened
+            count = manifest["episodes"]
+            missing = sorted(set(range(count)) - set(_run_dir.finished(stage, count)))
+            if not missing:
+                lock.release()
+                finish(task, None)
+                continue
+            runs[task.id] = run = _OpenRun(task, stage, cfg, manifest, lock, missing)
+            records = manifest.get("fits") or [manifest["model"]]
+            paths = [r["path"] for r in records]
+            refs = model_bytes(paths)
+            key = _runner_key(scenario.dump_toml(cfg), paths)
+            cfg_ref = put(cfg)
+            for k in missing:
+                seed, fit_k = manifest["seeds"][k], k % len(records)
+                calls.append((episode, (cfg_ref, key, seed, fit_k, *refs)))
+                index.append((task.id, k))
+        used, why = worker_count(workers, max(1, len(calls)))
+        if why is not None and calls:
+            print(f"--workers {workers} capped to {used} ({why})")
+        if session is not None:
+            session["processes"] = used
+        for run in runs.values():
+            run.session = {
+                "started": datetime.now(UTC).isoformat(timespec="seconds"),
+                "backend": "ray",
+                "ray_cluster": describe(),
+                "workers_requested": workers,
+                "processes": used,
+                "cores": current().cpus,
+                "load_average": [_load_average()],
+                "episodes_run": 0,
+            }
+            run.manifest["sessions"].append(run.session)
+
+        def done(i: int, result: Any, error: BaseException | None) -> None:
+            cid, k = index[i]
+            run = runs[cid]
+            run.pending -= 1
+            if error is not None:
+                if run.error is None:
+                    run.error = f"{type(error).__name__}: {error}"
+            else:
+                traj, metrics = result
+                _run_dir.save_episode(run.stage, k, run.manifest["seeds"][k], traj, metrics)
+                run.left.discard(k)
+                run.session["episodes_run"] += 1
+                _keep_manifest(run)
+            if run.pending == 0:
+                _close(run, "complete" if run.error is None else f"error: {run.error:.300}")
+                finish(run.task, run.error)
+
+        run_tasks(calls, used, done, "episode")
+    except BaseException as exc:
+        for run in runs.values():
+            if not run.closed:
+                ended = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc!r}"
+                with contextlib.suppress(Exception):
+                    _close(run, ended[:300])
+        raise
+    return outcomes
+
+
+def _keep_manifest(run: _OpenRun) -> None:
+    from vimpc import _run_dir
+
+    count = run.manifest["episodes"]
+    run.manifest["finished"] = count - len(run.left)
+    run.manifest["missing"] = sorted(run.left)
+    _run_dir.write_manifest(run.stage, run.manifest)
+
+
+def _close(run: _OpenRun, ended: str) -> None:
+    """Record how the run's Ray session ended and release its folder."""
+    from vimpc._run_command import _load_average
+
+    try:
+        run.session["ended"] = ended
+        run.session["wall_time_s"] = time.perf_counter() - run.started
+        run.session["load_average"].append(_load_average())
+        _keep_manifest(run)
+    finally:
+        run.closed = True
+        run.lock.release()

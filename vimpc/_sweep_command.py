@@ -323,20 +323,23 @@ def run_task(task: Task) -> Outcome:
             return Outcome(task.id, None, f"{type(exc).__name__}: {exc}")
 
 
-def _finish_run(stage: Path, task: Task) -> int:
+def _open_run(stage: Path) -> tuple[dict[str, Any], dict[str, Any], Any] | None:
+    """``(cfg, manifest, lock)`` of a configuration's unfinished run folder, locked and
+    checked as ``vimpc run --resume`` checks it; ``None`` when the run is complete (a
+    complete folder not yet renamed is renamed here)."""
     from vimpc import pipeline, scenario
-    from vimpc._run_command import _check_same_run, _session
+    from vimpc._run_command import _check_same_run
 
     final = stage.with_name(stage.name[: -len(PARTIAL)])
     if (final / _run_dir.METRICS).is_file():
-        return 0
+        return None
     lock = _run_dir.Lock(stage, wait=False)
     try:
         if (stage / _run_dir.METRICS).is_file():  # complete, but not yet renamed
             (stage / _run_dir.MANIFEST).unlink(missing_ok=True)
             lock.release(remove=True)
             os.rename(stage, final)
-            return 0
+            return None
         manifest = _run_dir.read_manifest(stage)
         if manifest is None:
             raise ConfigError(f"{str(stage)!r} has no {_run_dir.MANIFEST}; remove the folder")
@@ -348,6 +351,17 @@ def _finish_run(stage: Path, task: Task) -> int:
     except BaseException:
         lock.release()
         raise
+    return cfg, manifest, lock
+
+
+def _finish_run(stage: Path, task: Task) -> int:
+    from vimpc._run_command import _session
+
+    opened = _open_run(stage)
+    if opened is None:
+        return 0
+    cfg, manifest, lock = opened
+    final = stage.with_name(stage.name[: -len(PARTIAL)])
     args = argparse.Namespace(
         refit=task.refit and manifest["model"] is None,
         quiet=True,
@@ -357,10 +371,14 @@ def _finish_run(stage: Path, task: Task) -> int:
     return _session(cfg, args, time.perf_counter(), final, stage, manifest, lock, new=False)
 
 
-def _obtain_models_first(stage: Path, cid: str, refit: bool, refitted: set[str]) -> Outcome:
+def _obtain_models_first(
+    stage: Path, cid: str, refit: bool, refitted: set[str], fresh: set[str] | None = None
+) -> Outcome:
     """Obtain (load, build, take from the cache or fit) the models of configuration ``cid``
     whose run has none yet and record them in its manifest, as its run would; ``--refit``
-    fits each cache entry once per sweep (``refitted``). An error is returned, not raised."""
+    fits each cache entry once per sweep (``refitted``). ``fresh``: the cached files this
+    sweep has just fitted elsewhere (Ray tasks), recorded as fitted now by the first
+    configuration that uses each. An error is returned, not raised."""
     from vimpc import pipeline, scenario
     from vimpc._run_command import _obtain_models
 
@@ -381,6 +399,11 @@ def _obtain_models_first(stage: Path, cid: str, refit: bool, refitted: set[str])
                 refitted.add(key)
                 args = argparse.Namespace(refit=again, quiet=True)
                 records = _obtain_models(cfg, pipeline.build_env(cfg), args, print)
+                for record in records:
+                    if fresh is not None and record["path"] in fresh:
+                        fresh.discard(record["path"])
+                        print(f"(fitted as a Ray task: {record['path']})")
+                        record.update(fitted_now=True, reused_cached_fit=False)
                 manifest["model"] = records[0]
                 if len(records) > 1:
                     manifest["fits"] = records
@@ -405,7 +428,10 @@ def _init_worker() -> None:
 
 
 def run_local(
-    tasks: Sequence[Task], workers: int, on_done: Callable[[Outcome], None]
+    tasks: Sequence[Task],
+    workers: int,
+    on_done: Callable[[Outcome], None],
+    session: dict[str, Any] | None = None,
 ) -> list[Outcome]:
     """Run ``tasks`` in this process (``workers == 1``) or in ``workers`` spawned processes;
     ``on_done`` gets each outcome in this process as it comes. A Ctrl-C or an error in this
@@ -427,9 +453,24 @@ def run_local(
     return outcomes
 
 
-#: the backends by name: ``backend(tasks, workers, on_done) -> outcomes``
-BACKENDS: dict[str, Callable[[Sequence[Task], int, Callable[[Outcome], None]], list[Outcome]]] = {
-    "local": run_local
+def run_ray(
+    tasks: Sequence[Task],
+    workers: int,
+    on_done: Callable[[Outcome], None],
+    session: dict[str, Any] | None = None,
+) -> list[Outcome]:
+    """Run ``tasks`` on the open Ray cluster (:mod:`vimpc._ray_backend`), one Ray task per
+    missing episode, at most ``workers`` at once (the count used goes to ``session``); see
+    :func:`vimpc._ray_backend.run_sweep`."""
+    from vimpc._ray_backend import run_sweep
+
+    return run_sweep(tasks, workers, on_done, session)
+
+
+#: the backends by name: ``backend(tasks, workers, on_done, session) -> outcomes``
+BACKENDS: dict[str, Callable[..., list[Outcome]]] = {
+    "local": run_local,
+    "ray": run_ray,
 }
 
 
@@ -502,11 +543,11 @@ def resume_command(stage: Path) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from vimpc import __version__
-    from vimpc._run_command import _usable_folder
+    from vimpc._run_command import _check_backend, _usable_folder
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
+    _check_backend(args)
     if args.resume is not None:
         return _resume(args)
     if args.sweep is None:
@@ -521,6 +562,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for folder in (final, stage):
         if folder.exists():
             raise ConfigError(_taken(folder, plan.name))
+    with _backend(args):  # the Ray cluster, before any folder is made
+        return _new_sweep(args, plan, final, stage)
+
+
+def _new_sweep(args: argparse.Namespace, plan: Plan, final: Path, stage: Path) -> int:
+    from vimpc import __version__
+
     try:
         stage.mkdir()
     except FileExistsError:  # another sweep took the name this instant
@@ -581,8 +629,6 @@ def _config_digest(cfg: dict[str, Any]) -> str:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from vimpc import scenario
-
     if args.out is not None:
         raise ConfigError(
             f"--out does not apply with --resume: the sweep goes on in {args.resume!r}; leave "
@@ -618,6 +664,19 @@ def _resume(args: argparse.Namespace) -> int:
             f"--resume: {str(final)!r} exists beside {str(stage)!r}; the sweep cannot be "
             "finished under its name. Move one of them away first"
         )
+    with _backend(args):  # the Ray cluster, before the sweep is touched
+        return _resume_in(args, final, stage)
+
+
+def _backend(args: argparse.Namespace):
+    from vimpc._run_command import _backend
+
+    return _backend(args)
+
+
+def _resume_in(args: argparse.Namespace, final: Path, stage: Path) -> int:
+    from vimpc import scenario
+
     lock = _Lock(stage)
     try:
         try:
@@ -679,10 +738,21 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             if _status(stage, e["id"]) == "not begun":
                 _prepare(stage, e, cfg, manifest["scenario_file"])
         todo = [e["id"] for e in entries if _status(stage, e["id"]) != "complete"]
-        workers, why = worker_count(args.workers, len(todo))
-        if todo and why is not None:
-            # the count is of configurations here, where worker_count says episodes
-            print(f"--workers {args.workers} capped to {workers} ({why})".replace("episode", "run"))
+        backend = getattr(args, "backend", "local")
+        if backend == "ray":  # Ray tasks are episodes and fits; their count is capped there
+            from vimpc import _ray_backend
+
+            workers = args.workers
+            session.update(backend="ray", ray_cluster=_ray_backend.describe())
+        else:
+            workers, why = worker_count(args.workers, len(todo))
+            if todo and why is not None:
+                # the count is of configurations here, where worker_count says episodes
+                print(
+                    f"--workers {args.workers} capped to {workers} ({why})".replace(
+                        "episode", "run"
+                    )
+                )
         session.update(workers_requested=args.workers, processes=workers, cores=usable_cores())
         bar = tqdm(
             total=len(entries),
@@ -703,8 +773,17 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
         # seeds, controller settings) reuse the cached one instead of fitting it at once
         # in several workers
         refitted: set[str] = set()
+        fresh: set[str] = set()
+        if backend == "ray":  # the fits of different settings at once, as Ray tasks
+            from vimpc import _ray_backend
+
+            fresh, failed = _ray_backend.fit_sweep(stage, todo, bool(args.refit), refitted)
+            for cid, error in failed.items():
+                done(Outcome(cid, None, error))
         for cid in todo:
-            outcome = _obtain_models_first(stage, cid, bool(args.refit), refitted)
+            if cid in failures:
+                continue
+            outcome = _obtain_models_first(stage, cid, bool(args.refit), refitted, fresh)
             if outcome.error is not None:
                 done(outcome)
         tasks = [
@@ -718,7 +797,7 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             for cid in todo
             if cid not in failures
         ]
-        BACKENDS["local"](tasks, workers, done)
+        BACKENDS[backend](tasks, workers, done, session)
         bar.close()
         if failures:
             session["ended"] = f"{len(failures)} configurations failed"
@@ -869,8 +948,11 @@ def _sharing(manifest: dict[str, Any]) -> str:
     ran = [s for s in manifest["sessions"] if "processes" in s]
     counts = sorted({s["processes"] for s in ran}) or [1]
     cores = max((s.get("cores", 1) for s in ran), default=1)
+    what = "configuration"
+    if any(s.get("backend") == "ray" for s in ran):
+        what = "configuration or Ray episode" if any("backend" not in s for s in ran) else "Ray"
     return (
-        f"Solve times were measured with {' or '.join(map(str, counts))} configuration "
+        f"Solve times were measured with {' or '.join(map(str, counts))} {what} "
         f"process{'es' if counts[-1] > 1 else ''} at once on {cores} usable "
         f"core{'s' if cores != 1 else ''} (vimpc sweep --workers)."
     )
