@@ -155,6 +155,8 @@ def connected(address: str | None, workers: int) -> Iterator[Cluster]:
     CPUs) for the body, and close it after (a local cluster is stopped)."""
     global _CLUSTER
     check_options("ray", address)
+    if address not in (None, "auto"):  # an unreachable address fails fast, not in Ray
+        _check_reachable(*_host_port(address), address)
     ray = import_ray()
     if ray.is_initialized():
         cluster = _reuse(ray, address)
@@ -256,7 +258,8 @@ def _auto_address() -> str:
 def _connect(ray, address: str) -> Cluster:
     target = _auto_address() if address == "auto" else address
     host, port = _host_port(target)
-    _check_reachable(host, port, address)
+    if address == "auto":
+        _check_reachable(host, port, address)
     if target.startswith("ray://"):
         import importlib.util
 
@@ -672,9 +675,13 @@ def _keep_manifest(run: _OpenRun) -> None:
 
 def _close(run: _OpenRun, ended: str) -> None:
     """Record how the run's Ray session ended and release its folder."""
+    from vimpc import _run_dir
     from vimpc._run_command import _load_average
 
     try:
+        # the files count: an episode written just before an interrupt is in them
+        count = run.manifest["episodes"]
+        run.left = set(range(count)) - set(_run_dir.finished(run.stage, count))
         run.session["ended"] = ended
         run.session["wall_time_s"] = time.perf_counter() - run.started
         run.session["load_average"].append(_load_average())
