@@ -34,10 +34,12 @@ stops the runs, keeps their finished episodes and leaves the ``.partial`` name;
 ``vimpc sweep --resume FOLDER`` runs only what is missing.
 
 The models of the configurations are obtained first, in the sweep's process one at a time
-(configurations that share a fit reuse the cached one). Then the configurations' runs go to
+(configurations that share a fit reuse the cached one; with ``--backend ray`` the distinct
+fits the cache lacks first run at once as Ray tasks). Then the configurations' runs go to
 a backend (:data:`BACKENDS`): a function of the tasks, the number of processes and a callback
 for each outcome. :func:`run_local` runs them in local worker processes, one configuration
-each at a time, its episodes in turn.
+each at a time, its episodes in turn; :func:`run_ray` makes every missing episode a Ray task
+and keeps each in its run folder here (:mod:`vimpc._ray_backend`).
 """
 
 from __future__ import annotations

@@ -222,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="configurations in parallel processes (at most one per configuration and per "
-        "core; each runs its episodes serially)",
+        "core; each runs its episodes serially); with --backend ray: episodes (Ray tasks) "
+        "at once",
     )
     sweep.add_argument(
         "--resume", metavar="FOLDER", default=None, help="finish an unfinished sweep folder"
