@@ -114,6 +114,28 @@ def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, tmp_path):
     assert session["episodes_run"] == 4 and "127.0.0.1" in session["ray_cluster"]
 
 
+@pytest.mark.parametrize("how", ["HOST:PORT", "auto"])
+def test_a_run_on_an_existing_cluster_leaves_it_running(how, cluster, tmp_path):
+    assert _run(tmp_path / "local") == 0
+    # another process connects to the module's cluster (its token mode is inherited)
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    address = cluster.address
+    if how == "auto":
+        env["RAY_ADDRESS"], address = cluster.address, "auto"
+    done = subprocess.run(
+        [sys.executable, "-m", "vimpc.cli", "run", "pendulum_swingup", *TINY, "--out",
+         str(tmp_path / "ray"), "--quiet", "--no-plots", "--backend", "ray", "--address",
+         address, "--workers", "2"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    on_ray = _only(tmp_path / "ray" / "pendulum_swingup")
+    assert _same_episodes(_only(tmp_path / "local" / "pendulum_swingup"), on_ray) == 4
+    (session,) = json.loads((on_ray / "metrics.json").read_text())["sessions"]
+    assert session["ray_cluster"] == f"Ray cluster at {cluster.address} ({cluster.cpus} CPUs)"
+    assert [n["Alive"] for n in cluster.ray.nodes()] == [True]  # not stopped by the run
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):

@@ -274,7 +274,11 @@ def _connect(ray, address: str) -> Cluster:
         with guard:
             ray.init(address=target, log_to_driver=False, logging_level="warning")
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"--address {address!r}: cannot connect to Ray: {exc}") from None
+        raise ConfigError(
+            f"--address {address!r}: cannot connect to Ray: {exc} (a cluster with token "
+            "authentication needs RAY_AUTH_MODE=token and its token in this environment: "
+            "https://docs.ray.io/en/latest/ray-security/token-auth.html)"
+        ) from None
     return Cluster(ray, owned=False, cpus=_cpus(ray), address=target)
 
 
