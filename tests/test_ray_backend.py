@@ -52,6 +52,14 @@ def cluster():
         yield opened
 
 
+@pytest.fixture(scope="module")
+def local_tiny(tmp_path_factory) -> Path:
+    """The run folder of the tiny run on the local backend."""
+    out = tmp_path_factory.mktemp("local_tiny")
+    assert _run(out) == 0
+    return _only(out / "pendulum_swingup")
+
+
 def _run(out: Path, *extra: str) -> int:
     return cli.main(["run", "pendulum_swingup", *TINY, "--out", str(out), "--quiet", "--no-plots",
                      *extra])  # fmt: skip
@@ -101,10 +109,9 @@ def test_the_local_cluster_binds_to_loopback(cluster):
 # -- the same results ----------------------------------------------------------------------------
 
 
-def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, tmp_path):
-    assert _run(tmp_path / "local") == 0
+def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, local_tiny, tmp_path):
     assert _run(tmp_path / "ray", "--backend", "ray", "--workers", "2") == 0
-    local = _only(tmp_path / "local" / "pendulum_swingup")
+    local = local_tiny
     on_ray = _only(tmp_path / "ray" / "pendulum_swingup")
     assert _same_episodes(local, on_ray) == 4
     ma, mb = (json.loads((f / "metrics.json").read_text()) for f in (local, on_ray))
@@ -115,8 +122,7 @@ def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["HOST:PORT", "auto"])
-def test_a_run_on_an_existing_cluster_leaves_it_running(how, cluster, tmp_path):
-    assert _run(tmp_path / "local") == 0
+def test_a_run_on_an_existing_cluster_leaves_it_running(how, cluster, local_tiny, tmp_path):
     # another process connects to the module's cluster (its token mode is inherited)
     env = {**os.environ, "RAY_AUTH_MODE": "token"}
     address = cluster.address
@@ -130,7 +136,7 @@ def test_a_run_on_an_existing_cluster_leaves_it_running(how, cluster, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     on_ray = _only(tmp_path / "ray" / "pendulum_swingup")
-    assert _same_episodes(_only(tmp_path / "local" / "pendulum_swingup"), on_ray) == 4
+    assert _same_episodes(local_tiny, on_ray) == 4
     (session,) = json.loads((on_ray / "metrics.json").read_text())["sessions"]
     assert session["ray_cluster"] == f"Ray cluster at {cluster.address} ({cluster.cpus} CPUs)"
     assert [n["Alive"] for n in cluster.ray.nodes()] == [True]  # not stopped by the run
@@ -230,14 +236,21 @@ def test_an_interrupted_sweep_on_ray_resumes_only_what_is_missing(
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "out"), *args]) == 130
     stage = tmp_path / "out" / "horizons.partial"
     assert f"vimpc sweep --resume {stage}" in capsys.readouterr().err
-    assert not list((tmp_path / "out").rglob("metrics.json"))
     assert not list(stage.glob("summary.*")) and not (tmp_path / "out" / "horizons").exists()
+    # episodes end in any order: a configuration whose 3 were among the 4 is complete
+    complete = [c for c in ("c00", "c01") if (stage / c / "metrics.json").is_file()]
+    assert json.loads((stage / "sweep.json").read_text())["missing"] == [
+        c for c in ("c00", "c01") if c not in complete
+    ]
     kept = {c: _run_dir.finished(stage / f"{c}.partial", 3) for c in ("c00", "c01")}
-    assert sum(len(k) for k in kept.values()) == 4
+    assert sum(len(k) for k in kept.values()) + 3 * len(complete) == 4
     for cid, done in kept.items():
+        if cid in complete:
+            continue
         run = json.loads((stage / f"{cid}.partial" / "run.json").read_text())
         assert run["missing"] == sorted(set(range(3)) - set(done))
         assert run["sessions"][-1]["ended"] == "interrupted"
+        assert not (stage / f"{cid}.partial" / "metrics.json").exists()
     monkeypatch.undo()
     calls = _interrupt_after(monkeypatch, 100)
     assert cli.main(["sweep", "--resume", str(stage), *args]) == 0
