@@ -294,6 +294,53 @@ episodes.seed = [0, 10]
     assert "(fitted as a Ray task" in (out / "fits" / "c00.log").read_text()
 
 
+def _corrupt(data: bytes) -> bytes:
+    return data.replace(b'"dt": ', b'"dt": 1', 1)
+
+
+def test_an_episode_error_on_a_worker_is_raised_with_its_own_type(cluster, tmp_path):
+    from vimpc import model_file, pipeline, scenario
+    from vimpc.errors import InputError
+    from vimpc.scenario.catalog import find_scenario
+
+    cfg = scenario.load_scenario(find_scenario("pendulum_swingup"), ["episodes.steps=2"])
+    path = model_file.save(pipeline.build_model(cfg, pipeline.build_env(cfg)), tmp_path / "m.vimpc")
+    path.write_bytes(_corrupt(path.read_bytes()))
+    with pytest.raises(InputError, match="is corrupt"):
+        _ray_backend.run_episodes(cfg, path, [0, 1], workers=2)
+
+
+def test_a_configuration_whose_episodes_fail_on_ray_is_counted_and_resumed(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    from vimpc import model_file, pipeline, scenario
+    from vimpc.scenario.catalog import find_scenario
+
+    cfg = scenario.load_scenario(find_scenario("pendulum_swingup"))
+    model = model_file.save(
+        pipeline.build_model(cfg, pipeline.build_env(cfg)), tmp_path / "pendulum.vimpc"
+    )
+    path = tmp_path / "sweep.toml"
+    text = SWEEP.replace("episodes.steps = 30", f"episodes.steps = 2\nmodel.path = {str(model)!r}")
+    path.write_text(text, encoding="utf-8")
+
+    def corrupted(paths):  # the model file, corrupted on its way to the workers
+        return [_ray_backend.put(_corrupt(Path(p).read_bytes())) for p in paths]
+
+    monkeypatch.setattr(_ray_backend, "model_bytes", corrupted)
+    args = ["--quiet", "--no-plots", "--backend", "ray", "--workers", "2"]
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "out"), *args]) == 2
+    err = capsys.readouterr().err
+    stage = tmp_path / "out" / "horizons.partial"
+    assert "2 of 2 configurations failed" in err and "c00: InputError" in err
+    manifest = json.loads((stage / "sweep.json").read_text())
+    assert manifest["missing"] == ["c00", "c01"] and set(manifest["failed"]) == {"c00", "c01"}
+    assert "is corrupt" in (stage / "c01.log").read_text()
+    monkeypatch.undo()
+    assert cli.main(["sweep", "--resume", str(stage), *args]) == 0
+    assert (tmp_path / "out" / "horizons" / "summary.csv").is_file()
+
+
 # -- a Ctrl-C ------------------------------------------------------------------------------------
 
 

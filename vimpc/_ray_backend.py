@@ -534,7 +534,10 @@ def fit_sweep(
                 failed.setdefault(cid, f"{type(error).__name__}: {error}")
             return
         data, lines = result
-        write_atomic(target, data, overwrite=True)
+        try:
+            write_atomic(target, data, overwrite=refit)
+        except FileExistsError:  # cached meanwhile by another process: the same fit
+            pass
         fresh.add(target)
         refitted.add(wanted[target][1])
         for cid in users[target]:
