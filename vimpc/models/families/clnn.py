@@ -45,25 +45,42 @@ the network after training (:func:`vimpc.models._network_lagrangian.fold`). The 
 initial weights are torch's uniform scheme (:func:`vimpc.models._torch_casadi.mlp`), not the
 authors' orthogonal one.
 
-**Export.** The learned ``L = 1/2 x'^T M x' - V(x)`` (the network written by the torch ->
-CasADi writer) goes through the constrained midpoint
-:class:`~vimpc.integrators.VariationalIntegrator` in the position-momentum form: ``step``
-solves its equations by Newton (``substeps`` midpoint steps per ``dt``), ``residual`` is its
-implicit form (with one substep), the holonomic constraints
-hold at every predicted state to the Newton tolerance (``constraint``), ``energy`` is
-``1/2 x'^T M x' + V(x)``. The integrator builds on SX, so the network is expanded into scalar
-operations there: measured on the 2-pendulum (a shared 2-core machine, load ~5), a 3 x 128
-potential builds in 11 s and steps in 12-30 ms, 3 x 256 (the default) in 26 s and 135 ms
-(the DLNN family's MX step, :func:`vimpc.models._network_lagrangian.midpoint_model`, is
-unconstrained only); for control, a small network.
+**Export** (``export = "mx"``, the default). The constrained midpoint step of the learned
+``L = 1/2 x'^T M x' - V(x)`` in the position-momentum form, written on MX
+(:func:`_constrained_midpoint`): the equations and the multipliers' projection of the
+:class:`~vimpc.integrators.VariationalIntegrator` (the holonomic constraints hold at every
+predicted state to the Newton tolerance: ``constraint``), its Newton solve in CasADi's
+``rootfinder`` and its acceptance test, with the network kept as dense products and its
+gradient and Hessian in closed form (:func:`vimpc.models._network_lagrangian.network_pass`);
+``residual`` is its implicit form and ``residual_jacobian`` its Jacobian in closed form
+(with one substep); ``energy`` is ``1/2 x'^T M x' + V(x)``; ``from_obs`` projects the
+bodies' poses onto the constraints (:data:`PROJECTION_ITERATIONS` Gauss-Newton steps in the
+mass metric; :meth:`CLNNModel.project` does the same on numbers and says how far each state
+moved). ``info["dense_products"]`` keeps the controller's problem on MX. ``export = "sx"``
+builds the integrator itself on SX, which expands the network into scalar operations:
+measured on the four-bar (9 maximal coordinates, 8 constraints; a shared 2-core machine at
+load ~5), one step takes 0.50 / 0.98 / 4.4 ms on MX against 2.9 / 19 / 112 ms on SX for
+2 x 64 / 3 x 128 / 3 x 256 potentials (``results/benchmarks/clnn.md``); both agree to
+round-off (``tests/test_clnn.py``).
+
+**Redundant constraints.** Where the constraint rows are not independent (``G`` of rank
+``r < k`` at every data configuration, so ``G M^-1 G^T`` is singular), ``redundant = "drop"``
+keeps ``r`` independent rows (pivoted QR of ``G^T`` at the data configuration farthest from
+singular, checked at all of them) in training and in the exported step; the dropped rows are
+named in ``info["dropped_constraints"]`` and still reported by ``constraint`` (they hold where
+the kept ones do). ``redundant = "refuse"`` raises instead. A rank that changes over the data
+(a singular configuration, where the reactions are not determined) is always refused.
 
 **What the data identify.** Only what the constraints leave free of the masses: on a
 pendulum in ``(x, y, phi)`` the rod's mass and central inertia apart are not identified (the
 potential is learned too), their combination about the pivot ``I + m l^2 / 4`` is (learned
 0.341 against 1/3 kg m^2, ``tests/test_clnn.py``).
 
-**Data checks.** Positions off the constraints by more than :data:`DATA_CONSTRAINT_TOL`
-(``|Phi|`` or ``|G x'|``) are refused, naming how far and where; fewer than
+**Data checks.** Positions off the constraints by more than ``data_tolerance`` (default
+:data:`DATA_CONSTRAINT_TOL`; ``|Phi|`` or ``|G x'|``) are refused, naming how far and where;
+data within it are projected onto the constraints before training (the largest offset and
+move in the model's info: ``data_offset``, ``data_projection``); a system whose maximal
+description has no holonomic constraints is refused; fewer than
 :data:`MIN_CHUNKS` training windows are refused; fewer scalar targets than
 :data:`MIN_TARGETS_PER_PARAMETER` per network parameter are warned of (FitWarning). On data
 without inputs the Lagrangian's scale (masses and potential together) is not identified:
@@ -86,7 +103,7 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import FitWarning, InputError
 from vimpc.integrators import VariationalIntegrator
 from vimpc.mechanics.npendulum import NPendulum
-from vimpc.mechanics.planar import MaximalCoordinates, PlanarBodies
+from vimpc.mechanics.planar import MaximalCoordinates, PlanarBodies, Revolute
 from vimpc.mechanics.system import MechanicalSystem
 from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
@@ -105,6 +122,18 @@ DATA_CONSTRAINT_TOL = 1e-6
 AFFINE_TOL = 1e-9
 #: How many configurations the affine map is fitted on, and checked on (another draw).
 AFFINE_POINTS = 24
+#: A singular value of the constraint Jacobian ``G`` below this fraction of its largest
+#: counts as zero in the rank of ``G`` (at the data's configurations).
+RANK_RTOL = 1e-6
+#: Gauss-Newton iterations of the exported ``from_obs``'s projection onto the constraints
+#: (quadratic convergence: a state 1e-2 off is on them to round-off after 4).
+PROJECTION_ITERATIONS = 4
+#: States whose projection moves them further than this (in the mass metric,
+#: ``sqrt(dx^T M dx)``, or leaves ``|Phi|`` above :data:`PROJECTED_TOL`) are refused by
+#: :meth:`CLNNModel.project`: they are no noisy states of this mechanism.
+PROJECTION_MAX = 0.5
+#: What the projection must reach (``|Phi(x)|`` and ``|G(x) x'|``).
+PROJECTED_TOL = 1e-10
 
 
 SETTINGS: dict[str, Setting] = {
@@ -135,6 +164,23 @@ SETTINGS: dict[str, Setting] = {
         int, 1, "midpoint steps per dt in the exported model (1 gives the residual the "
         "implicit transcription needs; 2-pendulum at dt = 0.03 s: rollout error 3.8e-3 with "
         "1, 6.6e-4 with 4, results/clnn)", rule=SUBSTEPS,
+    ),
+    "data_tolerance": Setting(
+        float, DATA_CONSTRAINT_TOL, "data whose positions miss the constraints (|Phi(x)|) or whose "
+        "velocities miss their derivative (|G(x) x'|) by more are refused; data within it are "
+        "projected onto the constraints before training (measurement noise; the largest "
+        "move is recorded in the model's info)", rule=POSITIVE,
+    ),
+    "export": Setting(
+        str, "mx", "how the exported step is written: `mx` (the network's dense products, "
+        "closed-form derivatives, for control) or `sx` (the constrained VariationalIntegrator "
+        "with the network expanded into scalar operations: slow, kept as the reference)",
+        choices=("mx", "sx"),
+    ),
+    "redundant": Setting(
+        str, "drop", "constraint rows that the others imply (rank of G below its rows at "
+        "every data configuration): `drop` keeps an independent subset (the dropped rows "
+        "named in the model's info), `refuse` raises", choices=("drop", "refuse"),
     ),
 }  # fmt: skip
 
@@ -264,6 +310,13 @@ def cartesian_layout(system: MechanicalSystem, what: str = "clnn") -> CartesianL
             f"{what} learns holonomically constrained systems; {maximal.name} has "
             f"{maximal.n_nonholonomic} nonholonomic constraints"
         )
+    if not maximal.n_holonomic:
+        raise InputError(
+            f"{what} learns holonomically constrained systems in maximal coordinates, but the "
+            f"maximal description of {system.name} ({maximal.name}) has no holonomic "
+            "constraints (n_holonomic = 0): its explicit constraints are what the family "
+            "adds; learn an unconstrained system with 'lnn' or 'dlnn'"
+        )
     n = maximal.nq
     B = _constant(maximal.function("B"), n, what, "input map B")
     W = _constant(maximal.function("W"), n, what, "friction rate map W")
@@ -271,23 +324,28 @@ def cartesian_layout(system: MechanicalSystem, what: str = "clnn") -> CartesianL
     return CartesianLayout(system, maximal, groups, names, A, b, B, D)
 
 
-def constraint_kinematics(system: MechanicalSystem) -> ca.Function:
+def constraint_kinematics(system: MechanicalSystem, rows=None) -> ca.Function:
     """``(x, w) -> (G(x), d(G(x) w)/dx)``, each ``(k, n)`` row-major as a column of
-    ``k n``: the constraint Jacobian and the derivative that gives ``dG/dt w`` (``w = x'``)."""
+    ``k n``: the constraint Jacobian and the derivative that gives ``dG/dt w`` (``w = x'``);
+    only the constraint ``rows`` where given (an independent subset)."""
     n = system.nq
     x, w = ca.SX.sym("x", n), ca.SX.sym("w", n)
     G = system.function("G")(x)
+    if rows is not None:
+        G = G[list(rows), :]
     K = ca.jacobian(ca.mtimes(G, w), x)
     return ca.Function("constraint_kinematics", [x, w], [ca.vec(G.T), ca.vec(K.T)])
 
 
-def _torch_constraints(system: MechanicalSystem):
+def _torch_constraints(system: MechanicalSystem, rows=None):
     """A torch function ``(x, w) -> (G, K)`` ``(B, k, n)`` each, for batches ``(B, n)``,
-    evaluated by CasADi, with its vector-Jacobian product by CasADi's reverse mode."""
+    evaluated by CasADi, with its vector-Jacobian product by CasADi's reverse mode (only
+    the constraint ``rows`` where given)."""
     import torch
 
-    n, k = system.nq, system.n_holonomic
-    f = constraint_kinematics(system)
+    n = system.nq
+    k = system.n_holonomic if rows is None else len(rows)
+    f = constraint_kinematics(system, rows)
     x, w = ca.SX.sym("x", n), ca.SX.sym("w", n)
     sG, sK = ca.SX.sym("sG", k * n), ca.SX.sym("sK", k * n)
     G, K = f(x, w)
@@ -325,13 +383,114 @@ def _torch_constraints(system: MechanicalSystem):
     return Constraints.apply
 
 
+def constraint_names(system: MechanicalSystem) -> tuple[str, ...]:
+    """A name per holonomic constraint row: ``<joint>.x``/``.y`` for a revolute joint of a
+    planar mechanism, ``<joint>.offset``/``.angle`` for a prismatic one, ``link<i>`` for a
+    chain's distance constraints, ``g<i>`` otherwise."""
+    k = system.n_holonomic
+    if isinstance(system, PlanarBodies):
+        joints = system.joints()
+        names = []
+        for i in system.closures:
+            j = joints[i]
+            kinds = ("x", "y") if isinstance(j, Revolute) else ("offset", "angle")
+            names += [f"{j.name}.{kind}" for kind in kinds]
+        if len(names) == k:
+            return tuple(names)
+    if isinstance(system, NPendulum):
+        return tuple(f"link{i + 1}" for i in range(k))
+    return tuple(f"g{i}" for i in range(k))
+
+
+@dataclass(frozen=True)
+class ConstraintRows:
+    """Which rows of ``Phi`` the model keeps (an independent subset where some are implied by
+    the others) and the rank analysis that chose them.
+
+    Attributes:
+        kept: indices of the kept rows (all of them when none is redundant).
+        dropped: names of the dropped rows (implied by the kept ones at every data
+            configuration).
+        rank: the rank of ``G`` at the data's configurations (the same at each).
+        smallest: the smallest kept singular value of ``G`` relative to its largest, over
+            the data (how far from singular the kept rows are).
+    """
+
+    kept: tuple[int, ...]
+    dropped: tuple[str, ...]
+    rank: int
+    smallest: float
+
+
+def independent_rows(
+    what: str, G: np.ndarray, names: tuple[str, ...], policy: str, where: tuple[int, int]
+) -> ConstraintRows:
+    """The rows of the constraint Jacobians ``G`` ``(B, k, n)`` (one per data configuration)
+    to keep: all when ``G`` has full row rank ``k`` at every configuration; an independent
+    subset (pivoted QR of ``G^T`` at the configuration where the rank-th singular value is
+    largest, checked at every other) when the rank is the same ``r < k`` everywhere and
+    ``policy == "drop"``. Refused (InputError, naming the rows, the rank and where): a rank
+    that changes over the data (a singular configuration: the reactions there are not
+    determined), redundant rows with ``policy == "refuse"``, a subset that loses rank
+    somewhere. Singular values below :data:`RANK_RTOL` times the largest count as zero;
+    ``where = (trajectories, snapshots)`` locates a sample in the messages."""
+    import scipy.linalg
+
+    B, k, _ = G.shape
+    sv = np.linalg.svd(G, compute_uv=False)  # (B, min(k, n)) descending
+    rel = sv / sv[:, :1]
+    ranks = np.sum(rel > RANK_RTOL, axis=1)
+
+    def place(j):
+        i, t = divmod(int(j), where[1])
+        return f"trajectory {i}, sample {t}"
+
+    lo, hi = int(ranks.min()), int(ranks.max())
+    if lo != hi:
+        j = int(np.argmin(ranks))
+        raise InputError(
+            f"{what}: the constraint Jacobian G of the data's configurations changes rank, from "
+            f"{hi} to {lo} (first at {place(j)}, smallest singular value "
+            f"{rel[j, lo]:.3g} of the largest, RANK_RTOL = {RANK_RTOL}; "
+            f"{int(np.sum(ranks < hi))} of {B} samples): a singular configuration, where the "
+            "constraint reactions are not determined; keep the data away from it (e.g. the "
+            "parallelogram four-bar's links collinear, theta1 = theta2)"
+        )
+    if lo == k:
+        return ConstraintRows(tuple(range(k)), (), k, float(rel[:, k - 1].min()))
+    ref = int(np.argmax(rel[:, lo - 1]))
+    _, _, piv = scipy.linalg.qr(G[ref].T, pivoting=True)
+    kept = tuple(sorted(int(i) for i in piv[:lo]))
+    dropped = tuple(names[i] for i in range(k) if i not in kept)
+    if policy == "refuse":
+        raise InputError(
+            f"{what}: the {k} constraint rows are redundant, G has rank {lo} at every data "
+            f"configuration, so G M^-1 G^T is singular (rows {list(dropped)} are implied by "
+            "the others); set redundant = 'drop' to keep an independent subset, or describe "
+            "the mechanism without the redundant joint"
+        )
+    sub = np.linalg.svd(G[:, list(kept)], compute_uv=False)
+    sub_rel = sub[:, -1] / sub[:, 0]
+    if not np.all(sub_rel > RANK_RTOL):
+        j = int(np.argmin(sub_rel))
+        raise InputError(
+            f"{what}: the constraint rows are redundant (rank {lo} of {k}), and no subset of "
+            f"{lo} rows chosen at one configuration stays independent over the data (the "
+            f"subset without {list(dropped)} loses rank at {place(j)}); describe the "
+            "mechanism without the redundant joint"
+        )
+    return ConstraintRows(kept, dropped, lo, float(sub_rel.min()))
+
+
 # -- the continuous dynamics in torch ------------------------------------------------------------
 
 
 class _TorchDynamics:
     """The CLNN and CHNN vector fields of a potential network and log masses in torch."""
 
-    def __init__(self, layout: CartesianLayout, net, P, c, scale: float, log_mass) -> None:
+    def __init__(
+        self, layout: CartesianLayout, net, P, c, scale: float, log_mass, rows=None
+    ) -> None:
         import torch
 
         self.layout, self.net, self.P, self.c, self.scale = layout, net, P, c, scale
@@ -339,8 +498,8 @@ class _TorchDynamics:
         self.groups = torch.from_numpy(layout.groups)
         self.B = torch.from_numpy(layout.B)
         self.D = torch.from_numpy(layout.D)
-        self.k = layout.system.n_holonomic
-        self.constraints = _torch_constraints(layout.system) if self.k else None
+        self.k = layout.system.n_holonomic if rows is None else len(rows)
+        self.constraints = _torch_constraints(layout.system, rows) if self.k else None
 
     def minv(self):
         import torch
@@ -401,6 +560,211 @@ def _rk4(field, y, u, h):
     return y + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
 
 
+# -- the exported step on MX -----------------------------------------------------------------------
+
+
+def _stage_equations(system, rows, m: np.ndarray, B: np.ndarray, D: np.ndarray, h: float):
+    """The constrained midpoint equations of ``L = 1/2 x'^T M x' - V(x)`` with the gradient
+    of ``V`` at the midpoint as an input: an SX function ``(x, u, x_next, g) -> (r, dr/dx,
+    dr/du, dr/dx_next, dr/dg)``. Everything but the network is here, in scalar operations (a
+    few hundred for the four-bar); the network's part of every derivative is ``dr/dg`` times
+    its Hessian (:func:`_constrained_midpoint`).
+
+    The equations are the :class:`~vimpc.integrators.VariationalIntegrator`'s (position-
+    momentum form, midpoint rule, Marsden & West 2001 eq. 3.5.2 with forcing) with the
+    multipliers eliminated by the same projection ``e - C^T (C C^T)^-1 (C e - c)``:
+
+        M x'_0 + D1 L_d + f- = G(x_0)^T lam,   Phi(x_1) / h = 0,
+        M x'_1 - D2 L_d - f+ = G(x_1)^T mu,    G(x_1) x'_1 = 0,
+
+    ``D1 L_d = -M (x_1 - x_0) / h - h/2 grad V(mid)``, ``D2 L_d = M (x_1 - x_0) / h - h/2
+    grad V(mid)``, ``f- = f+ = h/2 (B u - D (x_1 - x_0) / h)``; only the kept ``rows``."""
+    n, nu = len(m), B.shape[1]
+    x, z = ca.SX.sym("x", 2 * n), ca.SX.sym("x_next", 2 * n)
+    u, g = ca.SX.sym("u", nu), ca.SX.sym("g", n)
+    q0, w0, q1, w1 = x[:n], x[n:], z[:n], z[n:]
+    Md = ca.DM(m)
+    rows = list(rows)
+    phi = system.function("g")
+    Gf = system.function("G")
+    v01 = (q1 - q0) / h
+    f = 0.5 * h * (ca.mtimes(ca.DM(B), u) - ca.mtimes(ca.DM(D), v01))
+    D1 = -Md * v01 - 0.5 * h * g
+    D2 = Md * v01 - 0.5 * h * g
+
+    def project(e, C, c):
+        return e - ca.mtimes(C.T, ca.solve(ca.mtimes(C, C.T), ca.mtimes(C, e) - c))
+
+    C0, C1 = Gf(q0)[rows, :], Gf(q1)[rows, :]
+    r_q = project(Md * w0 + D1 + f, C0, phi(q1)[rows] / h)
+    r_v = project(Md * w1 - D2 - f, C1, ca.mtimes(C1, w1))
+    r = ca.vertcat(r_q, r_v)
+    jac = [ca.jacobian(r, a) for a in (x, u, z, g)]
+    return ca.Function(
+        "stage", [x, u, z, g], [r, *jac], ["x", "u", "x_next", "g"],
+        ["r", "dr_dx", "dr_du", "dr_dx_next", "dr_dg"],
+    )  # fmt: skip
+
+
+def _constrained_midpoint(
+    layout: CartesianLayout,
+    network: nl.Network,
+    m: np.ndarray,
+    rows: tuple[int, ...],
+    dt: float,
+    substeps: int,
+    info: dict,
+) -> DiscreteModel:
+    """The DiscreteModel of the constrained midpoint step of ``L = 1/2 x'^T M x' - V(x)``
+    (constant diagonal ``M = diag(m)``, network ``V``) written on MX.
+
+    The step's equations (:func:`_stage_equations`) and its Newton solve (CasADi's
+    ``fast_newton`` on the state scaled as the integrator scales it, its tolerances and
+    iterations) and acceptance test (finite; residual within ``ACCEPT_FACTOR`` times the
+    Newton tolerance plus ``ACCEPT_RTOL`` times the round-off level; energy balance with
+    ``ENERGY_JUMP``, the snap of an off-constraint start included) are the
+    :class:`~vimpc.integrators.VariationalIntegrator`'s; what differs is that the network
+    stays a chain of dense products (:func:`vimpc.models._network_lagrangian.network_pass`,
+    CasADi's BLAS plugins) with its gradient and Hessian in closed form, so the Newton
+    Jacobian is ``dr/dx_next + 1/2 dr/dg H(mid)`` and the model's ``residual_jacobian`` the
+    same with ``dr/dx``, ``dr/du``. ``tests/test_clnn.py`` checks step, residual, its
+    Jacobian and energy against the SX export (``export = "sx"``) and torch."""
+    from vimpc.integrators import _newton
+    from vimpc.integrators.variational import ENERGY_JUMP
+
+    system = layout.system
+    n, nu = layout.n, system.nu
+    h = dt / substeps
+    stage = _stage_equations(system, rows, m, layout.B, layout.D, h)
+    weights = nl.layer_weights(network)
+    eye = np.eye(n)
+    Md = ca.DM(m)
+    rows_l = list(rows)
+    phi, Gf = system.function("g"), system.function("G")
+
+    def network_pass_(q, directions=None, grad=True):
+        return nl.network_pass(network, q, directions, grad, weights)
+
+    def residual_parts(X, U, Z, hessian):
+        mid = 0.5 * (X[:n] + Z[:n])
+        _, g, H = network_pass_(mid, eye if hessian else None)
+        return stage(X, U, Z, g), H
+
+    X, Z, U = ca.MX.sym("x", 2 * n), ca.MX.sym("x_next", 2 * n), ca.MX.sym("u", nu)
+    P = ca.MX.sym("p", 0)
+    (r, *_), _ = residual_parts(X, U, Z, False)
+    residual = ca.Function("residual", [X, U, Z, P], [r], ["x", "u", "x_next", "p"], ["r"])
+    (r, Jx, Ju, Jz, Jg), H = residual_parts(X, U, Z, True)
+    half = 0.5 * ca.mtimes(Jg, H)  # dr/dg H d(mid)/dq, for q0 and q1 alike
+    pad = ca.MX(2 * n, n)
+    J = ca.horzcat(Jx + ca.horzcat(half, pad), Ju, Jz + ca.horzcat(half, pad))
+    residual_jacobian = ca.Function(
+        "residual_jacobian", [X, U, Z, P], [r, J], ["x", "u", "x_next", "p"], ["r", "J"]
+    )
+
+    # -- the Newton solve on the scaled unknown, with the closed-form Jacobian --------------
+    tol = _newton.ABSTOL
+    Zs = ca.MX.sym("z", 2 * n)
+    scale = _newton.state_scale(X[:n], X[n:], h)
+    (rz, *_), _ = residual_parts(X, U, scale * Zs, False)
+    implicit = ca.Function("G", [Zs, X, U], [rz])
+    (rz, _, _, Jzz, Jgz), Hz = residual_parts(X, U, scale * Zs, True)
+    jac = ca.mtimes(Jzz + ca.horzcat(0.5 * ca.mtimes(Jgz, Hz), pad), ca.diag(scale))
+    newton = ca.rootfinder(
+        f"{system.name}_clnn_midpoint_newton", "fast_newton", implicit,
+        {"abstol": tol, "abstolStep": _newton.STEP_TOL, "max_iter": _newton.MAX_ITER,
+         "error_on_fail": False,
+         "jacobian_function": ca.Function("G_jac", [Zs, X, U], [jac, rz])},
+    )  # fmt: skip
+    guess = ca.vertcat(X[:n] + h * X[n:], X[n:]) / scale
+    root = scale * newton(guess, X, U)
+
+    # -- the acceptance test (the integrator's _acceptable and energy_balance) -------------
+    q0, w0, q1, w1 = X[:n], X[n:], root[:n], root[n:]
+    (res, *_), _ = residual_parts(X, U, root, False)
+    level = ca.mmax(Md) * (ca.norm_inf(q0) / h + ca.norm_inf(w0))
+    tolerance = _newton.ACCEPT_FACTOR * tol + _newton.ACCEPT_RTOL * ca.repmat(level, 2 * n, 1)
+    V0, gV0, _ = network_pass_(q0)
+    V1 = network_pass_(q1, grad=False)[0]
+    v01 = (q1 - q0) / h
+    f = 0.5 * h * (ca.mtimes(ca.DM(layout.B), U) - ca.mtimes(ca.DM(layout.D), v01))
+    work = ca.dot(2.0 * f, q1 - q0) / h
+    T0, T1 = 0.5 * ca.dot(w0, Md * w0), 0.5 * ca.dot(w1, Md * w1)
+    E0, E1 = T0 + V0, T1 + V1
+    C = Gf(q0)[rows_l, :]
+    rate = ca.mtimes(C, w0) + phi(q0)[rows_l] / h
+    ws = ca.mtimes(C.T, ca.solve(ca.mtimes(C, C.T), rate))
+    snap = ca.fabs(ca.dot(w0, Md * ws)) + 0.5 * ca.dot(ws, Md * ws) + h * ca.fabs(ca.dot(gV0, ws))
+    error = ca.fabs(E1 - E0 - work)
+    allowance = ENERGY_JUMP * (ca.fabs(T0) + ca.fabs(work) + ca.fabs(V1 - V0) + snap) + (
+        _newton.ACCEPT_RTOL
+        * (ca.fabs(E0) + ca.fabs(E1) + ca.fabs(T0) + ca.fabs(T1) + ca.fabs(work))
+    )
+    ok = _newton.all_finite(root) * _newton.within(res, tolerance) * (error <= allowance)
+    one = ca.Function("step_h", [X, U], [_newton.accepted(root, ok)])
+    if substeps == 1:
+        x_next = one(X, U)
+    else:
+        x_next = one.mapaccum("step_substeps", substeps)(X, ca.repmat(U, 1, substeps))[:, -1]
+    step = ca.Function("step", [X, U, P], [x_next], ["x", "u", "p"], ["x_next"])
+    V = network_pass_(X[:n], grad=False)[0]
+    energy = ca.Function("energy", [X, P], [0.5 * ca.dot(X[n:], Md * X[n:]) + V],
+                         ["x", "p"], ["E"])  # fmt: skip
+    constraint = ca.Function("constraint", [X], [phi(X[:n])], ["x"], ["g"])
+    obs = ca.MX.sym("obs", layout.source.nq + layout.source.nv)
+    from_obs = ca.Function(
+        "from_obs", [obs], [_projection(system, rows, m)(layout.from_obs()(obs))], ["obs"], ["x"]
+    )
+    names = system.coordinate_names
+    reference = VariationalIntegrator(system, "midpoint", "position_momentum")
+    return DiscreteModel(
+        dt=dt,
+        nx=2 * n,
+        nu=nu,
+        np=0,
+        nobs=int(obs.numel()),
+        step=step,
+        residual=residual if substeps == 1 else None,
+        residual_jacobian=residual_jacobian if substeps == 1 else None,
+        energy=energy,
+        from_obs=from_obs,
+        to_obs=layout.to_obs(),
+        constraint=constraint,
+        state_names=(*names, *(f"{c}_dot" for c in names)),
+        input_names=system.input_names,
+        param_names=(),
+        p_default=np.zeros(0),
+        info={
+            **info,
+            "step_acceptance": reference.acceptance(),
+            "dense_products": f"{nl._blas(1)} up to 3 columns, {nl._blas(4)} above",
+        },
+    )
+
+
+def _projection(system, rows, m: np.ndarray) -> ca.Function:
+    """``x -> x`` projected onto the kept constraints: :data:`PROJECTION_ITERATIONS`
+    Gauss-Newton steps ``dx = -M^-1 G^T (G M^-1 G^T)^-1 Phi`` on the positions (the smallest
+    move in the mass metric), then the velocities onto the null space of ``G`` in the same
+    metric. A state on the constraints comes back unchanged (to round-off)."""
+    n = len(m)
+    rows = list(rows)
+    x = ca.SX.sym("x", 2 * n)
+    minv = ca.DM(1.0 / m)
+    phi, Gf = system.function("g"), system.function("G")
+
+    def correction(q, c):
+        G = Gf(q)[rows, :]
+        S = ca.mtimes([G, ca.diag(minv), G.T])
+        return minv * ca.mtimes(G.T, ca.solve(S, c))
+
+    q = x[:n]
+    for _ in range(PROJECTION_ITERATIONS):
+        q = q - correction(q, phi(q)[rows])
+    w = x[n:] - correction(q, ca.mtimes(Gf(q)[rows, :], x[n:]))
+    return ca.Function("onto_constraints", [x], [ca.vertcat(q, w)], ["x"], ["x_projected"])
+
+
 # -- the families ----------------------------------------------------------------------------------
 
 
@@ -433,28 +797,32 @@ class _ConstrainedNetwork(ModelFamily):
         f = self.layout.from_obs().map(N * T1)
         return np.asarray(f(obs.reshape(-1, m).T), dtype=np.float64).T.reshape(N, T1, -1)
 
-    def _check_constraints(self, X: np.ndarray) -> None:
+    def _check_constraints(self, X: np.ndarray) -> ConstraintRows:
+        """Refuse data off the constraints; the constraint rows to keep (the rank of ``G``
+        at the data's configurations, :func:`independent_rows`)."""
         s, n = self.layout.system, self.layout.n
-        if not s.n_holonomic:
-            return
         flat = X.reshape(-1, 2 * n)
         g = np.asarray(s.function("g").map(len(flat))(flat[:, :n].T)).T
         kin = constraint_kinematics(s).map(len(flat))
         G = np.asarray(kin(flat[:, :n].T, flat[:, n:].T)[0]).T.reshape(len(flat), -1, n)
         gv = np.einsum("bkn,bn->bk", G, flat[:, n:])
+        tol = self.data_tolerance
         for name, value, units in (("positions", g, "Phi(x)"), ("velocities", gv, "G(x) x'")):
             worst = np.abs(value).max(axis=1)
-            if np.any(worst > DATA_CONSTRAINT_TOL):
+            if np.any(worst > tol):
                 j = int(np.argmax(worst))
                 i, t = divmod(j, X.shape[1])
                 raise InputError(
                     f"{self.name}: the data's {name} violate the constraints of {s.name} by up "
                     f"to |{units}| = {worst[j]:.3g} (trajectory {i}, sample {t}; "
-                    f"{int(np.sum(worst > DATA_CONSTRAINT_TOL))} of {len(worst)} samples above "
-                    f"DATA_CONSTRAINT_TOL = {DATA_CONSTRAINT_TOL}); project the states onto "
-                    "the constraints (vimpc.data.sampling.onto_constraints) or give data of "
-                    "this system"
+                    f"{int(np.sum(worst > tol))} of {len(worst)} samples above "
+                    f"data_tolerance = {tol:g}); raise data_tolerance if that is measurement "
+                    "noise (the data are then projected onto the constraints), or give data "
+                    "of this system"
                 )
+        self.data_offset_ = (float(np.abs(g).max()), float(np.abs(gv).max()))
+        names = constraint_names(s)
+        return independent_rows(self.name, G, names, self.redundant, X.shape[:2])
 
     def _windows(self, X: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         N, T1 = X.shape[:2]
@@ -490,7 +858,23 @@ class _ConstrainedNetwork(ModelFamily):
     # -- training --------------------------------------------------------------------------------
     def _fit(self, data: Dataset | None) -> None:
         X = self._maximal_states(data)
-        self._check_constraints(X)
+        self.rows_ = self._check_constraints(X)
+        # within data_tolerance: onto the constraints (unit metric: no masses yet)
+        n = self.layout.n
+        proj = _projection(self.layout.system, self.rows_.kept, np.ones(n)).map(
+            X[0].size // (2 * n) * len(X)
+        )
+        flat = X.reshape(-1, 2 * n)
+        Xp = np.asarray(proj(flat.T)).T
+        self.data_projection_ = float(np.abs(Xp - flat).max())
+        X = Xp.reshape(X.shape)
+        if self.rows_.dropped and self.export == "sx":
+            raise InputError(
+                f"{self.name}: export = 'sx' builds the system's VariationalIntegrator with "
+                f"every constraint row, but rows {list(self.rows_.dropped)} are redundant "
+                f"(rank {self.rows_.rank} of {self.layout.system.n_holonomic}): use "
+                "export = 'mx', which keeps the independent subset"
+            )
         U = np.asarray(data.inputs, dtype=np.float64)
         Xw, Uw = self._windows(X, U)
         self.forced_ = bool(np.any(U != 0))
@@ -528,7 +912,13 @@ class _ConstrainedNetwork(ModelFamily):
         n_mass = len(self.layout.mass_names)
         log_mass = (0.1 * torch.randn(n_mass, generator=gen, dtype=torch.float64)).requires_grad_()
         dyn = _TorchDynamics(
-            self.layout, net, torch.from_numpy(P_np), torch.from_numpy(c_np), scale, log_mass
+            self.layout,
+            net,
+            torch.from_numpy(P_np),
+            torch.from_numpy(c_np),
+            scale,
+            log_mass,
+            self.rows_.kept,
         )
         Xt, Ut = torch.from_numpy(Xw), torch.from_numpy(Uw)
         loss_fn = self._rollout_loss(dyn, Xt, Ut, h)
@@ -599,10 +989,10 @@ class _ConstrainedNetwork(ModelFamily):
         gV = ca.gradient(self._potential()(x), x)
         w = second if self.formulation == "lagrangian" else minv * second
         F = ca.mtimes(ca.DM(lay.B), u) - ca.mtimes(ca.DM(lay.D), w)
-        k = lay.system.n_holonomic
+        k = len(self.rows_.kept)
         G = K = None
         if k:
-            Gv, Kv = constraint_kinematics(lay.system)(x, w)
+            Gv, Kv = constraint_kinematics(lay.system, self.rows_.kept)(x, w)
             G, K = ca.reshape(Gv, n, k).T, ca.reshape(Kv, n, k).T
         if self.formulation == "lagrangian":
             f = minv * (F - gV)
@@ -623,6 +1013,55 @@ class _ConstrainedNetwork(ModelFamily):
             out = rhs
         return ca.Function("vector_field", [y, u], [out], ["y", "u"], ["y_dot"])
 
+    def project(self, states) -> tuple[np.ndarray, np.ndarray]:
+        """States ``(m, 2 n)`` in maximal coordinates projected onto the constraints as the
+        exported ``from_obs`` projects them, and how far each moved: ``(projected,
+        distance)``, ``distance`` the move of the positions in the learned mass metric,
+        ``sqrt(dx^T M dx)``. A state that is not finite, moves further than
+        :data:`PROJECTION_MAX` or is not on the constraints to :data:`PROJECTED_TOL` after
+        :data:`PROJECTION_ITERATIONS` iterations is refused (InputError naming it and how
+        far it was)."""
+        self._require_fitted("project()")
+        n = self.layout.n
+        try:
+            X = np.array(states, dtype=np.float64, ndmin=2)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"{self.name}.project: states must be numeric, got {type(states).__name__}"
+            ) from None
+        if X.ndim != 2 or X.shape[1] != 2 * n:
+            raise InputError(
+                f"{self.name}.project: states must have shape (m, {2 * n}) (maximal positions "
+                f"and velocities of {self.layout.system.name}), got shape {X.shape}"
+            )
+        bad = ~np.all(np.isfinite(X), axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(
+                f"{self.name}.project: states must be finite, got {X[i].tolist()} at row {i}"
+            )
+        s, rows, m = self.layout.system, list(self.rows_.kept), self.masses_[self.layout.groups]
+        proj = _projection(s, self.rows_.kept, m).map(len(X))
+        P = np.asarray(proj(X.T)).T
+        dq = P[:, :n] - X[:, :n]
+        distance = np.sqrt(np.einsum("bi,i,bi->b", dq, m, dq))
+        g = np.asarray(s.function("g").map(len(X))(P[:, :n].T)).T[:, rows]
+        G = np.asarray(constraint_kinematics(s, rows).map(len(X))(P[:, :n].T, P[:, n:].T)[0])
+        gv = np.einsum("bkn,bn->bk", G.T.reshape(len(X), len(rows), n), P[:, n:])
+        left = np.maximum(np.abs(g).max(axis=1), np.abs(gv).max(axis=1))
+        worst = np.where(np.isfinite(left), left, np.inf)
+        fail = (distance > PROJECTION_MAX) | ~(worst <= PROJECTED_TOL)
+        if fail.any():
+            i = int(np.argmax(fail))
+            raise InputError(
+                f"{self.name}.project: state {i} is no noisy state of {s.name}: projecting it "
+                f"onto the constraints moves its positions by {distance[i]:.3g} (mass metric; "
+                f"PROJECTION_MAX = {PROJECTION_MAX}) and leaves |Phi|, |G x'| = {worst[i]:.3g} "
+                f"(PROJECTED_TOL = {PROJECTED_TOL}) after {PROJECTION_ITERATIONS} iterations; "
+                "give states near the constraints (from_obs of an observation)"
+            )
+        return P, distance
+
     def _torch_dynamics(self) -> _TorchDynamics:
         """The fitted model's torch dynamics (for checks: the folded network, unit scale)."""
         import torch
@@ -631,7 +1070,7 @@ class _ConstrainedNetwork(ModelFamily):
         eye = torch.eye(self.layout.n, dtype=torch.float64)
         zero = torch.zeros(self.layout.n, dtype=torch.float64)
         log_mass = torch.from_numpy(np.log(self.masses_))
-        return _TorchDynamics(self.layout, net, eye, zero, 1.0, log_mass)
+        return _TorchDynamics(self.layout, net, eye, zero, 1.0, log_mass, self.rows_.kept)
 
     def lagrangian(self):
         """``L(q, v, theta) = 1/2 v^T M v - V(q)`` for the integrator (any CasADi type)."""
@@ -649,6 +1088,12 @@ class _ConstrainedNetwork(ModelFamily):
 
     def _build(self) -> DiscreteModel:
         lay = self.layout
+        if self.export == "mx":
+            m = self.masses_[lay.groups]
+            return _constrained_midpoint(
+                lay, self.network_, m, self.rows_.kept, self.dt, self.substeps,
+                self._model_info(),
+            )  # fmt: skip
         integrator = VariationalIntegrator(
             lay.system, "midpoint", "position_momentum", lagrangian=self._lagrangian()
         )
@@ -674,7 +1119,21 @@ class _ConstrainedNetwork(ModelFamily):
             "epochs": self.training_.epochs,
             "stopped": self.training_.stopped,
             # data further off the constraints than this are refused
-            "data_constraint_tol": DATA_CONSTRAINT_TOL,
+            "data_tolerance": self.data_tolerance,
+            # the data's largest |Phi|, |G x'| and the largest move projecting them
+            "data_offset": list(self.data_offset_),
+            "data_projection": self.data_projection_,
+            "export": self.export,
+            "constraint_rank": self.rows_.rank,
+            # rows implied by the kept ones (G's rank below its rows at every data sample)
+            "dropped_constraints": list(self.rows_.dropped),
+            "rank_rtol": RANK_RTOL,
+            "from_obs": (
+                f"onto the constraints: {PROJECTION_ITERATIONS} Gauss-Newton steps in the "
+                "mass metric, velocities onto the null space of G"
+                if self.export == "mx"
+                else "the bodies' poses, not projected"
+            ),
         }
 
 
