@@ -121,13 +121,16 @@ def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, local_tiny, tmp
     assert session["episodes_run"] == 4 and "127.0.0.1" in session["ray_cluster"]
 
 
-@pytest.mark.parametrize("how", ["HOST:PORT", "auto"])
-def test_a_run_on_an_existing_cluster_leaves_it_running(how, cluster, local_tiny, tmp_path):
-    # another process connects to the module's cluster (its token mode is inherited)
-    env = {**os.environ, "RAY_AUTH_MODE": "token"}
-    address = cluster.address
-    if how == "auto":
-        env["RAY_ADDRESS"], address = cluster.address, "auto"
+def test_auto_is_the_cluster_of_ray_address(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert _ray_backend._auto_address() == "127.0.0.1:6379"
+
+
+def test_a_run_on_an_existing_cluster_leaves_it_running(cluster, local_tiny, tmp_path):
+    # another process connects to the module's cluster with --address auto (its token mode
+    # is inherited)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_ADDRESS": cluster.address}
+    address = "auto"
     done = subprocess.run(
         [sys.executable, "-m", "vimpc.cli", "run", "pendulum_swingup", *TINY, "--out",
          str(tmp_path / "ray"), "--quiet", "--no-plots", "--backend", "ray", "--address",
