@@ -513,3 +513,139 @@ class TestCLNNFourBarContract(DiscreteModelContract):
 
     def sample_inputs(self, rng, n):
         return rng.uniform(-2.0, 2.0, size=(n, 1))
+
+
+# -- redundant constraints, projection and bad input ----------------------------------------------
+
+
+def _twice_pinned():
+    """The pendulum with its pivot written twice (a second revolute joint at the same
+    place): 4 constraint rows of rank 2 at every configuration, G M^-1 G^T singular."""
+    from vimpc.mechanics import Pendulum
+    from vimpc.mechanics.planar import Revolute
+
+    class TwicePinnedPendulum(Pendulum):
+        actuated = (0,)
+
+        def joints(self):
+            half = self.params["l"] / 2
+            return (
+                Revolute("torque", None, (0.0, 0.0), 0, (-half, 0.0)),
+                Revolute("pin_again", None, (0.0, 0.0), 0, (-half, 0.0)),
+            )
+
+    return TwicePinnedPendulum(friction=[0.0, 0.0])
+
+
+def _as_data_of(system, data: Dataset) -> Dataset:
+    return Dataset(data.t, data.obs, data.states, data.inputs, data.dt, {"system": system.name})
+
+
+def test_redundant_constraints_are_dropped_and_named():
+    """Twice-pinned pendulum: redundant = "drop" keeps 2 independent rows (named the
+    dropped ones in info), trains, and the exported step keeps all 4 rows within 1e-10
+    (the dropped ones hold where the kept ones do) and matches the plain pendulum's shape."""
+    system = _twice_pinned()
+    fam = CLNNModel(system, DT, epochs=30, **TINY).fit(_as_data_of(system, _pendulum()))
+    assert fam.rows_.rank == 2 and len(fam.rows_.kept) == 2
+    model = fam.discrete_model()
+    dropped = model.info["dropped_constraints"]
+    assert len(dropped) == 2 and model.info["constraint_rank"] == 2
+    assert set(dropped) <= {"torque.x", "torque.y", "pin_again.x", "pin_again.y"}
+    x0 = _states_on_manifold(fam, 4, 8)
+    X = rollout_model(model, x0, np.random.default_rng(1).uniform(-2, 2, size=(4, 30, 1)))
+    assert np.all(np.isfinite(X))
+    g = np.asarray(model.constraint.map(4 * 31)(X.reshape(-1, 6).T))
+    assert g.shape[0] == 4 and np.abs(g).max() <= 1e-10
+
+
+def test_redundant_constraints_are_refused_when_asked():
+    system = _twice_pinned()
+    fam = CLNNModel(system, DT, epochs=3, redundant="refuse", **TINY)
+    with pytest.raises(InputError, match=r"redundant, G has rank 2 at every data configuration"):
+        fam.fit(_as_data_of(system, _pendulum()))
+    with pytest.raises(InputError, match=r"export = 'sx' .* use export = 'mx'"):
+        CLNNModel(system, DT, epochs=3, export="sx", **TINY).fit(_as_data_of(system, _pendulum()))
+
+
+def test_a_singular_configuration_in_the_data_is_refused_saying_where():
+    """The parallelogram four-bar in maximal coordinates: G loses rank where the links are
+    collinear (theta1 = theta2); data through there are refused, naming the sample."""
+    system = catalog.make_system("ParallelogramFourBar", friction=[0.0] * 5)
+    rng = np.random.default_rng(0)
+    obs = np.concatenate([rng.uniform(-1, 1, (3, 12, 2)), rng.uniform(-1, 1, (3, 12, 2))], 2)
+    obs[1, 4, 1] = obs[1, 4, 0]  # theta2 = theta1 at trajectory 1, sample 4
+    t = np.tile(np.arange(12) * DT, (3, 1))
+    data = Dataset(t, obs, obs, np.zeros((3, 11, 1)), DT, {"system": system.name})
+    with pytest.raises(
+        InputError, match=r"changes rank, from 10 to 9 \(first at trajectory 1, sample 4"
+    ):
+        CLNNModel(system, DT, epochs=1, **TINY).fit(data)
+
+
+def test_noisy_data_are_projected_within_the_data_tolerance():
+    """Four-bar observations with 1e-3 rad noise miss the loop closure by ~1e-3 m: refused at
+    the default data_tolerance (naming it), projected and recorded with a looser one."""
+    system = catalog.make_system("FourBar", friction=[0.5, 0.1, 0.1, 0.5])
+    noisy = _fourbar_data(8, 20, 1e-3)
+    with pytest.raises(InputError, match=r"data_tolerance = 1e-06\); raise data_tolerance"):
+        CLNNModel(system, FOURBAR_DT, epochs=1, **TINY).fit(noisy)
+    fam = CLNNModel(system, FOURBAR_DT, epochs=1, data_tolerance=0.05, **TINY).fit(noisy)
+    info = fam.discrete_model().info
+    assert 1e-4 < info["data_offset"][0] < 0.05 and 1e-4 < info["data_projection"] < 0.05
+
+
+def test_states_off_the_constraints_are_projected_saying_how_far():
+    """project() moves a four-bar state 1e-3 off its loop closure back onto it (|Phi| and
+    |G x'| within 1e-10) and reports the move in the mass metric; from_obs does the same
+    for a noisy observation; a state 3 m off, or NaN, is refused naming it."""
+    fam = _fourbar_fitted()
+    model = fam.discrete_model()
+    n = fam.layout.n
+    on = _fourbar_states(fam, 3, 9)
+    rng = np.random.default_rng(2)
+    off = on + np.concatenate([1e-3 * rng.normal(size=(3, n)), 1e-2 * rng.normal(size=(3, n))], 1)
+    P, distance = fam.project(off)
+    m = np.diag(fam.mass_matrix())
+    want = np.sqrt(np.einsum("bi,i,bi->b", P[:, :n] - off[:, :n], m, P[:, :n] - off[:, :n]))
+    np.testing.assert_allclose(distance, want, rtol=1e-12)
+    assert np.all(distance > 1e-4) and np.all(distance < 1e-2)
+    assert np.abs(np.asarray(model.constraint.map(3)(P.T))).max() <= 1e-10
+    assert np.abs(P - on).max() < 0.05
+    same, zero = fam.project(on)
+    np.testing.assert_allclose(same, on, atol=1e-12)
+    assert zero.max() < 1e-12
+    obs = np.concatenate(fam.layout.source.assemble(0.7, 1.0)) + [2e-3, -1e-3, 1e-3, 0, 0, 0]
+    x = np.asarray(model.from_obs(obs)).ravel()
+    assert np.abs(np.asarray(model.constraint(x))).max() <= 1e-10
+    far = on[:1].copy()
+    far[0, 0] += 3.0
+    with pytest.raises(InputError, match=r"state 0 is no noisy state of FourBarMaximal: .* by"):
+        fam.project(far)
+    bad = on[:2].copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(InputError, match=r"states must be finite, got .*nan.* at row 1"):
+        fam.project(bad)
+    with pytest.raises(InputError, match=r"states must have shape \(m, 18\)"):
+        fam.project(on[:, :9])
+
+
+def test_a_maximal_description_without_constraints_is_refused():
+    from vimpc.mechanics import Pendulum
+
+    class FreeRod(Pendulum):
+        actuated = ()
+
+        def joints(self):
+            return ()
+
+    with pytest.raises(InputError, match=r"FreeRodMaximal\) has no holonomic constraints"):
+        CLNNModel(FreeRod(friction=[]), DT, **TINY)
+
+
+def test_nan_data_are_refused_naming_where():
+    data = _pendulum()
+    obs = np.array(data.obs)
+    obs[2, 5, 1] = np.nan
+    with pytest.raises(InputError, match=r"Dataset.obs must be finite, got nan at trajectory 2"):
+        Dataset(data.t, obs, data.states, data.inputs, data.dt, dict(data.metadata))
