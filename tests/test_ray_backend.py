@@ -256,8 +256,11 @@ def test_an_interrupted_sweep_on_ray_resumes_only_what_is_missing(
         assert not (stage / f"{cid}.partial" / "metrics.json").exists()
     monkeypatch.undo()
     calls = _interrupt_after(monkeypatch, 100)
-    assert cli.main(["sweep", "--resume", str(stage), *args]) == 0
+    capsys.readouterr()
+    assert cli.main(["sweep", "--resume", str(stage), *args[1:]]) == 0  # with the bar
     assert len(calls) == 2  # the two missing episodes, nothing else
+    bar = capsys.readouterr().err.splitlines()[-1]
+    assert "2/2" in bar and "episodes=2" in bar and "failed=0" in bar, bar
     assert (tmp_path / "out" / "horizons" / "summary.csv").is_file()
 
 

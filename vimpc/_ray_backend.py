@@ -570,6 +570,7 @@ def run_sweep(
     workers: int,
     on_done: Callable[[Any], None],
     session: dict[str, Any] | None = None,
+    on_episode: Callable[[], None] | None = None,
 ) -> list[Any]:
     """The sweep's runs (:class:`vimpc._sweep_command.Task`) on the open Ray cluster: every
     missing episode of every run is one Ray task (at most ``workers`` at once, the runs in
@@ -656,6 +657,8 @@ def run_sweep(
                 run.left.discard(k)
                 run.session["episodes_run"] += 1
                 _keep_manifest(run)
+                if on_episode is not None:
+                    on_episode()
             if run.pending == 0:
                 _close(run, "complete" if run.error is None else f"error: {run.error:.300}")
                 finish(run.task, run.error)

@@ -434,10 +434,12 @@ def run_local(
     workers: int,
     on_done: Callable[[Outcome], None],
     session: dict[str, Any] | None = None,
+    on_episode: Callable[[], None] | None = None,
 ) -> list[Outcome]:
     """Run ``tasks`` in this process (``workers == 1``) or in ``workers`` spawned processes;
     ``on_done`` gets each outcome in this process as it comes. A Ctrl-C or an error in this
-    process ends the workers at once (their runs keep what they finished)."""
+    process ends the workers at once (their runs keep what they finished). ``session`` and
+    ``on_episode`` are not used: each run keeps its episodes in its own process."""
     from vimpc.pipeline import in_processes
 
     outcomes: list[Outcome] = []
@@ -460,16 +462,17 @@ def run_ray(
     workers: int,
     on_done: Callable[[Outcome], None],
     session: dict[str, Any] | None = None,
+    on_episode: Callable[[], None] | None = None,
 ) -> list[Outcome]:
     """Run ``tasks`` on the open Ray cluster (:mod:`vimpc._ray_backend`), one Ray task per
-    missing episode, at most ``workers`` at once (the count used goes to ``session``); see
-    :func:`vimpc._ray_backend.run_sweep`."""
+    missing episode, at most ``workers`` at once (the count used goes to ``session``;
+    ``on_episode()`` after each episode kept); see :func:`vimpc._ray_backend.run_sweep`."""
     from vimpc._ray_backend import run_sweep
 
-    return run_sweep(tasks, workers, on_done, session)
+    return run_sweep(tasks, workers, on_done, session, on_episode)
 
 
-#: the backends by name: ``backend(tasks, workers, on_done, session) -> outcomes``
+#: the backends by name: ``backend(tasks, workers, on_done, session, on_episode=) -> outcomes``
 BACKENDS: dict[str, Callable[..., list[Outcome]]] = {
     "local": run_local,
     "ray": run_ray,
@@ -764,11 +767,17 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             disable=args.quiet,
         )
 
+        kept: dict[str, int] = {}  # with Ray: the episodes kept so far, on the bar
+
+        def episode_kept() -> None:
+            kept["episodes"] = kept.get("episodes", 0) + 1
+            bar.set_postfix(failed=len(failures), **kept)
+
         def done(outcome: Outcome) -> None:
             if outcome.error is not None:
                 failures[outcome.id] = outcome.error
             bar.update()
-            bar.set_postfix(failed=len(failures))
+            bar.set_postfix(failed=len(failures), **kept)
             _record(stage, manifest, failures)
 
         # the models first, here and one at a time: configurations that share a fit (other
@@ -799,7 +808,7 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
             for cid in todo
             if cid not in failures
         ]
-        BACKENDS[backend](tasks, workers, done, session)
+        BACKENDS[backend](tasks, workers, done, session, on_episode=episode_kept)
         bar.close()
         if failures:
             session["ended"] = f"{len(failures)} configurations failed"
