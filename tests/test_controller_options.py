@@ -189,6 +189,8 @@ BAD = [
     ("transcription", "shooting", "one of"),
     ("qpsol", "qpx", "one of"),
     ("hessian", "newton", "one of"),
+    ("rti_start", "fatropp", "one of"),
+    ("rti_regularization", -1.0, "non-negative"),
     ("max_iter", 0, "positive integer"),
     ("max_iter", 2.5, "integer"),
     ("tol", -1.0, "positive"),

@@ -111,7 +111,9 @@ def run_episode(
     The controller is called as ``controller(obs, t)`` and must return an object
     with ``u``, ``status``, ``solve_time``, ``iterations`` and ``slack`` (an
     :class:`~vimpc.mpc.MPCResult`; its ``call_time`` and ``late`` are recorded where it
-    has them); a ``reset()`` method, if present, is called first; its ``period`` (the
+    has them); a ``reset()`` method, if present, is called first; a ``prepare(t)`` method, if
+    present, right after each input is applied, with the time of the next call (the
+    real-time iteration's preparation phase, :meth:`vimpc.mpc.MPC.prepare`); its ``period`` (the
     sampling period ``late`` refers to) is recorded where it has one. ``on_step(k)`` is called after each step (progress bars).
 
     Every argument is checked before the environment is reset or stepped: an
@@ -171,6 +173,8 @@ def run_episode(
     rec: dict[str, list] = {
         name: [] for name in (*floats, "iterations", "status", "empty_tube", "late")
     }
+    prepare = getattr(controller, "prepare", None)
+    prepare = prepare if callable(prepare) else None
     period = getattr(controller, "period", None)
     period = float(period) if isinstance(period, (int, float, np.number)) else np.nan
 
@@ -188,6 +192,8 @@ def run_episode(
         t = k * dt
         result = controller(obs, t)
         obs, reward, terminated, truncated, info = env.step(result.u)
+        if prepare is not None and not (terminated or truncated):
+            prepare((k + 1) * dt)  # the real-time iteration's preparation, after the input
         rec["inputs"].append(info.get("applied_action", result.u))
         rec["rewards"].append(reward)
         rec["solve_times"].append(result.solve_time)

@@ -26,6 +26,7 @@ from vimpc.mpc.options import (
     check_obs_names,
     check_option,
     check_within_period,
+    ignored_rti_options,
     ignored_sqp_options,
 )
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
@@ -34,8 +35,11 @@ from vimpc.mpc.solvers import (
     RealTimeIteration,
     check_time_budget,
     checked_options,
+    condensing_obstacle,
     nlpsol_options,
     option_error,
+    qp_options,
+    qp_solver,
     time_budget_options,
 )
 from vimpc.mpc.transcription import n_slacks, transcribe
@@ -67,19 +71,28 @@ class MPC:
             QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
             (interior point exploiting the stage structure; the most robust on
             swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (the real-time
-            iteration: one Gauss–Newton linearisation and one QP per call,
-            :class:`~vimpc.mpc.solvers.RealTimeIteration`; with the exact Hessian, a time
-            budget or ``sqpmethod`` options it is ``sqpmethod`` stopped after one
-            iteration; it needs a good warm start and can diverge from a cold start far
-            from the solution).
+            iteration, :class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton
+            linearisation at the shifted plan and one condensed QP per call, split into
+            :meth:`prepare` before the state arrives and a feedback phase in the call
+            (``MPCResult.preparation_time``, ``feedback_time``); a cold start is solved to
+            convergence by ``rti_start``. With the exact Hessian, a time budget,
+            ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
+            stopped after one iteration, unsplit).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
             ``"implicit"`` when the model has a residual, else ``"step"``.
-        qpsol: QP solver for ``sqpmethod``/``rti``: ``"qrqp"``, ``"osqp"``, ``"daqp"``,
-            ``"hpipm"``, ``"qpoases"``.
+        qpsol: QP solver for ``sqpmethod``/``rti``: ``"auto"`` (default: ``"qrqp"`` for
+            ``sqpmethod``, ``"daqp"`` for the real-time iteration's dense condensed QP),
+            ``"qrqp"``, ``"osqp"``, ``"daqp"``, ``"hpipm"``, ``"qpoases"``.
         hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
             least squares) or ``"exact"`` (convexified by eigenvalue reflection).
+        rti_start: for ``rti``: the solver (``"fatrop"``, default, ``"ipopt"``,
+            ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start (the
+            first call after :meth:`reset`, or after a failed solve) to convergence, or
+            ``"none"``: one real-time iteration from the cold guess.
+        rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
+            Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
         period: the sampling period [s], the time between two calls (default ``model.dt``:
             the controller is called once per model step). A call whose wall time (tube,
@@ -206,6 +219,8 @@ class MPC:
         transcription: str | None = DEFAULTS["transcription"],
         qpsol: str = DEFAULTS["qpsol"],
         hessian: str = DEFAULTS["hessian"],
+        rti_start: str = DEFAULTS["rti_start"],
+        rti_regularization: float = DEFAULTS["rti_regularization"],
         max_iter: int = DEFAULTS["max_iter"],
         tol: float = DEFAULTS["tol"],
         period: float | None = DEFAULTS["period"],
@@ -260,6 +275,12 @@ class MPC:
                 f"{name}={checked[name]!r} applies only to solver='sqpmethod' or 'rti', and "
                 f"would be ignored with solver={solver!r}; leave {name} at its "
                 f"default {SETTINGS[name].default!r} or choose an SQP solver"
+            )
+        for name in ignored_rti_options(solver, checked):
+            raise InputError(
+                f"{name}={checked[name]!r} applies only to solver='rti', and would be ignored "
+                f"with solver={solver!r}; leave {name} at its default "
+                f"{SETTINGS[name].default!r} or set solver='rti'"
             )
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
@@ -402,19 +423,16 @@ class MPC:
         )
         try:
             with where:
+                self._start, self._rti_qp = None, None
                 if self._real_time(solver, hessian, given_options):
-                    self._solver = RealTimeIteration(
-                        self._tr.nlp,
-                        self._tr.gauss_newton,
-                        qpsol,
-                        opts["qpsol_options"],
-                        expand=opts["expand"],
-                        function_options=_jit.options() if self.jit == "nlp" else None,
-                    )
+                    self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
                     self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                self._split = isinstance(self._solver, RealTimeIteration)
+                self._stepper = self._solver  # the solver of the current call (stats)
         except RuntimeError as exc:
-            error = option_error(solver, plugin, qpsol, given_options, str(exc))
+            used_qp = self._rti_qp or qp_solver(qpsol)  # the QP solver that refused the option
+            error = option_error(solver, plugin, used_qp, given_options, str(exc))
             if error is None:
                 raise
             raise error from exc
@@ -438,6 +456,7 @@ class MPC:
         self._u_prev = self.safe_input.copy()
         self._layout = L
         self._diagnosis: tuple[ca.Function, ca.Function] | None = None
+        self._ready: tuple[float, bytes] | None = None  # (t, p) of the prepared iteration
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -470,6 +489,31 @@ class MPC:
         """Forget the warm start and the previous plan (call between episodes)."""
         self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = None
         self._u_prev = self.safe_input.copy()
+        self._ready = None
+
+    def prepare(self, t: float = 0.0, p: Any = None) -> float:
+        """The real-time iteration's preparation phase for the call at time ``t`` [s] with
+        parameters ``p``: linearise at the previous plan shifted by one stage (its predicted
+        initial state) and condense the QP, so that the call itself only solves that QP from
+        the measured state. Call it right after applying the input (``run_episode`` does);
+        a call that finds no preparation for its ``t`` and ``p`` prepares itself, with the
+        same result. Returns its wall time [s]; 0 where there is nothing to prepare: other
+        solvers, a cold start (no plan, or the last solve failed: ``rti_start`` solves it),
+        tube tightening (the tube is computed from the measured state, so the linearisation
+        follows it in the call)."""
+        if not self._split or self._tube_fn is not None or self._w0 is None:
+            return 0.0
+        t = _checks.finite_number(
+            "t", t, "a finite number of seconds (the time of the call it prepares)"
+        )
+        m, N, L = self.model, self.horizon, self._layout
+        p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
+        w = self._initial_guess(self._w0[L.x[1]])  # the shift; x_0 is the predicted state
+        refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
+        P = np.concatenate([w[L.x[0]], refs.T.reshape(-1), self._u_prev, p])
+        elapsed = self._solver.prepare(x0=w, p=P, **self._bounds)
+        self._ready = (t, np.asarray(p, np.float64).tobytes())
+        return elapsed
 
     def __call__(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         called = time.perf_counter()
@@ -532,7 +576,10 @@ class MPC:
                 self._deadline.arm(self.time_budget)
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
-                    sol = self._solver(**args)
+                    if self._split:
+                        sol = self._real_time_step(args, x0, t, p)
+                    else:
+                        sol = self._solver(**args)
                 error = None
             except RuntimeError as exc:  # error_on_fail is off; a hard evaluation error
                 sol, error = None, exc
@@ -561,6 +608,12 @@ class MPC:
         self._u_prev = u
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
         call_time = time.perf_counter() - called
+        phases = {}
+        if self._split and self._stepper is self._solver and not inputs_empty:
+            phases = dict(
+                preparation_time=stats.get("t_wall_preparation", float("nan")),
+                feedback_time=stats.get("t_wall_feedback", float("nan")),
+            )
         return MPCResult(
             u=u,
             status=status,
@@ -580,6 +633,7 @@ class MPC:
             tube_failure=tube_failure,
             call_time=call_time,
             late=call_time > self.period,
+            **phases,
         )
 
     # -- helpers --------------------------------------------------------------------------
@@ -594,7 +648,79 @@ class MPC:
             and hessian == "gauss-newton"
             and self.time_budget is None
             and set(given) <= {"qpsol_options"}
+            and self._condensing_obstacle() is None
         )
+
+    def _condensing_obstacle(self) -> str | None:
+        """Why the real-time iteration cannot condense this transcription onto the inputs
+        and slacks (:func:`~vimpc.mpc.solvers.condensing_obstacle`), or None."""
+        tr = self._tr
+        free = np.concatenate([tr.layout.u.ravel(), tr.layout.s.ravel()])
+        return condensing_obstacle(tr.nlp, free, tr.lbg == tr.ubg, tr.lbw, tr.ubw, self.model.nx)
+
+    def _real_time_solvers(
+        self, checked: Mapping[str, Any], qpsol: str, opts: Mapping[str, Any], given: Mapping
+    ) -> RealTimeIteration:
+        """The :class:`RealTimeIteration` of ``solver = "rti"`` (condensed onto the inputs
+        and slacks, its QP solved by ``qpsol``, ``"auto"`` meaning daqp, with the user's
+        ``qpsol_options``), and in
+        :attr:`_start` the solver ``rti_start`` of its cold starts (None for ``"none"``):
+        the preset of that solver with the controller's ``max_iter`` and ``tol``."""
+        tr, L = self._tr, self._tr.layout
+        self.rti_start = checked["rti_start"]
+        self.rti_regularization = checked["rti_regularization"]
+        self._rti_qp = rti_qp = qp_solver(qpsol, condensed=True)
+        if rti_qp == "hpipm":  # CasADi's HPIPM interface crashes on a dense QP
+            raise InputError(
+                "qpsol='hpipm' cannot solve the real-time iteration's QP: it is condensed onto "
+                "the inputs and slacks (dense), and CasADi's HPIPM interface takes only QPs "
+                "laid out as [x0 u0 x1 u1 ...] stage by stage; use qpsol='auto' (daqp) or "
+                "'qpoases'"
+            )
+        rti = RealTimeIteration(
+            tr.nlp,
+            tr.gauss_newton,
+            rti_qp,
+            {**qp_options(rti_qp), **given.get("qpsol_options", {})},
+            expand=opts["expand"],
+            free=np.concatenate([L.u.ravel(), L.s.ravel()]),
+            equality=tr.lbg == tr.ubg,
+            n_init=self.model.nx,
+            regularization=self.rti_regularization,
+            function_options=_jit.options() if self.jit == "nlp" else None,
+        )
+        if self.rti_start != "none":
+            plugin, start_opts = nlpsol_options(
+                self.rti_start,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                qpsol=qpsol,
+                expand=opts["expand"],
+                equality=(tr.lbg == tr.ubg).tolist(),
+                gauss_newton=tr.gauss_newton,
+            )
+            if self.jit == "nlp":
+                start_opts.update(_jit.options())
+            if given.get("qpsol_options") and plugin == "sqpmethod":
+                qp_opts = {**start_opts["qpsol_options"], **given["qpsol_options"]}
+                start_opts["qpsol_options"] = qp_opts
+            self._start = ca.nlpsol("mpc_start", plugin, tr.nlp, start_opts)
+        return rti
+
+    def _real_time_step(self, args: Mapping[str, Any], x0: np.ndarray, t: float, p) -> dict:
+        """One sample of the split real-time iteration: a cold start (no plan) solved to
+        convergence by :attr:`_start`; with a tube, both phases from the measured state; else
+        the feedback phase on the preparation for ``(t, p)`` (prepared now if missing)."""
+        ready, self._ready = self._ready, None
+        if self._w0 is None and self._start is not None:
+            self._stepper = self._start
+            return self._start(**args)
+        self._stepper = self._solver
+        if self._tube_fn is not None or self._w0 is None:
+            return self._solver(**args)
+        if ready != (t, np.asarray(p, np.float64).tobytes()) or not self._solver.prepared:
+            self.prepare(t, p)
+        return self._solver.feedback(x0)
 
     def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
         """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N))``: the
@@ -710,7 +836,7 @@ class MPC:
             return Status.TIME_LIMIT
         if stats.get("success", False):
             result = Status.SOLVED
-        elif self.solver_name == "rti" or self._violation(sol) <= FEASIBILITY_TOL:
+        elif self._one_iteration() or self._violation(sol) <= FEASIBILITY_TOL:
             # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
             # iteration is never converged by design
             result = Status.ITERATION_LIMIT
@@ -719,6 +845,10 @@ class MPC:
         if self.time_budget is not None and elapsed > self.time_budget:
             return Status.LATE
         return result
+
+    def _one_iteration(self) -> bool:
+        """Whether this call's solver is the real-time iteration (not its cold start)."""
+        return self.solver_name == "rti" and self._stepper is self._solver
 
     def _stopped_by_budget(self, stats: dict) -> bool:
         """Whether the time budget stopped the solve: ipopt's wall-clock limit, or the
@@ -737,7 +867,7 @@ class MPC:
 
     def _stats(self) -> dict:
         try:
-            return dict(self._solver.stats())
+            return dict(self._stepper.stats())
         except RuntimeError as exc:
             # some plugins fail to report stats after an aborted solve
             return {"success": False, "return_status": f"no statistics: {exc}"}

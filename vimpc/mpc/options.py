@@ -23,6 +23,9 @@ JITS = ("none", "model", "nlp")
 #: the solvers of the SQP presets, and the options that only they read
 SQP_SOLVERS = ("sqpmethod", "rti")
 SQP_OPTIONS = ("qpsol", "hessian")
+#: the solvers that can start the real-time iteration, and the options only ``rti`` reads
+RTI_STARTS = ("fatrop", "ipopt", "sqpmethod", "none")
+RTI_OPTIONS = ("rti_start", "rti_regularization")
 
 #: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
 #: defaults and checks, the scenario's ``[controller]`` table (its schema, its validation, the
@@ -40,8 +43,28 @@ SETTINGS: dict[str, Setting] = {
         "when the model has a residual)",
         choices=("auto", "implicit", "step"),  # the same as TRANSCRIPTIONS and "auto"
     ),
-    "qpsol": Setting(str, "qrqp", "QP solver of `sqpmethod`/`rti`", choices=QP_SOLVERS),
+    "qpsol": Setting(
+        str,
+        "auto",
+        "QP solver of `sqpmethod`/`rti`; `auto`: `qrqp` for `sqpmethod`, `daqp` for the "
+        "real-time iteration's condensed QP",
+        choices=QP_SOLVERS,
+    ),
     "hessian": Setting(str, "gauss-newton", "for `sqpmethod`/`rti`", choices=HESSIANS),
+    "rti_start": Setting(
+        str,
+        "fatrop",
+        "`rti` only: the solver that solves an episode's first sample (and any sample after a "
+        "failed one) to convergence before one real-time iteration per sample takes over, "
+        "or `none` (real-time iterations from the cold guess)",
+        choices=RTI_STARTS,
+    ),
+    "rti_regularization": Setting(
+        float,
+        0.0,
+        "`rti` only: added to the diagonal of the Gauss–Newton Hessian (Levenberg–Marquardt)",
+        rule=NONNEGATIVE,
+    ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
     "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
     "period": Setting(
@@ -177,6 +200,14 @@ def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
     if solver in SQP_SOLVERS:
         return []
     return [key for key in SQP_OPTIONS if options[key] != SETTINGS[key].default]
+
+
+def ignored_rti_options(solver: str, options: Mapping[str, Any]) -> list[str]:
+    """The options of the real-time iteration (``rti_start``, ``rti_regularization``) that
+    ``options`` sets away from their defaults while ``solver`` is not ``rti``."""
+    if solver == "rti":
+        return []
+    return [key for key in RTI_OPTIONS if options[key] != SETTINGS[key].default]
 
 
 def check_obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:

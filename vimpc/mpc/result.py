@@ -59,6 +59,13 @@ class MPCResult:
             reported as ``inf``), the problem is not solved and the status is
             ``INFEASIBLE``. 0 without tightening.
         tube_failure: which stages and why, when ``failed_tube_stages > 0``; else ``""``.
+        preparation_time: ``solver = "rti"``: the wall time of the preparation phase this
+            call's step was linearised and condensed in [s], whether it ran in
+            ``MPC.prepare`` before the call or in the call (nan for other solvers and for a
+            cold start, which ``rti_start`` solves to convergence in ``solve_time``).
+        feedback_time: ``solver = "rti"``: the wall time of the feedback phase [s], from
+            the measured state to the step (the condensed QP and the plan's expansion); nan
+            where ``preparation_time`` is.
     """
 
     u: np.ndarray
@@ -79,3 +86,5 @@ class MPCResult:
     tube_failure: str = ""
     call_time: float = float("nan")
     late: bool = False
+    preparation_time: float = float("nan")
+    feedback_time: float = float("nan")

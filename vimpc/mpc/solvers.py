@@ -16,7 +16,34 @@ from vimpc.errors import InputError
 
 SOLVERS = ("sqpmethod", "fatrop", "ipopt", "rti")
 HESSIANS = ("gauss-newton", "exact")
-QP_SOLVERS = ("qrqp", "osqp", "daqp", "hpipm", "qpoases")
+QP_SOLVERS = ("auto", "qrqp", "osqp", "daqp", "hpipm", "qpoases")
+#: what ``qpsol = "auto"`` means: qrqp for sqpmethod's sparse QPs, daqp (a dual active-set
+#: solver for dense QPs) for the real-time iteration's condensed QP, where qrqp took ~17 ms
+#: and 48 iterations against daqp's 0.15 ms on the cart-pole swing-up's (41 variables)
+AUTO_QPSOL = {"sqpmethod": "qrqp", "rti": "daqp"}
+
+
+def qp_solver(qpsol: str, condensed: bool = False) -> str:
+    """The QP solver ``qpsol`` names: ``"auto"`` is :data:`AUTO_QPSOL`'s, for the real-time
+    iteration's ``condensed`` QP or for ``sqpmethod``."""
+    _checks.one_of("qpsol", qpsol, QP_SOLVERS)
+    if qpsol != "auto":
+        return qpsol
+    return AUTO_QPSOL["rti" if condensed else "sqpmethod"]
+
+
+def qp_options(qpsol: str) -> dict[str, Any]:
+    """Quiet, non-raising options of the CasADi conic ``qpsol`` (not ``"auto"``)."""
+    qp_opts: dict[str, Any] = {"error_on_fail": False}
+    if qpsol == "qrqp":
+        qp_opts.update(print_iter=False, print_header=False, print_info=False)
+    elif qpsol == "osqp":
+        qp_opts.update(osqp={"verbose": False})
+    elif qpsol == "qpoases":
+        qp_opts.update(printLevel="none")
+    elif qpsol == "hpipm":
+        qp_opts.update(hpipm={"warm_start": True})
+    return qp_opts
 
 
 def nlpsol_options(
@@ -24,7 +51,7 @@ def nlpsol_options(
     *,
     max_iter: int,
     tol: float,
-    qpsol: str = "qrqp",
+    qpsol: str = "auto",
     expand: bool = True,
     equality: list[bool] | None = None,
     hessian: str = "gauss-newton",
@@ -42,18 +69,10 @@ def nlpsol_options(
     it needs ``equality``, one flag per constraint row.
     """
     _checks.one_of("solver", solver, SOLVERS)
-    _checks.one_of("qpsol", qpsol, QP_SOLVERS)
+    qpsol = qp_solver(qpsol)
     common: dict[str, Any] = {"expand": expand, "print_time": False, "error_on_fail": False}
     if solver in ("sqpmethod", "rti"):
-        qp_opts: dict[str, Any] = {"error_on_fail": False}
-        if qpsol == "qrqp":
-            qp_opts.update(print_iter=False, print_header=False, print_info=False)
-        elif qpsol == "osqp":
-            qp_opts.update(osqp={"verbose": False})
-        elif qpsol == "qpoases":
-            qp_opts.update(printLevel="none")
-        elif qpsol == "hpipm":
-            qp_opts.update(hpipm={"warm_start": True})
+        qp_opts = qp_options(qpsol)
         _checks.one_of("hessian", hessian, HESSIANS)
         curvature: dict[str, Any] = (
             {"hess_lag": gauss_newton}
@@ -342,24 +361,71 @@ def time_budget_options(
     return {"iteration_callback": deadline}, deadline
 
 
-class RealTimeIteration:
-    """One Gauss–Newton SQP step per call, called like a CasADi ``nlpsol``: ``(x0, p, lbx,
-    ubx, lbg, ubg[, lam_x0, lam_g0]) -> {x, f, g, lam_x, lam_g}`` and :meth:`stats`.
+def condensing_obstacle(
+    nlp: Mapping[str, Any],
+    free: np.ndarray,
+    equality: np.ndarray,
+    lbw: np.ndarray,
+    ubw: np.ndarray,
+    n_init: int,
+) -> str | None:
+    """Why :class:`RealTimeIteration` cannot condense this NLP onto the ``free`` variables
+    (``equality`` flags the constraint rows with ``lbg == ubg``; ``lbw``, ``ubw`` the
+    variables' bounds; the initial state the first ``n_init`` parameters), or None when it
+    can: as many equality rows as other variables, no finite bound on those, and a cost
+    that does not read the initial state."""
+    n_dep = nlp["x"].numel() - np.asarray(free).size
+    n_eq = int(np.count_nonzero(equality))
+    if n_eq != n_dep:
+        return f"{n_eq} equality rows for {n_dep} state variables (they must be as many)"
+    dep = np.setdiff1d(np.arange(nlp["x"].numel()), np.asarray(free, int).reshape(-1))
+    if np.isfinite(lbw[dep]).any() or np.isfinite(ubw[dep]).any():
+        return "a state variable has a finite bound"
+    reads = ca.jacobian_sparsity(nlp["f"], nlp["p"]).get_col()
+    if any(j < n_init for j in reads):
+        return "the cost reads the initial state"
+    return None
 
-    At the guess ``x0`` it evaluates the cost, its gradient, the constraints, their Jacobian
-    and the Gauss–Newton Hessian ``gauss_newton`` in one function, then solves the QP
+
+class RealTimeIteration:
+    """The real-time iteration of Diehl et al. (2005): one Gauss–Newton SQP step per sample,
+    split into a :meth:`prepare` phase before the state is measured and a short
+    :meth:`feedback` phase after.
+
+    :meth:`prepare` ``(x0, p, lbx, ubx, lbg, ubg)`` linearises the NLP at the guess ``x0``
+    (the previous plan shifted by one stage) with the parameters ``p`` (their first
+    ``n_init`` entries, the initial state, set to the guess's own initial state): cost,
+    gradient, constraints, their Jacobian and the Gauss–Newton Hessian ``gauss_newton``
+    (plus ``regularization`` times the identity: Levenberg–Marquardt), in one function. It
+    then condenses the QP
 
         min_d  1/2 d^T H d + grad_f^T d
-        s.t.   lbg - g <= J d <= ubg - g,   lbx - x0 <= d <= ubx - x0
+        s.t.   J_E d = lbg_E - g_E,   lbg_I - g_I <= J_I d <= ubg_I - g_I,
+               lbx - x0 <= d <= ubx - x0
 
-    with ``qpsol`` and returns ``x0 + d`` (the linearised constraints ``g + J d``). That is the
-    real-time iteration of Diehl et al. (2005): each sample takes exactly one linearisation
-    (the constraint Jacobian is evaluated once; CasADi's ``sqpmethod`` stopped after one
-    iteration evaluates it again at the new iterate for its convergence test) and one QP.
-    Never converged by design: ``stats()["success"]`` is False, ``return_status`` says whether
-    the QP was solved; a QP that failed returns NaN (the caller's fallback acts).
-    ``stats()`` also gives the times of the two parts (``t_wall_linearization``,
-    ``t_wall_qp``)."""
+    onto the ``free`` variables (the inputs and slacks): the equality rows ``E`` (dynamics,
+    the integrator's residual, the initial condition) are solved for the other variables,
+    ``d = T d_F + t_0 + M dx``, with ``dx`` the difference between the measured initial
+    state and the one prepared with. The initial state enters the NLP only through the
+    initial-value rows ``x_0 - x_init = 0`` (the initial-value embedding), so everything
+    but ``dx`` is known before the state arrives.
+
+    :meth:`feedback` ``(x_init)`` forms ``dx``, shifts the condensed QP's gradient and row
+    bounds by it (a few small products) and solves the dense QP (``nu N + ns (N + 1)``
+    variables) with ``qpsol``; the first input is ready then. ``__call__`` is the two
+    phases in one, called like a CasADi ``nlpsol``: ``(x0, p, lbx, ubx, lbg, ubg[, lam_x0,
+    lam_g0]) -> {x, f, g, lam_x, lam_g}``, with :meth:`stats`.
+
+    Never converged by design: ``stats()["success"]`` is False, ``return_status`` says
+    whether the QP was solved; a QP that failed returns NaN (the caller's fallback acts).
+    ``stats()`` gives the phases' wall times (``t_wall_preparation``, ``t_wall_feedback``).
+    The multipliers of the equality rows are not computed (NaN; the Gauss–Newton Hessian
+    does not need them).
+
+    Needs: the equality rows as many as the non-free variables and solvable for them, no
+    finite bound on a non-free variable, a cost that does not depend on the initial state,
+    the initial state entering the constraints linearly. :func:`condensing_obstacle` says
+    whether an NLP meets them."""
 
     def __init__(
         self,
@@ -368,51 +434,158 @@ class RealTimeIteration:
         qpsol: str,
         qp_options: Mapping[str, Any],
         expand: bool,
+        *,
+        free: np.ndarray,
+        equality: np.ndarray,
+        n_init: int,
+        regularization: float = 0.0,
         function_options: Mapping[str, Any] | None = None,
     ) -> None:
         w, p, f, g = nlp["x"], nlp["p"], nlp["f"], nlp["g"]
-        H = gauss_newton(w, p, 1.0, ca.DM.zeros(g.numel()))
+        n_w, n_g, n_p = w.numel(), g.numel(), p.numel()
+        H = gauss_newton(w, p, 1.0, ca.DM.zeros(n_g))
         J = ca.jacobian(g, w)
+        # the initial state's entries of p enter g linearly (x_0 - x_init): a constant Jacobian
+        J_init = ca.jacobian(g, p)[:, :n_init]
         lin = ca.Function(
             "rti_linearization", [w, p], [f, ca.gradient(f, w), g, J, H],
             ["x", "p"], ["f", "grad_f", "g", "jac_g", "hess"], dict(function_options or {}),
         )  # fmt: skip
-        self._lin = lin.expand() if expand else lin
-        self._qp = ca.conic(
-            "rti_qp", qpsol, {"h": H.sparsity(), "a": J.sparsity()}, dict(qp_options)
+        lin = lin.expand() if expand else lin
+        self._J_init = np.asarray(
+            ca.Function("rti_init_jacobian", [w, p], [J_init])(np.zeros(n_w), np.zeros(n_p))
         )
+        self._free = F = np.asarray(free, int).reshape(-1)
+        self._dep = D = np.setdiff1d(np.arange(n_w), F)
+        equality = np.asarray(equality, bool).reshape(-1)
+        self._eq, self._ineq = E, I = np.flatnonzero(equality), np.flatnonzero(~equality)
+        self._n_init = n_init
+        self.regularization = float(regularization)
+        nF, nI, nD = F.size, I.size, D.size
+        # the condensing, as one CasADi function (sparse LU of the equality rows' Jacobian in
+        # the state variables; no multithreaded BLAS, whose threads contend on a busy machine)
+        W, Pp = ca.MX.sym("w", n_w), ca.MX.sym("p", n_p)
+        lbg, ubg, lbx, ubx = (ca.MX.sym(name, n) for name, n in (
+            ("lbg", n_g), ("ubg", n_g), ("lbx", n_w), ("ubx", n_w)))  # fmt: skip
+        f_, grad_, g_, J_, H_ = lin(W, Pp)
+        if self.regularization:
+            H_reg = H_ + self.regularization * ca.DM.eye(n_w)
+        else:
+            H_reg = H_
+        J_E, Jinit = J_[E.tolist(), :], ca.DM(self._J_init)
+        rhs = ca.horzcat(J_E[:, F.tolist()], lbg[E.tolist()] - g_[E.tolist()], Jinit[E.tolist(), :])
+        sol = ca.solve(J_E[:, D.tolist()], rhs, "csparse")
+        scatter_D = ca.DM(ca.Sparsity.triplet(n_w, nD, D.tolist(), list(range(nD))), 1.0)
+        scatter_F = ca.DM(ca.Sparsity.triplet(n_w, nF, F.tolist(), list(range(nF))), 1.0)
+        T = scatter_F - ca.mtimes(scatter_D, sol[:, :nF])
+        t0 = ca.mtimes(scatter_D, sol[:, nF])
+        M = -ca.mtimes(scatter_D, sol[:, nF + 1 :])
+        HT = ca.mtimes(H_reg, T)
+        J_I = J_[I.tolist(), :]
+        shift = g_[I.tolist()] + ca.mtimes(J_I, t0)
+        outputs = {
+            "f": f_, "grad": grad_, "g": g_, "J": ca.densify(J_), "H": ca.densify(H_),
+            "T": ca.densify(T), "t0": ca.densify(t0), "M": ca.densify(M),
+            "h": ca.densify(ca.mtimes(T.T, HT)),
+            "c0": ca.densify(ca.mtimes(T.T, ca.mtimes(H_reg, t0) + grad_)),
+            "Cx": ca.densify(ca.mtimes(HT.T, M)),
+            "a": ca.densify(ca.mtimes(J_I, T)),
+            "lba": lbg[I.tolist()] - shift, "uba": ubg[I.tolist()] - shift,
+            "Ax": ca.densify(ca.mtimes(J_I, M) + Jinit[I.tolist(), :]),
+            "lbd": lbx[F.tolist()] - W[F.tolist()], "ubd": ubx[F.tolist()] - W[F.tolist()],
+        }  # fmt: skip
+        self._names = list(outputs)
+        self._condense = ca.Function(
+            "rti_condensing", [W, Pp, lbg, ubg, lbx, ubx], list(outputs.values()),
+            ["w", "p", "lbg", "ubg", "lbx", "ubx"], self._names,
+        )  # fmt: skip
+        self._qp = ca.conic(
+            "rti_qp",
+            qpsol,
+            {"h": ca.Sparsity.dense(nF, nF), "a": ca.Sparsity.dense(nI, nF)},
+            dict(qp_options),
+        )
+        self._prepared: dict[str, Any] | None = None
         self._stats: dict[str, Any] = {}
 
-    def __call__(self, *, x0, p, lbx, ubx, lbg, ubg, lam_x0=None, lam_g0=None) -> dict:
+    @property
+    def prepared(self) -> bool:
+        """Whether :meth:`prepare` has run since the last :meth:`feedback`."""
+        return self._prepared is not None
+
+    def prepare(self, *, x0, p, lbx, ubx, lbg, ubg) -> float:
+        """Linearise at the guess ``x0`` with parameters ``p`` and condense the QP; returns
+        the wall time it took [s]."""
         start = time.perf_counter()
-        f, grad, g, J, H = self._lin(x0, p)
-        linearized = time.perf_counter()
-        args = dict(h=H, g=grad, a=J, lba=lbg - g, uba=ubg - g, lbx=lbx - x0, ubx=ubx - x0)
-        if lam_x0 is not None:
-            args.update(lam_x0=lam_x0, lam_a0=lam_g0)
+        out = self._condense(x0, p, lbg, ubg, lbx, ubx)
+        q = {name: out[i] for i, name in enumerate(self._names)}
+        for name in self._names:
+            if name not in ("h", "a"):  # the QP's matrices stay DMs
+                q[name] = np.asarray(q[name])
+                if q[name].shape[1:] == (1,):
+                    q[name] = q[name].reshape(-1)
+        q["f"] = float(q["f"][0])
+        q["w"] = np.asarray(x0, float).reshape(-1)
+        q["x_init"] = np.asarray(p, float).reshape(-1)[: self._n_init].copy()
+        self._prepared = q
+        elapsed = time.perf_counter() - start
+        self._stats = {"t_wall_preparation": elapsed}
+        return elapsed
+
+    def feedback(self, x_init) -> dict:
+        """Solve the prepared QP from the measured initial state ``x_init``: the step, as
+        :meth:`__call__` returns it. Consumes the preparation."""
+        if self._prepared is None:
+            raise RuntimeError("RealTimeIteration.feedback needs a prepare() first")
+        start = time.perf_counter()
+        q, self._prepared = self._prepared, None
+        dx = np.asarray(x_init, float).reshape(-1) - q["x_init"]
+        shift = q["Ax"] @ dx
         try:
-            qp = self._qp(**args)
+            qp = self._qp(
+                h=q["h"], g=q["c0"] + q["Cx"] @ dx, a=q["a"],
+                lba=q["lba"] - shift, uba=q["uba"] - shift, lbx=q["lbd"], ubx=q["ubd"],
+            )  # fmt: skip
             qp_stats = self._qp.stats()
             solved, why = bool(qp_stats.get("success", False)), qp_stats.get("return_status")
         except RuntimeError as exc:  # an ill-posed QP (crossed bounds) raises
-            n, m = self._qp.size1_in(0), self._qp.size1_in(3)
-            qp = {"x": ca.DM.nan(n), "lam_x": ca.DM.nan(n), "lam_a": ca.DM.nan(m)}
-            solved, why = False, str(exc).strip().splitlines()[-1]
-        d = qp["x"] if solved else ca.DM.nan(self._qp.size1_in(0))
+            qp, solved, why = None, False, str(exc).strip().splitlines()[-1]
+        n_w, n_g = q["w"].size, q["g"].size
+        if solved:
+            dF = np.asarray(qp["x"]).reshape(-1)
+            d = q["T"] @ dF + q["t0"] + q["M"] @ dx
+            solved = bool(np.all(np.isfinite(d)))
+            why = why if solved else "the condensed step is not finite"
+        if not solved:
+            d = np.full(n_w, np.nan)
+        lam_x, lam_g = np.full(n_w, np.nan), np.full(n_g, np.nan)
+        if solved:
+            lam_x[self._free] = np.asarray(qp["lam_x"]).reshape(-1)
+            lam_g[self._ineq] = np.asarray(qp["lam_a"]).reshape(-1)
+        elapsed = time.perf_counter() - start
         self._stats = {
             "success": False,  # one iteration: never converged by design
             "return_status": "one real-time iteration" if solved else f"QP failed: {why}",
             "iter_count": 1,
-            "t_wall_linearization": linearized - start,
-            "t_wall_qp": time.perf_counter() - linearized,
+            "t_wall_preparation": self._stats.get("t_wall_preparation", float("nan")),
+            "t_wall_feedback": elapsed,
         }
         return {
-            "x": ca.DM(x0) + d,
-            "f": f + ca.dot(grad, d) + 0.5 * ca.bilin(H, d, d),
-            "g": g + ca.mtimes(J, d),
-            "lam_x": qp["lam_x"],
-            "lam_g": qp["lam_a"],
+            "x": ca.DM(q["w"] + d),
+            "f": q["f"] + q["grad"] @ d + 0.5 * d @ q["H"] @ d,
+            "g": ca.DM(q["g"] + q["J"] @ d + self._J_init @ dx),
+            "lam_x": ca.DM(lam_x),
+            "lam_g": ca.DM(lam_g),
         }
+
+    def __call__(self, *, x0, p, lbx, ubx, lbg, ubg, lam_x0=None, lam_g0=None) -> dict:
+        """Both phases at once: linearise at ``x0`` and solve from the initial state in
+        ``p`` (the multipliers' guesses are not used: the Gauss–Newton Hessian needs none).
+        The step does not depend on the initial state the preparation was given: it enters
+        linearly, and :meth:`feedback` adds the difference."""
+        del lam_x0, lam_g0
+        self.prepare(x0=x0, p=p, lbx=lbx, ubx=ubx, lbg=lbg, ubg=ubg)
+        return self.feedback(self._prepared["x_init"])
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)

@@ -1,0 +1,206 @@
+"""The real-time iteration: its preparation/feedback split, the initial-value embedding, the
+cold start and the options that only it reads."""
+
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+import pytest
+import scipy.linalg
+
+from vimpc.closedloop import run_episode
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
+from vimpc.mechanics import Pendulum
+from vimpc.models import NominalModel
+from vimpc.mpc import MPC, Constraints, Cost, Status
+from vimpc.mpc.solvers import RealTimeIteration
+
+DT = 0.1
+
+
+def _linear_model(implicit: bool) -> tuple[DiscreteModel, np.ndarray, np.ndarray]:
+    """A double integrator with drag (exact zero-order hold), as in test_mpc."""
+    A_c, B_c = np.array([[0.0, 1.0], [0.0, -0.2]]), np.array([[0.0], [1.0]])
+    M = scipy.linalg.expm(np.block([[A_c, B_c], [np.zeros((1, 3))]]) * DT)
+    A, B = M[:2, :2], M[:2, 2:]
+    x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
+    ident = ca.Function("id", [x], [x])
+    model = DiscreteModel(
+        dt=DT,
+        nx=2,
+        nu=1,
+        np=0,
+        nobs=2,
+        step=ca.Function("step", [x, u, p], [ca.mtimes(A, x) + ca.mtimes(B, u)]),
+        residual=ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A, x) - ca.mtimes(B, u)])
+        if implicit
+        else None,
+        from_obs=ident,
+        to_obs=ident,
+        state_names=("s", "v"),
+        input_names=("f",),
+    )
+    return model, A, B
+
+
+def _pendulum_controller(**kwargs) -> MPC:
+    model = NominalModel(Pendulum(), 0.05).discrete_model()
+    cost = Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
+    return MPC(model, 15, cost, Constraints(u_min=[-2.0], u_max=[2.0]), solver="rti", **kwargs)
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+def test_each_feedback_is_the_lqr_law_from_a_state_the_preparation_never_saw(implicit):
+    # On a linear model with a quadratic cost one Gauss-Newton step is the exact optimum,
+    # and with the Riccati terminal cost that optimum is the LQR law u = -K x (Bellman). The
+    # preparation linearises at the shifted plan, whose initial state is the previous
+    # prediction; the measured state differs from it (a disturbance is added), and the
+    # feedback must still give -K x exactly: the initial state enters the condensed QP only
+    # through the embedding's bounds.
+    model, A, B = _linear_model(implicit)
+    Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
+    P = scipy.linalg.solve_discrete_are(A, B, Q, R)
+    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+    ctrl = MPC(model, 8, Cost(Q=Q, R=R, Q_terminal=P), solver="rti", rti_start="none")
+    assert isinstance(ctrl._solver, RealTimeIteration)
+    rng = np.random.default_rng(3)
+    x = np.array([1.0, -0.5])
+    for k in range(6):
+        result = ctrl(x, k * DT)
+        assert result.status is Status.ITERATION_LIMIT and result.iterations == 1
+        np.testing.assert_allclose(result.u, -K @ x, atol=1e-9)
+        x = A @ x + B @ result.u + rng.normal(scale=0.2, size=2)
+        assert ctrl.prepare((k + 1) * DT) > 0.0  # the shifted plan was linearised
+        assert ctrl._solver.prepared
+
+
+def test_preparing_before_the_call_gives_the_same_loop_bit_for_bit():
+    # run_episode prepares after each input; a controller called without prepare() prepares
+    # inside the call: the same linearisation point and parameters, so the same inputs
+    env_steps = 25
+
+    def loop(prepare: bool):
+        ctrl = _pendulum_controller()
+        x, rows = np.array([0.1, 0.0]), []
+        step = ctrl.model.step
+        for k in range(env_steps):
+            result = ctrl(x, k * 0.05)
+            rows.append((result.u.copy(), result.preparation_time, result.feedback_time))
+            x = np.asarray(step(x, result.u, ctrl.model.p_default)).reshape(-1) + 1e-3
+            if prepare:
+                ctrl.prepare((k + 1) * 0.05)
+        return rows
+
+    with_prepare, without = loop(True), loop(False)
+    assert [u.tobytes() for u, _, _ in with_prepare] == [u.tobytes() for u, _, _ in without]
+    # the first call is the cold start (solved to convergence by rti_start): no phases
+    assert np.isnan(with_prepare[0][1]) and np.isnan(with_prepare[0][2])
+    assert all(np.isfinite(prep) and np.isfinite(fb) for _, prep, fb in with_prepare[1:])
+
+
+def test_the_cold_start_is_solved_to_convergence_then_one_iteration_per_call():
+    ctrl = _pendulum_controller()
+    first = ctrl(np.array([0.0, 0.0]))
+    assert first.status is Status.SOLVED and first.iterations > 1
+    assert np.isnan(first.feedback_time)
+    second = ctrl(first.x[1])
+    assert second.status is Status.ITERATION_LIMIT and second.iterations == 1
+    assert second.feedback_time > 0 and second.preparation_time > 0
+    # the plan of a converged start, shifted and re-solved from its own prediction, moves
+    # by one Gauss-Newton step only: the first stages agree closely
+    np.testing.assert_allclose(second.u_plan[:5, 0], first.u_plan[1:6, 0], atol=0.05)
+    # without the start, the first call is one iteration from the cold guess
+    cold = _pendulum_controller(rti_start="none")(np.array([0.0, 0.0]))
+    assert cold.iterations == 1 and np.isfinite(cold.feedback_time)
+    ctrl.reset()
+    assert ctrl(np.array([0.0, 0.0])).iterations > 1  # reset: a cold start again
+
+
+def test_other_solvers_report_no_phases_and_prepare_nothing():
+    model, _, _ = _linear_model(implicit=True)
+    ctrl = MPC(model, 8, Cost(Q=[1.0, 1.0], R=[0.1]), solver="fatrop")
+    result = ctrl(np.array([1.0, 0.0]))
+    assert np.isnan(result.preparation_time) and np.isnan(result.feedback_time)
+    assert ctrl.prepare(DT) == 0.0
+
+
+def test_regularisation_shortens_the_step():
+    # Levenberg-Marquardt: H + lambda I penalises the step's length, so the first input
+    # (the guess holds u = 0) shrinks as lambda grows; from the cold guess the linearised
+    # dynamics still force a step in the states, so a large lambda does not stop it
+    steps = []
+    for lam in (0.0, 1e-2, 1.0, 1e6):
+        ctrl = _pendulum_controller(rti_start="none", rti_regularization=lam)
+        assert ctrl._solver.regularization == lam
+        steps.append(abs(float(ctrl(np.array([0.3, 0.0])).u[0])))
+    assert steps[0] == 2.0  # the Gauss-Newton step saturates the input
+    assert all(a >= b for a, b in zip(steps, steps[1:], strict=False)) and steps[-1] < 0.5
+
+
+def test_run_episode_prepares_after_each_input_with_the_next_time():
+    from vimpc_envs.pendulum import PendulumEnv
+
+    env = PendulumEnv(dt=0.05)
+    calls = []
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.model, self.period = inner, inner.model, inner.period
+
+        def reset(self):
+            self.inner.reset()
+
+        def prepare(self, t):
+            calls.append(("prepare", t))
+            return self.inner.prepare(t)
+
+        def __call__(self, obs, t):
+            calls.append(("call", t))
+            return self.inner(obs, t)
+
+    run_episode(env, Spy(_pendulum_controller()), 4, seed=0)
+    assert calls == [
+        ("call", 0.0), ("prepare", 0.05), ("call", 0.05), ("prepare", 0.1),
+        ("call", 0.1), ("prepare", 0.15000000000000002), ("call", 0.15000000000000002),
+        ("prepare", 0.2),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (
+            {"solver": "fatrop", "rti_start": "ipopt"},
+            "rti_start='ipopt' applies only to solver='rti'",
+        ),
+        (
+            {"solver": "sqpmethod", "rti_regularization": 1e-3},
+            "rti_regularization=0.001 applies only to solver='rti'",
+        ),
+        ({"solver": "rti", "rti_start": "fatropp"}, "rti_start"),
+        ({"solver": "rti", "rti_regularization": -1.0}, "rti_regularization"),
+    ],
+)
+def test_rti_options_are_checked(kwargs, words):
+    model, _, _ = _linear_model(implicit=True)
+    with pytest.raises(InputError, match=words.replace("(", r"\(")):
+        MPC(model, 5, Cost(Q=[1.0, 1.0], R=[0.1]), **kwargs)
+
+
+def test_a_scenario_refuses_rti_options_with_another_solver(tmp_path):
+    from vimpc.errors import ConfigError
+    from vimpc.scenario import load_scenario
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    with pytest.raises(ConfigError, match="controller.rti_start = 'ipopt' applies only to"):
+        load_scenario(
+            root / "scenarios" / "cartpole_swingup.toml", ['controller.rti_start="ipopt"']
+        )
+
+
+def test_hpipm_is_refused_for_the_condensed_qp_before_anything_runs():
+    # CasADi's HPIPM interface takes only stage-structured QPs; on the dense condensed QP
+    # it crashed the process, so the controller refuses it by name
+    with pytest.raises(InputError, match="qpsol='hpipm' cannot solve the real-time"):
+        _pendulum_controller(qpsol="hpipm")
