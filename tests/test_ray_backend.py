@@ -414,6 +414,25 @@ def test_an_unreachable_address_is_an_error_within_30_s(address, tmp_path, capsy
     assert not (tmp_path / "out" / "pendulum_swingup").exists()
 
 
+def test_a_port_where_no_ray_cluster_answers_is_an_error_not_a_hang(monkeypatch):
+    import socket
+
+    if not HAVE_RAY:
+        pytest.skip("the trial connection needs ray")
+    monkeypatch.setattr(_ray_backend, "PROBE_TIMEOUT_S", 3.0)
+    with socket.socket() as server:  # accepts connections and never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        started = time.perf_counter()
+        with pytest.raises(ConfigError) as error:
+            _ray_backend._probe(address, address, loopback=True)
+        assert time.perf_counter() - started < 10
+    assert f"{address} accepts connections, but no Ray cluster answered there within 3 s" in str(
+        error.value
+    )
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

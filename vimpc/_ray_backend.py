@@ -10,7 +10,9 @@ the backend is asked for. Where the work runs:
   machine), ``--address HOST:PORT`` (a cluster's GCS) or ``--address ray://HOST:PORT``
   (Ray Client; needs ``ray[client]``): an existing cluster, left running. Its nodes need the
   same vimpc installed. The address is checked with a TCP connection first
-  (:data:`CONNECT_TIMEOUT_S`), so an unreachable one is an error, not a hang.
+  (:data:`CONNECT_TIMEOUT_S`), then by a trial connection in a child process ended after
+  :data:`PROBE_TIMEOUT_S`, so an unreachable address, or a port where no Ray cluster
+  answers, is an error within 30 s, not a hang.
 
 The unit of work is an episode (and, for a sweep, a fit): the sweep's process keeps every
 file. A model travels to the workers as the bytes of its ``.vimpc`` file (put once in the
@@ -50,6 +52,8 @@ INSTALL = 'pip install "vimpc[ray]" (from a checkout: pip install -e ".[ray]")'
 MAX_RETRIES = 3
 #: seconds to wait for a TCP connection to a cluster's address
 CONNECT_TIMEOUT_S = 5.0
+#: seconds a trial connection to an existing cluster may take (TCP check included: < 30 s)
+PROBE_TIMEOUT_S = 20.0
 #: runners (controllers) a worker keeps, most recently used first
 RUNNERS_KEPT = 4
 #: seconds between two looks at the tasks (and at a pending Ctrl-C)
@@ -221,8 +225,7 @@ def _start_local(ray, workers: int) -> Cluster:
         raise ConfigError(
             f"the local Ray cluster was to bind to {LOOPBACK} only, but it reports node "
             f"{node} and GCS {cluster.address} (Ray {ray.__version__}); it was stopped. Start "
-            "a cluster yourself (ray start --head --node-ip-address 127.0.0.1) and pass its "
-            "address with --address"
+            "a cluster bound to loopback yourself and pass its address with --address"
         )
     return cluster
 
@@ -269,17 +272,56 @@ def _connect(ray, address: str) -> Cluster:
                 'extra of Ray: pip install "ray[client]"'
             )
     # a cluster bound to loopback is reached as 127.0.0.1, not as the outward address
-    guard = _loopback_node(ray) if host in (LOOPBACK, "localhost") else contextlib.nullcontext()
+    loopback = host in (LOOPBACK, "localhost")
+    _probe(target, address, loopback)
+    guard = _loopback_node(ray) if loopback else contextlib.nullcontext()
     try:
         with guard:
             ray.init(address=target, log_to_driver=False, logging_level="warning")
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(
-            f"--address {address!r}: cannot connect to Ray: {exc} (a cluster with token "
-            "authentication needs RAY_AUTH_MODE=token and its token in this environment: "
-            "https://docs.ray.io/en/latest/ray-security/token-auth.html)"
-        ) from None
+        raise ConfigError(f"--address {address!r}: cannot connect to Ray: {exc}{_AUTH}") from None
     return Cluster(ray, owned=False, cpus=_cpus(ray), address=target)
+
+
+_AUTH = (
+    " (a cluster with token authentication needs RAY_AUTH_MODE=token and its token in this "
+    "environment: https://docs.ray.io/en/latest/ray-security/token-auth.html)"
+)
+
+
+def _probe(target: str, address: str, loopback: bool) -> None:
+    """Connect to ``target`` once in a child process that is ended after
+    :data:`PROBE_TIMEOUT_S`: Ray retries a port that accepts connections but does not
+    answer as a cluster (another service, a refused token) for minutes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ray\n"
+        "ray.init(address=sys.argv[1], log_to_driver=False, logging_level='error')\n"
+        "ray.shutdown()\n"
+    )
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    if loopback:  # as _loopback_node does in this process
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, target],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"--address {address!r}: {target} accepts connections, but no Ray cluster "
+            f"answered there within {PROBE_TIMEOUT_S:g} s (another service on that port?)"
+            f"{_AUTH}"
+        ) from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        why = lines[-1][:300] if lines else f"exit code {done.returncode}"
+        raise ConfigError(f"--address {address!r}: cannot connect to Ray: {why}{_AUTH}")
 
 
 def worker_count(requested: int, tasks: int) -> tuple[int, str | None]:
