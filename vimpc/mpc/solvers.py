@@ -495,6 +495,14 @@ class RealTimeIteration:
             "lbd": lbx[F.tolist()] - W[F.tolist()], "ubd": ubx[F.tolist()] - W[F.tolist()],
         }  # fmt: skip
         self._names = list(outputs)
+        self._kept = ("h", "a", "c0", "Cx", "lba", "uba", "Ax", "lbd", "ubd")
+        dx, c0, Cx = ca.SX.sym("dx", n_init), ca.SX.sym("c0", nF), ca.SX.sym("Cx", nF, n_init)
+        lba, uba, Ax = ca.SX.sym("lba", nI), ca.SX.sym("uba", nI), ca.SX.sym("Ax", nI, n_init)
+        shift_ = ca.mtimes(Ax, dx)
+        self._shift = ca.Function(
+            "rti_feedback_data", [dx, c0, Cx, lba, uba, Ax],
+            [c0 + ca.mtimes(Cx, dx), lba - shift_, uba - shift_],
+        )  # fmt: skip
         self._condense = ca.Function(
             "rti_condensing", [W, Pp, lbg, ubg, lbx, ubx], list(outputs.values()),
             ["w", "p", "lbg", "ubg", "lbx", "ubx"], self._names,
@@ -520,11 +528,11 @@ class RealTimeIteration:
         out = self._condense(x0, p, lbg, ubg, lbx, ubx)
         q = {name: out[i] for i, name in enumerate(self._names)}
         for name in self._names:
-            if name not in ("h", "a"):  # the QP's matrices stay DMs
+            if name not in self._kept:  # the feedback's data stay DMs
                 q[name] = np.asarray(q[name])
                 if q[name].shape[1:] == (1,):
                     q[name] = q[name].reshape(-1)
-        q["f"] = float(q["f"][0])
+        q["f"] = float(q["f"].reshape(-1)[0])
         q["w"] = np.asarray(x0, float).reshape(-1)
         q["x_init"] = np.asarray(p, float).reshape(-1)[: self._n_init].copy()
         self._prepared = q
@@ -540,29 +548,29 @@ class RealTimeIteration:
         start = time.perf_counter()
         q, self._prepared = self._prepared, None
         dx = np.asarray(x_init, float).reshape(-1) - q["x_init"]
-        shift = q["Ax"] @ dx
+        # the data prepared stay DMs: a numpy -> DM conversion costs ~10-30 us each
+        g, lba, uba = self._shift(dx, q["c0"], q["Cx"], q["lba"], q["uba"], q["Ax"])
+        args = {"h": q["h"], "g": g, "a": q["a"], "lba": lba, "uba": uba}
         try:
-            qp = self._qp(
-                h=q["h"], g=q["c0"] + q["Cx"] @ dx, a=q["a"],
-                lba=q["lba"] - shift, uba=q["uba"] - shift, lbx=q["lbd"], ubx=q["ubd"],
-            )  # fmt: skip
+            qp = self._qp.call({**args, "lbx": q["lbd"], "ubx": q["ubd"]})
             qp_stats = self._qp.stats()
             solved, why = bool(qp_stats.get("success", False)), qp_stats.get("return_status")
         except RuntimeError as exc:  # an ill-posed QP (crossed bounds) raises
             qp, solved, why = None, False, str(exc).strip().splitlines()[-1]
         n_w, n_g = q["w"].size, q["g"].size
         if solved:
-            dF = np.asarray(qp["x"]).reshape(-1)
+            dF = qp["x"].full().reshape(-1)
             d = q["T"] @ dF + q["t0"] + q["M"] @ dx
             solved = bool(np.all(np.isfinite(d)))
             why = why if solved else "the condensed step is not finite"
         if not solved:
             d = np.full(n_w, np.nan)
+        # the step (the whole plan) is known: the feedback phase ends; the rest is bookkeeping
+        elapsed = time.perf_counter() - start
         lam_x, lam_g = np.full(n_w, np.nan), np.full(n_g, np.nan)
         if solved:
-            lam_x[self._free] = np.asarray(qp["lam_x"]).reshape(-1)
-            lam_g[self._ineq] = np.asarray(qp["lam_a"]).reshape(-1)
-        elapsed = time.perf_counter() - start
+            lam_x[self._free] = qp["lam_x"].full().reshape(-1)
+            lam_g[self._ineq] = qp["lam_a"].full().reshape(-1)
         self._stats = {
             "success": False,  # one iteration: never converged by design
             "return_status": "one real-time iteration" if solved else f"QP failed: {why}",
@@ -570,12 +578,13 @@ class RealTimeIteration:
             "t_wall_preparation": self._stats.get("t_wall_preparation", float("nan")),
             "t_wall_feedback": elapsed,
         }
+        # column vectors, shaped as nlpsol's DMs read by np.asarray (no DM conversion)
         return {
-            "x": ca.DM(q["w"] + d),
+            "x": (q["w"] + d)[:, None],
             "f": q["f"] + q["grad"] @ d + 0.5 * d @ q["H"] @ d,
-            "g": ca.DM(q["g"] + q["J"] @ d + self._J_init @ dx),
-            "lam_x": ca.DM(lam_x),
-            "lam_g": ca.DM(lam_g),
+            "g": (q["g"] + q["J"] @ d + self._J_init @ dx)[:, None],
+            "lam_x": lam_x[:, None],
+            "lam_g": lam_g[:, None],
         }
 
     def __call__(self, *, x0, p, lbx, ubx, lbg, ubg, lam_x0=None, lam_g0=None) -> dict:
