@@ -48,8 +48,11 @@ def cluster():
     """A local Ray cluster of 2 CPUs for the module (Ray imported only here)."""
     if not HAVE_RAY:
         pytest.skip("the Ray backend needs ray: pip install -e '.[ray]'")
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with _ray_backend.connected(None, 2) as opened:
         yield opened
+    # ray.init's SIGTERM handler does not outlive the cluster
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
 
 
 @pytest.fixture(scope="module")

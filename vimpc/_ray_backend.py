@@ -35,8 +35,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import socket
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -162,18 +164,25 @@ def connected(address: str | None, workers: int) -> Iterator[Cluster]:
     if address not in (None, "auto"):  # an unreachable address fails fast, not in Ray
         _check_reachable(*_host_port(address), address)
     ray = import_ray()
-    if ray.is_initialized():
-        cluster = _reuse(ray, address)
-    elif address is None:
-        cluster = _start_local(ray, workers)
-    else:
-        cluster = _connect(ray, address)
-    previous, _CLUSTER = _CLUSTER, cluster
+    # ray.init installs a SIGTERM handler (exit, so the run keeps its episodes) and leaves
+    # it after shutdown: the process gets its own back at the end
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        yield cluster
+        if ray.is_initialized():
+            cluster = _reuse(ray, address)
+        elif address is None:
+            cluster = _start_local(ray, workers)
+        else:
+            cluster = _connect(ray, address)
+        previous, _CLUSTER = _CLUSTER, cluster
+        try:
+            yield cluster
+        finally:
+            _CLUSTER = previous
+            cluster.close()
     finally:
-        _CLUSTER = previous
-        cluster.close()
+        if sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def _cpus(ray) -> int:
