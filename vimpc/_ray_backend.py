@@ -411,11 +411,11 @@ def fit(cfg: dict[str, Any]) -> tuple[bytes, list[str]]:
 # -- the driver's side ---------------------------------------------------------------------------
 
 
-def _remote(function: Callable, *, retries: bool = True):
+def _remote(function: Callable):
+    """``function`` as a Ray task of one CPU, run again when its worker dies (not when it
+    raises: it would raise again)."""
     ray = current().ray
-    return ray.remote(function).options(
-        num_cpus=1, max_retries=MAX_RETRIES if retries else 0, retry_exceptions=False
-    )
+    return ray.remote(function).options(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)
 
 
 def run_tasks(
