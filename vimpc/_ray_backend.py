@@ -667,11 +667,16 @@ def run_sweep(
                 lock.release()
                 finish(task, None)
                 continue
-            runs[task.id] = run = _OpenRun(task, stage, cfg, manifest, lock, missing)
             records = manifest.get("fits") or [manifest["model"]]
             paths = [r["path"] for r in records]
-            refs = model_bytes(paths)
-            key = _runner_key(scenario.dump_toml(cfg), paths)
+            try:  # the model files are read here: one gone fails its configuration only
+                refs = model_bytes(paths)
+                key = _runner_key(scenario.dump_toml(cfg), paths)
+            except (OSError, ValueError) as exc:
+                lock.release()
+                finish(task, f"{type(exc).__name__}: {exc}")
+                continue
+            runs[task.id] = _OpenRun(task, stage, cfg, manifest, lock, missing)
             cfg_ref = put(cfg)
             for k in missing:
                 seed, fit_k = manifest["seeds"][k], k % len(records)
