@@ -135,7 +135,8 @@ def _figure(path: Path, rows: list[dict], default: list[dict]) -> None:
         wins, n = (int(x) for x in r["success"].split("/"))
         lo, hi = wilson_interval(wins, n)
         rate = wins / n
-        ax1.errorbar(rate, i, xerr=[[rate - lo], [hi - rate]], fmt="o", capsize=3)
+        err = [[max(rate - lo, 0.0)], [max(hi - rate, 0.0)]]  # rounding at rate 0 or 1
+        ax1.errorbar(rate, i, xerr=err, fmt="o", capsize=3)
     ax1.set_yticks(range(len(rows)), [f"{r['config'][:38]} [{r['seeds']}]" for r in rows])
     ax1.axvline(SUCCESS, color="k", ls="--", lw=0.8)
     ax1.set_xlabel("swing-up success (95 % Wilson interval)")
@@ -192,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_row(label, span(evaluation), [e for e in tail if e["label"] == label]))
     default_eval = [e for e in tail if e["label"] == EVALUATED[0]]
     out.mkdir(parents=True, exist_ok=True)
-    _figure(out / "rti_swingup.png", rows, default_eval)
     final = rows[len(CONFIGS)]
     wins, n = (int(x) for x in final["success"].split("/"))
     verdict = (
@@ -257,6 +257,7 @@ shared machine of {len(os.sched_getaffinity(0))} cores, load average
     )
     print(table)
     print(verdict)
+    _figure(out / "rti_swingup.png", rows, default_eval)  # after the table: nothing is lost
     return 0
 
 
