@@ -357,7 +357,7 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "vimpc.cli", "run", "pendulum_swingup", "--set",
-         "episodes.count=12", "--set", "episodes.steps=40", "--out", str(out), "--quiet",
+         "episodes.count=8", "--set", "episodes.steps=150", "--out", str(out), "--quiet",
          "--no-plots", "--backend", "ray", "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -366,7 +366,7 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     stage = None
     while time.perf_counter() < deadline and proc.poll() is None:
         stages = list((out / "pendulum_swingup").glob("*.partial")) if out.exists() else []
-        if stages and _run_dir.finished(stages[0], 12):
+        if stages and _run_dir.finished(stages[0], 8):
             stage = stages[0]
             break
         time.sleep(0.05)
@@ -392,8 +392,8 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     assert [p.name for p in (out / "pendulum_swingup").iterdir()] == [stage.name]
     assert not (stage / "metrics.json").exists()
     manifest = json.loads((stage / "run.json").read_text())
-    done = _run_dir.finished(stage, 12)
-    assert 0 < len(done) < 12 and manifest["missing"] == sorted(set(range(12)) - set(done))
+    done = _run_dir.finished(stage, 8)
+    assert 0 < len(done) < 8 and manifest["missing"] == sorted(set(range(8)) - set(done))
     assert manifest["sessions"][0]["ended"] == "interrupted"
     # resumed on the module's cluster: only the missing episodes run
     code = cli.main(["run", "--resume", str(stage), "--quiet", "--no-plots", "--backend", "ray",
@@ -401,7 +401,7 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     assert code == 0
     final = stage.with_name(stage.name[: -len(".partial")])
     metrics = json.loads((final / "metrics.json").read_text())
-    assert [s["episodes_run"] for s in metrics["sessions"]] == [len(done), 12 - len(done)]
+    assert [s["episodes_run"] for s in metrics["sessions"]] == [len(done), 8 - len(done)]
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ Targets (issue): Ray's overhead per episode <= 10 % against the local backend wi
 number of processes; Ray from 1 to 2 local workers >= 1.7 times faster. The machine has 2
 cores shared with other work: the load average is reported before and after each timing.
 
-``--quick --out DIR``: 2 episodes of 3 steps, one repetition, 2 processes only.
+``--quick --out DIR``: 2 episodes of 3 steps, one repetition, 1 process only.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     add_options(parser, OUT)
-    args = parse(parser, argv, OUT, quick={"repeats": 1, "episodes": 2, "steps": 3, "workers": [2]})
+    args = parse(parser, argv, OUT, quick={"repeats": 1, "episodes": 2, "steps": 3, "workers": [1]})
     if importlib.util.find_spec("ray") is None:
         write_results(
             "ray",
