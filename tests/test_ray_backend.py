@@ -290,7 +290,7 @@ episodes.seed = [0, 10]
     out = tmp_path / "out"
     args = ["sweep", str(path), "--out", str(out), "--quiet", "--no-plots", "--backend", "ray"]
     assert cli.main([*args, "--workers", "2", "--refit"]) == 0
-    assert "fitting 2 model(s) as Ray tasks" in capsys.readouterr().out
+    assert "fitting 2 model(s) as Ray tasks (2 at once)" in capsys.readouterr().out
     models = [
         json.loads((out / "fits" / c / "metrics.json").read_text())["model"]
         for c in ("c00", "c01", "c02", "c03")

@@ -538,9 +538,9 @@ def describe() -> str:
 
 
 def fit_sweep(
-    stage: Path, todo: Sequence[str], refit: bool, refitted: set[str]
+    stage: Path, todo: Sequence[str], refit: bool, refitted: set[str], workers: int
 ) -> tuple[set[str], dict[str, str]]:
-    """Fit, as Ray tasks at once, the models the configurations ``todo`` of the sweep in
+    """Fit, as Ray tasks (at most ``workers`` at once), the models the configurations ``todo`` of the sweep in
     ``stage`` still need that the cache lacks (all of them with ``refit``): one task per
     distinct fit, each written to the cache as a fit in this process would be. Fits whose
     data are files (``data.path``) stay for the sweep's process. Returns the cached files
@@ -595,10 +595,10 @@ def fit_sweep(
             with open(stage / f"{cid}.log", "a", encoding="utf-8") as log:
                 print("\n".join(lines), file=log)
 
-    workers, _ = worker_count(len(targets), len(targets))
-    print(f"fitting {len(targets)} model(s) as Ray tasks on the {describe()}")
+    used, _ = worker_count(workers, len(targets))
+    print(f"fitting {len(targets)} model(s) as Ray tasks ({used} at once) on the {describe()}")
     calls = [(fit, (wanted[t][0],)) for t in targets]
-    run_tasks(calls, workers, done, "fit")
+    run_tasks(calls, used, done, "fit")
     return fresh, failed
 
 

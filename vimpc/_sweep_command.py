@@ -788,7 +788,9 @@ def _session(args, final: Path, stage: Path, manifest, configs, lock) -> int:
         if backend == "ray":  # the fits of different settings at once, as Ray tasks
             from vimpc import _ray_backend
 
-            fresh, failed = _ray_backend.fit_sweep(stage, todo, bool(args.refit), refitted)
+            fresh, failed = _ray_backend.fit_sweep(
+                stage, todo, bool(args.refit), refitted, args.workers
+            )
             for cid, error in failed.items():
                 done(Outcome(cid, None, error))
         for cid in todo:
