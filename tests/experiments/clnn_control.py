@@ -91,38 +91,84 @@ def plan_residuals(model, plans: list[np.ndarray], fallback: list[bool]) -> dict
     }
 
 
-def run_model(cfg: dict, seeds: list[int], refit: bool = False) -> tuple[dict, list, dict]:
-    """The scenario's model (fitted, or from the fit cache) in closed loop on ``seeds``:
-    ``(summary, trajectories, plan residuals)``."""
+_WORKER: dict = {}
+
+
+def _start(cfg: dict, model_path) -> None:
+    """Build a process's env, model and plan-recording controller (once per process)."""
+    import warnings
+
     from vimpc import pipeline
+    from vimpc.errors import FitWarning
+
+    warnings.simplefilter("ignore", FitWarning)
+    runner = pipeline.EpisodeRunner(cfg, model_path)
+    _WORKER.update(cfg=cfg, runner=runner, recorder=PlanRecorder(runner.controller))
+
+
+def _episode(seed: int):
+    """One episode in this process: ``(trajectory, metrics, plan residuals)``."""
     from vimpc.closedloop import episode_metrics, run_episode
+
+    cfg, runner, recorder = _WORKER["cfg"], _WORKER["runner"], _WORKER["recorder"]
+    model, controller = runner.model, runner.controller
+    recorder.plans.clear()
+    recorder.fallback.clear()
+    cost = cfg["controller"]["cost"]
+    traj = run_episode(runner.env, recorder, cfg["episodes"]["steps"], seed)
+    m = episode_metrics(
+        traj, success=runner.success, periodic=tuple(cost["periodic"]),
+        tracked=np.flatnonzero(np.diag(controller.cost.Q)).tolist(), model=model,
+        safety=controller.safety_function, data_box=model.info.get("data_box"),
+    )  # fmt: skip
+    return traj, m, plan_residuals(model, recorder.plans, recorder.fallback), model.nx
+
+
+def run_model(
+    cfg: dict, seeds: list[int], refit: bool = False, workers: int = 1
+) -> tuple[dict, list, dict]:
+    """The scenario's model (fitted, or from the fit cache) in closed loop on ``seeds``, in
+    ``workers`` processes (each builds its env, model and controller from the model file):
+    ``(summary, trajectories, plan residuals)``."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from vimpc import pipeline
     from vimpc.closedloop.metrics import summarize
 
     env = pipeline.build_env(cfg)
     source = pipeline.obtain_model(cfg, env, refit=refit, log=lambda s: print(s, flush=True))
-    runner = pipeline.EpisodeRunner(cfg, source.path)
-    model, controller = runner.model, runner.controller
-    recorder = PlanRecorder(controller)
-    cost = cfg["controller"]["cost"]
-    per_episode, trajs = [], []
-    for seed in seeds:
-        traj = run_episode(runner.env, recorder, cfg["episodes"]["steps"], seed)
-        m = episode_metrics(
-            traj, success=runner.success, periodic=tuple(cost["periodic"]),
-            tracked=np.flatnonzero(np.diag(controller.cost.Q)).tolist(), model=model,
-            safety=controller.safety_function, data_box=model.info.get("data_box"),
-        )  # fmt: skip
+    path = None if source.path is None else str(source.path)
+    if workers > 1:
+        pool = ProcessPoolExecutor(workers, get_context("spawn"), _start, (cfg, path))
+        results = pool.map(_episode, seeds)
+    else:
+        pool = None
+        _start(cfg, path)
+        results = map(_episode, seeds)
+    per_episode, trajs, plans, sizes = [], [], [], set()
+    for seed, (traj, m, plan, nx) in zip(seeds, results, strict=True):
+        sizes.add(nx)
         per_episode.append(m)
         trajs.append(traj)
-        print(f"seed {seed}: success {m['success']}, tracking {m['tracking_rmse']:.4g}",
-              flush=True)  # fmt: skip
+        plans.append(plan)
+        print(f"seed {seed}: success {m['success']}, tracking {m['tracking_rmse']:.4g}, "
+              f"plan residual {plan['stages']:.3g}", flush=True)  # fmt: skip
+    if pool is not None:
+        pool.shutdown()
     summary = summarize(per_episode, trajs)
-    summary["fit"] = source.report or model.info.get("fit") or {}
-    summary["nx"] = model.nx
+    summary["fit"] = source.report or {}
+    (summary["nx"],) = sizes
     summary["per_episode"] = per_episode
     index = cfg["metrics"]["success_index"]  # resolved to a position on load
     summary["crank_index"] = int(np.ravel([index])[0])
-    return summary, trajs, plan_residuals(model, recorder.plans, recorder.fallback)
+    merged = {
+        "start": max(p["start"] for p in plans),
+        "stages": max(p["stages"] for p in plans),
+        "above": sum(p["above"] for p in plans),
+        "checked": sum(p["checked"] for p in plans),
+    }
+    return summary, trajs, merged
 
 
 def crank_errors(trajs: list, index: int) -> list[np.ndarray]:
@@ -183,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--set", action="append", default=[], help="scenario overrides")
     parser.add_argument("--refit", action="store_true", help="fit again, not from the cache")
+    parser.add_argument("--workers", type=int, default=1, help="episode processes")
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"episodes": 1})
     folder = args.out
@@ -195,13 +242,16 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
+        # --set model.* reaches the clnn row only (the nominal model has other settings)
+        models = [s for s in args.set if s.startswith("model.")]
+        shared = [s for s in quick if s not in models]
         scenarios = {
-            "clnn": (SCENARIO, QUICK_CLNN if args.quick else []),
+            "clnn": (SCENARIO, [*(QUICK_CLNN if args.quick else []), *models]),
             "nominal": (_tables.nominal_variant(SCENARIO, Path(tmp), NOMINAL_MODEL), []),
         }
         for label, (path, extra) in scenarios.items():
-            cfg = load_scenario(path, [*quick, *extra])
-            m, trajs, plans = run_model(cfg, seeds, args.refit)
+            cfg = load_scenario(path, [*shared, *extra])
+            m, trajs, plans = run_model(cfg, seeds, args.refit, args.workers)
             met = cfg["metrics"]
             errs = crank_errors(trajs, m["crank_index"])
             errors[label] = errs
@@ -228,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     load_after = os.getloadavg()
     fig = figure(errors, dt, float(np.ravel([tol])[0]))
     fig.savefig(folder / "tracking.png", dpi=110)
-    cfg = load_scenario(SCENARIO, quick)
+    cfg = load_scenario(SCENARIO, quick)  # the clnn row's configuration
     kw, mc, cc = cfg["env"]["kwargs"], cfg["model"], cfg["controller"]
     intro = (
         "Each row is `scenarios/fourbar_clnn_tracking.toml` (clnn) or the same file with its "
@@ -252,8 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         "model's holonomic constraints at every state of every plan the solver returned "
         "(fallbacks left out), read from the plans after the run; a plan's start is "
         "`from_obs` of the noisy observation (the CLNN projects it onto its constraints, the "
-        "nominal model does not). Solve times: the NLP solver call, one episode at a time in "
-        "one process on a shared 2-core machine; load average "
+        "nominal model does not). Solve times: the NLP solver call, episodes in "
+        f"{args.workers} process(es) on a shared 2-core machine; load average "
         f"{load_before[0]:.1f} at the start and {load_after[0]:.1f} at the end "
         f"({(time.time() - start) / 60:.0f} min)."
     )
