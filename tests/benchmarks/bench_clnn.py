@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         ("max_step_difference", "max abs(step_mx - step_sx)", ".2e"),
         ("max_constraint_residual", "max abs(Phi) of a step", ".2e"),
     ]
-    notes = __doc__.split("\n\n", 2)[2].split("``--quick")[0]
+    notes = "Data:" + __doc__.split("Data:", 1)[1].split("``--quick")[0]
     write_results("clnn", "CLNN four-bar step: MX export against SX export", rows, columns,
                   notes, out=args.out, argv=args.argv)  # fmt: skip
 
