@@ -81,7 +81,7 @@ def test_preparing_before_the_call_gives_the_same_loop_bit_for_bit():
     env_steps = 25
 
     def loop(prepare: bool):
-        ctrl = _pendulum_controller()
+        ctrl = _pendulum_controller(rti_start="fatrop")
         x, rows = np.array([0.1, 0.0]), []
         step = ctrl.model.step
         for k in range(env_steps):
@@ -100,7 +100,7 @@ def test_preparing_before_the_call_gives_the_same_loop_bit_for_bit():
 
 
 def test_the_cold_start_is_solved_to_convergence_then_one_iteration_per_call():
-    ctrl = _pendulum_controller()
+    ctrl = _pendulum_controller(rti_start="fatrop")
     first = ctrl(np.array([0.0, 0.0]))
     assert first.status is Status.SOLVED and first.iterations > 1
     assert np.isnan(first.feedback_time)
@@ -110,8 +110,8 @@ def test_the_cold_start_is_solved_to_convergence_then_one_iteration_per_call():
     # the plan of a converged start, shifted and re-solved from its own prediction, moves
     # by one Gauss-Newton step only: the first stages agree closely
     np.testing.assert_allclose(second.u_plan[:5, 0], first.u_plan[1:6, 0], atol=0.05)
-    # without the start, the first call is one iteration from the cold guess
-    cold = _pendulum_controller(rti_start="none")(np.array([0.0, 0.0]))
+    # without the start (the default), the first call is one iteration from the cold guess
+    cold = _pendulum_controller()(np.array([0.0, 0.0]))
     assert cold.iterations == 1 and np.isfinite(cold.feedback_time)
     ctrl.reset()
     assert ctrl(np.array([0.0, 0.0])).iterations > 1  # reset: a cold start again

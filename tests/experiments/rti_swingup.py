@@ -38,14 +38,19 @@ OUT = RESULTS / "rti"
 RTI = ['controller.solver="rti"']
 #: label -> the scenario overrides; the first is the default real-time iteration
 CONFIGS = {
-    "rti (default: daqp, rti_start fatrop, regularization 0)": RTI,
-    "rti, rti_start none (cold start by one iteration)": [*RTI, 'controller.rti_start="none"'],
+    "rti (default: daqp, rti_start none, regularization 0)": RTI,
+    "rti, rti_start fatrop (cold starts solved to convergence)": [
+        *RTI,
+        'controller.rti_start="fatrop"',
+    ],
     "rti, rti_regularization 0.01": [*RTI, "controller.rti_regularization=0.01"],
     "rti, rti_regularization 1": [*RTI, "controller.rti_regularization=1.0"],
     "rti, qpsol qpoases": [*RTI, 'controller.qpsol="qpoases"'],
     "fatrop to convergence (the scenario's solver)": [],
 }
-EVALUATED = (next(iter(CONFIGS)), "fatrop to convergence (the scenario's solver)")
+#: evaluated on the fresh seeds: the default, rti_start fatrop (the default of a first run of
+#: this script, evaluated before the design table made "none" the default) and fatrop
+EVALUATED = (*list(CONFIGS)[:2], "fatrop to convergence (the scenario's solver)")
 FEEDBACK_MS, SUCCESS = 0.3, 0.9
 
 _CACHE: dict = {}
@@ -214,12 +219,17 @@ Hessian of the least-squares cost plus `rti_regularization` times I, condense on
 inputs and slacks with the initial state entering only the initial-value rows) runs right
 after the input is applied (`run_episode` calls `MPC.prepare`), and the call itself is the
 feedback phase (the dense QP from the measured state; `qpsol = "auto"` is daqp). An
-episode's first sample, and any sample after a failed one, is solved to convergence by
-`rti_start` (fatrop, max_iter 100, tol 1e-4; counted as converged solves, excluded from
-the phase times). The periodic angle cost 2 (1 - cos(theta - pi)) is the same function in
-the real-time iteration as in the converged solvers. Design seeds {span(design)} for every
-configuration; evaluation seeds {span(evaluation)} for the default and the scenario's own
-solver only. Success: |wrap(theta - pi)| < 0.1 rad over the last 2 s of the true state
+episode's first sample, and any sample after a failed one, is a cold start: with
+`rti_start = "none"` (the default) one real-time iteration from the measured state held,
+with `rti_start = "fatrop"` a solve to convergence (max_iter 100, tol 1e-4; counted as
+converged solves, excluded from the phase times). The periodic angle cost
+2 (1 - cos(theta - pi)) is the same function in the real-time iteration as in the
+converged solvers. Design seeds {span(design)} for every configuration; evaluation seeds
+{span(evaluation)} for the default, `rti_start = "fatrop"` and the scenario's own solver
+only. `rti_start = "fatrop"` was this script's default in its first run, which evaluated it
+on seeds 1000-1049 (42/50) beside the design table that made `"none"` the default
+(design seeds: 49/50 against 46/50, 15 failed solves against 130); the rows below are the
+run after that change. Success: |wrap(theta - pi)| < 0.1 rad over the last 2 s of the true state
 (95 % Wilson intervals). Violation steps: |s| > 1 m on the true state (the plan keeps
 |s| <= 0.9 as a soft constraint, weight 1e4); min margin min(1 - |s|). Failed solves:
 the QP failed (or the converged solver did) and the fallback input was applied.

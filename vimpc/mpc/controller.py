@@ -74,8 +74,8 @@ class MPC:
             iteration, :class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton
             linearisation at the shifted plan and one condensed QP per call, split into
             :meth:`prepare` before the state arrives and a feedback phase in the call
-            (``MPCResult.preparation_time``, ``feedback_time``); a cold start is solved to
-            convergence by ``rti_start``. With the exact Hessian, a time budget,
+            (``MPCResult.preparation_time``, ``feedback_time``); ``rti_start`` may solve a
+            cold start to convergence. With the exact Hessian, a time budget,
             ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
             stopped after one iteration, unsplit).
         transcription: ``"implicit"`` (the model's residual as equality
@@ -87,10 +87,12 @@ class MPC:
             ``"qrqp"``, ``"osqp"``, ``"daqp"``, ``"hpipm"``, ``"qpoases"``.
         hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
             least squares) or ``"exact"`` (convexified by eigenvalue reflection).
-        rti_start: for ``rti``: the solver (``"fatrop"``, default, ``"ipopt"``,
-            ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start (the
-            first call after :meth:`reset`, or after a failed solve) to convergence, or
-            ``"none"``: one real-time iteration from the cold guess.
+        rti_start: for ``rti``: ``"none"`` (default: a cold start, the first call after
+            :meth:`reset` or after a failed solve, is one real-time iteration from the
+            measured state held), or the solver (``"fatrop"``, ``"ipopt"``,
+            ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start to
+            convergence (on the cart-pole swing-up, seeds 0-49, ``"fatrop"`` swung up 46 of
+            50 against 49 with ``"none"``: ``results/rti``).
         rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
             Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
         max_iter: iteration budget per solve; ``tol``: solver tolerance.

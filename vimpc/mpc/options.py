@@ -24,7 +24,7 @@ JITS = ("none", "model", "nlp")
 SQP_SOLVERS = ("sqpmethod", "rti")
 SQP_OPTIONS = ("qpsol", "hessian")
 #: the solvers that can start the real-time iteration, and the options only ``rti`` reads
-RTI_STARTS = ("fatrop", "ipopt", "sqpmethod", "none")
+RTI_STARTS = ("none", "fatrop", "ipopt", "sqpmethod")
 RTI_OPTIONS = ("rti_start", "rti_regularization")
 
 #: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
@@ -53,10 +53,12 @@ SETTINGS: dict[str, Setting] = {
     "hessian": Setting(str, "gauss-newton", "for `sqpmethod`/`rti`", choices=HESSIANS),
     "rti_start": Setting(
         str,
-        "fatrop",
-        "`rti` only: the solver that solves an episode's first sample (and any sample after a "
-        "failed one) to convergence before one real-time iteration per sample takes over, "
-        "or `none` (real-time iterations from the cold guess)",
+        "none",
+        "`rti` only: `none` (real-time iterations from the cold guess: the measured state "
+        "held), or the solver that solves an episode's first sample (and any sample after a "
+        "failed one) to convergence before one real-time iteration per sample takes over "
+        "(the cart-pole swing-up, seeds 0-49: 49/50 with `none`, 46/50 with `fatrop`; "
+        "results/rti)",
         choices=RTI_STARTS,
     ),
     "rti_regularization": Setting(

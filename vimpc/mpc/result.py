@@ -62,7 +62,7 @@ class MPCResult:
         preparation_time: ``solver = "rti"``: the wall time of the preparation phase this
             call's step was linearised and condensed in [s], whether it ran in
             ``MPC.prepare`` before the call or in the call (nan for other solvers and for a
-            cold start, which ``rti_start`` solves to convergence in ``solve_time``).
+            cold start that ``rti_start`` solves to convergence, in ``solve_time``).
         feedback_time: ``solver = "rti"``: the wall time of the feedback phase [s], from
             the measured state to the step (the condensed QP and the plan's expansion); nan
             where ``preparation_time`` is.
