@@ -3,6 +3,8 @@ cold start and the options that only it reads."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import casadi as ca
 import numpy as np
 import pytest
@@ -204,3 +206,24 @@ def test_hpipm_is_refused_for_the_condensed_qp_before_anything_runs():
     # it crashed the process, so the controller refuses it by name
     with pytest.raises(InputError, match="qpsol='hpipm' cannot solve the real-time"):
         _pendulum_controller(qpsol="hpipm")
+
+
+def test_with_a_tube_the_iteration_waits_for_the_state_on_the_sparse_qp():
+    # the tube is computed from the measured state, so nothing can be prepared ahead: the
+    # iteration is one Gauss-Newton step on the sparse QP in the call, reported unsplit
+    from vimpc.mpc.solvers import SparseRealTimeIteration
+
+    model = NominalModel(Pendulum(), 0.05).discrete_model()
+    x, u, p = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", model.np)
+    bounded = dataclasses.replace(
+        model, bound=ca.Function("bound", [x, u, p], [ca.DM([1e-3, 1e-3])]), delta=0.05
+    )
+    cost = Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
+    cons = Constraints(u_min=[-2.0], u_max=[2.0], obs_min=[-np.inf, -8.0], obs_max=[np.inf, 8.0])
+    ctrl = MPC(bounded, 10, cost, cons, solver="rti", tightening="tube")
+    assert isinstance(ctrl._solver, SparseRealTimeIteration)
+    first = ctrl(np.array([0.2, 0.0]))
+    assert first.status is Status.ITERATION_LIMIT and first.iterations == 1
+    assert ctrl.prepare(0.05) == 0.0
+    second = ctrl(first.x[1], 0.05)
+    assert second.status.ok and np.isnan(second.feedback_time) and second.tube[1:].max() > 0

@@ -598,3 +598,86 @@ class RealTimeIteration:
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)
+
+
+class SparseRealTimeIteration:
+    """One Gauss–Newton SQP step per call on the sparse (uncondensed) QP, both phases at
+    once, called like a CasADi ``nlpsol``: ``(x0, p, lbx, ubx, lbg, ubg[, lam_x0, lam_g0])
+    -> {x, f, g, lam_x, lam_g}`` and :meth:`stats`. The real-time iteration where the
+    linearisation must wait for the measured state (a tube computed from it): condensing,
+    which pays off only when prepared ahead, would be on the critical path.
+
+    At the guess ``x0`` it evaluates the cost, its gradient, the constraints, their Jacobian
+    and the Gauss–Newton Hessian ``gauss_newton`` in one function, then solves the QP
+
+        min_d  1/2 d^T H d + grad_f^T d
+        s.t.   lbg - g <= J d <= ubg - g,   lbx - x0 <= d <= ubx - x0
+
+    with ``qpsol`` and returns ``x0 + d`` (the linearised constraints ``g + J d``). That is the
+    real-time iteration of Diehl et al. (2005): each sample takes exactly one linearisation
+    (the constraint Jacobian is evaluated once; CasADi's ``sqpmethod`` stopped after one
+    iteration evaluates it again at the new iterate for its convergence test) and one QP.
+    Never converged by design: ``stats()["success"]`` is False, ``return_status`` says whether
+    the QP was solved; a QP that failed returns NaN (the caller's fallback acts).
+    ``stats()`` also gives the times of the two parts (``t_wall_linearization``,
+    ``t_wall_qp``)."""
+
+    def __init__(
+        self,
+        nlp: Mapping[str, Any],
+        gauss_newton: ca.Function,
+        qpsol: str,
+        qp_options: Mapping[str, Any],
+        expand: bool,
+        function_options: Mapping[str, Any] | None = None,
+        regularization: float = 0.0,
+    ) -> None:
+        w, p, f, g = nlp["x"], nlp["p"], nlp["f"], nlp["g"]
+        H = gauss_newton(w, p, 1.0, ca.DM.zeros(g.numel()))
+        self.regularization = float(regularization)
+        if self.regularization:  # Levenberg–Marquardt, as RealTimeIteration's
+            H = H + self.regularization * ca.DM.eye(w.numel())
+        J = ca.jacobian(g, w)
+        lin = ca.Function(
+            "rti_linearization", [w, p], [f, ca.gradient(f, w), g, J, H],
+            ["x", "p"], ["f", "grad_f", "g", "jac_g", "hess"], dict(function_options or {}),
+        )  # fmt: skip
+        self._lin = lin.expand() if expand else lin
+        self._qp = ca.conic(
+            "rti_qp", qpsol, {"h": H.sparsity(), "a": J.sparsity()}, dict(qp_options)
+        )
+        self._stats: dict[str, Any] = {}
+
+    def __call__(self, *, x0, p, lbx, ubx, lbg, ubg, lam_x0=None, lam_g0=None) -> dict:
+        start = time.perf_counter()
+        f, grad, g, J, H = self._lin(x0, p)
+        linearized = time.perf_counter()
+        args = dict(h=H, g=grad, a=J, lba=lbg - g, uba=ubg - g, lbx=lbx - x0, ubx=ubx - x0)
+        if lam_x0 is not None:
+            args.update(lam_x0=lam_x0, lam_a0=lam_g0)
+        try:
+            qp = self._qp(**args)
+            qp_stats = self._qp.stats()
+            solved, why = bool(qp_stats.get("success", False)), qp_stats.get("return_status")
+        except RuntimeError as exc:  # an ill-posed QP (crossed bounds) raises
+            n, m = self._qp.size1_in(0), self._qp.size1_in(3)
+            qp = {"x": ca.DM.nan(n), "lam_x": ca.DM.nan(n), "lam_a": ca.DM.nan(m)}
+            solved, why = False, str(exc).strip().splitlines()[-1]
+        d = qp["x"] if solved else ca.DM.nan(self._qp.size1_in(0))
+        self._stats = {
+            "success": False,  # one iteration: never converged by design
+            "return_status": "one real-time iteration" if solved else f"QP failed: {why}",
+            "iter_count": 1,
+            "t_wall_linearization": linearized - start,
+            "t_wall_qp": time.perf_counter() - linearized,
+        }
+        return {
+            "x": ca.DM(x0) + d,
+            "f": f + ca.dot(grad, d) + 0.5 * ca.bilin(H, d, d),
+            "g": g + ca.mtimes(J, d),
+            "lam_x": qp["lam_x"],
+            "lam_g": qp["lam_a"],
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._stats)
