@@ -227,3 +227,37 @@ def test_with_a_tube_the_iteration_waits_for_the_state_on_the_sparse_qp():
     assert ctrl.prepare(0.05) == 0.0
     second = ctrl(first.x[1], 0.05)
     assert second.status.ok and np.isnan(second.feedback_time) and second.tube[1:].max() > 0
+
+
+def test_the_condensed_step_is_the_sparse_qps_step_with_slacks_and_the_implicit_residual():
+    # condensing eliminates the states and the integrator's next-state copies exactly: on a
+    # nonlinear swing-up NLP with soft observation bounds (slacks) and input bounds, from a
+    # random guess that meets no constraint, the condensed QP's step (daqp) equals the
+    # sparse QP's step (qrqp) on the same linearisation
+    from vimpc.mpc.solvers import SparseRealTimeIteration, qp_options
+
+    cons = Constraints(
+        u_min=[-2.0], u_max=[2.0], obs_min=[-np.inf, -3.0], obs_max=[np.inf, 3.0],
+        soft_bounds=True,
+    )  # fmt: skip
+    model = NominalModel(Pendulum(), 0.05).discrete_model()
+    cost = Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
+    ctrl = MPC(model, 12, cost, cons, solver="rti", transcription="implicit")
+    tr, L = ctrl._tr, ctrl._tr.layout
+    assert L.z.size and L.s.size
+    sparse = SparseRealTimeIteration(
+        tr.nlp, tr.gauss_newton, "qrqp", qp_options("qrqp"), expand=tr.expandable
+    )
+    rng = np.random.default_rng(7)
+    w0 = rng.normal(scale=0.3, size=L.n_w)
+    w0[L.s] = 0.1
+    w0[L.u] = np.clip(w0[L.u], -2.0, 2.0)
+    p = np.concatenate([[0.3, -0.2], np.tile([np.pi, 0.0], 13), [0.0], model.p_default])
+    bounds = dict(lbx=tr.lbw, ubx=tr.ubw, lbg=tr.lbg, ubg=tr.ubg)
+    mine = ctrl._solver(x0=w0, p=p, **bounds)
+    theirs = sparse(x0=ca.DM(w0), p=ca.DM(p), **{k: ca.DM(v) for k, v in bounds.items()})
+    assert ctrl._solver.stats()["return_status"] == "one real-time iteration"
+    np.testing.assert_allclose(
+        np.asarray(mine["x"]).ravel(), np.asarray(theirs["x"]).ravel(), atol=1e-7
+    )
+    assert np.abs(np.asarray(mine["x"]).ravel() - w0).max() > 1e-2  # a step was taken
