@@ -501,9 +501,9 @@ class MPC:
         the measured state. Call it right after applying the input (``run_episode`` does);
         a call that finds no preparation for its ``t`` and ``p`` prepares itself, with the
         same result. Returns its wall time [s]; 0 where there is nothing to prepare: other
-        solvers, a cold start (no plan, or the last solve failed: ``rti_start`` solves it),
-        tube tightening (the tube is computed from the measured state, so the linearisation
-        follows it in the call)."""
+        solvers, a cold start (no plan yet, or the last solve failed: the call starts from
+        the measured state, or ``rti_start`` solves it), tube tightening (the tube is
+        computed from the measured state, so the linearisation follows it in the call)."""
         if not self._split or self._tube_fn is not None or self._w0 is None:
             return 0.0
         t = _checks.finite_number(
