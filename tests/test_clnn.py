@@ -465,7 +465,7 @@ def test_the_network_derivatives_of_the_export_agree_with_torch():
 
 def test_a_bigger_network_steps_faster_on_mx_than_on_sx():
     """3 x 128 potential on the four-bar: the MX step at least 3x faster than the SX export
-    (medians of 15 steps; measured 0.98 against 19 ms at load ~5, the bench)."""
+    (medians of 15 steps; measured 0.53 against 21 ms at load ~4.5, the bench)."""
     import time
 
     system = catalog.make_system("FourBar", friction=[0.5, 0.1, 0.1, 0.5])

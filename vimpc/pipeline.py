@@ -195,8 +195,9 @@ def check_cache_writable() -> Path:
 FIT_GENERATION = 3
 #: Per family, the generation of its export where it moved after FIT_GENERATION (entering the
 #: key only where given, so the other families' cached fits stay valid). dlnn and lnn 2: the
-#: model carries its residual's Jacobian in closed form (``residual_jacobian``).
-FAMILY_GENERATION = {"dlnn": 2, "lnn": 2}
+#: model carries its residual's Jacobian in closed form (``residual_jacobian``). clnn and chnn
+#: 2: the step is written on MX with its residual's Jacobian, from_obs projects.
+FAMILY_GENERATION = {"dlnn": 2, "lnn": 2, "clnn": 2, "chnn": 2}
 
 
 def cache_key(cfg: dict[str, Any]) -> str:

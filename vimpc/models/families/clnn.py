@@ -59,9 +59,10 @@ mass metric; :meth:`CLNNModel.project` does the same on numbers and says how far
 moved). ``info["dense_products"]`` keeps the controller's problem on MX. ``export = "sx"``
 builds the integrator itself on SX, which expands the network into scalar operations:
 measured on the four-bar (9 maximal coordinates, 8 constraints; a shared 2-core machine at
-load ~5), one step takes 0.50 / 0.98 / 4.4 ms on MX against 2.9 / 19 / 112 ms on SX for
-2 x 64 / 3 x 128 / 3 x 256 potentials (``results/benchmarks/clnn.md``); both agree to
-round-off (``tests/test_clnn.py``).
+load ~4.5), one step takes 0.19 / 0.53 / 1.8 ms (median) on MX against 3.6 / 21 / 86 ms on
+SX for 2 x 64 / 3 x 128 / 3 x 256 potentials, the residual's Jacobian 0.08 / 0.16 / 0.43 ms
+against 2.8 / 15 / 61 ms (``results/benchmarks/clnn.md``); both agree to round-off
+(``tests/test_clnn.py``).
 
 **Redundant constraints.** Where the constraint rows are not independent (``G`` of rank
 ``r < k`` at every data configuration, so ``G M^-1 G^T`` is singular), ``redundant = "drop"``
