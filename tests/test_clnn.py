@@ -463,6 +463,7 @@ def test_the_network_derivatives_of_the_export_agree_with_torch():
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-10 * max(1.0, np.abs(want).max()))
 
 
+@pytest.mark.slow  # a timing, and the SX export of a 3 x 128 network takes seconds to build
 def test_a_bigger_network_steps_faster_on_mx_than_on_sx():
     """3 x 128 potential on the four-bar: the MX step at least 3x faster than the SX export
     (medians of 15 steps; measured 0.53 against 21 ms at load ~4.5, the bench)."""
