@@ -222,7 +222,9 @@ def tube_function(
                 f"tube_errors must be one of {', '.join(map(repr, ERRORS))}, got {errors!r}"
             )
     # the ellipsoid's shape per unit w^2, and the margin per unit sqrt(g^T Sigma g)
-    shape, margin = gaussian_factors(model.delta, nx, bound_steps(model)) if errors == "gaussian" else (nx, 1.0)
+    shape, margin = (
+        gaussian_factors(model.delta, nx, bound_steps(model)) if errors == "gaussian" else (nx, 1.0)
+    )
     fns = {"bound": model.bound, "to_obs": model.to_obs, "safety": safety}
     if lipschitz is None:
         fns["jacobians"] = step_jacobians(model)
