@@ -66,6 +66,12 @@ def test_scenario_regression_short_run(path, tmp_path):
     # a network family trains a few epochs only (the run, not the fit's quality, is tested)
     model = tomllib.loads(path.read_text()).get("model", {})
     short = ["--set", "model.epochs=20"] if "epochs" in model else []
+    # a horizon-level bound over the short horizon, calibrated on 20 windows (the fewest
+    # at delta 0.05)
+    heldout = 20
+    if model.get("bound_level") == "horizon":
+        short += ["--set", "model.bound_horizon=5"]
+        heldout = 40
     code = _run(
         [
             str(path),
@@ -82,7 +88,7 @@ def test_scenario_regression_short_run(path, tmp_path):
             "--set",
             "data.trajectories=10",
             "--set",
-            "data.heldout_trajectories=20",
+            f"data.heldout_trajectories={heldout}",
         ]
     )
     assert code == 0
