@@ -9,41 +9,14 @@ import casadi as ca
 import numpy as np
 import pytest
 import scipy.linalg
+from test_mpc import DT, _linear_model  # the double integrator with drag
 
 from vimpc.closedloop import run_episode
-from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, Status
 from vimpc.mpc.solvers import RealTimeIteration
-
-DT = 0.1
-
-
-def _linear_model(implicit: bool) -> tuple[DiscreteModel, np.ndarray, np.ndarray]:
-    """A double integrator with drag (exact zero-order hold), as in test_mpc."""
-    A_c, B_c = np.array([[0.0, 1.0], [0.0, -0.2]]), np.array([[0.0], [1.0]])
-    M = scipy.linalg.expm(np.block([[A_c, B_c], [np.zeros((1, 3))]]) * DT)
-    A, B = M[:2, :2], M[:2, 2:]
-    x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
-    ident = ca.Function("id", [x], [x])
-    model = DiscreteModel(
-        dt=DT,
-        nx=2,
-        nu=1,
-        np=0,
-        nobs=2,
-        step=ca.Function("step", [x, u, p], [ca.mtimes(A, x) + ca.mtimes(B, u)]),
-        residual=ca.Function("res", [x, u, xn, p], [xn - ca.mtimes(A, x) - ca.mtimes(B, u)])
-        if implicit
-        else None,
-        from_obs=ident,
-        to_obs=ident,
-        state_names=("s", "v"),
-        input_names=("f",),
-    )
-    return model, A, B
 
 
 def _pendulum_controller(**kwargs) -> MPC:
