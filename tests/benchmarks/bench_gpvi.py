@@ -57,12 +57,13 @@ SOLVERS = {
     ],
 }
 MEDIAN_MS, FIT_S = 5.0, 60.0
-# --quick: a tiny GP-VI (4 + 8 held-out trajectories of 5 steps, 16 samples, 8 support points, one
-# start of 5 optimiser steps) and 3 control steps
+# --quick: a tiny GP-VI (4 + 38 held-out trajectories of 20 steps: the 19 calibration windows
+# its horizon-level bound needs at least; 16 samples, 8 support points, one start of 5
+# optimiser steps) and 3 control steps
 QUICK_SETS = [
     "data.trajectories=4",
-    "data.steps=5",
-    "data.heldout_trajectories=8",
+    "data.steps=20",
+    "data.heldout_trajectories=38",
     "model.samples=16",
     "model.support_points=8",
     "model.restarts=1",
@@ -112,7 +113,8 @@ def solve_times(seeds: list[int], sets: list[str] = (), solvers: dict = SOLVERS)
 
 
 def fit_times(n: int, sets: list[str] = ()) -> list[float]:
-    cfg = load_scenario(SCENARIO, [*BASE, *sets, 'model.bound="none"'])
+    unbounded = ['model.bound="none"', 'model.bound_level="step"', "model.bound_horizon=0"]
+    cfg = load_scenario(SCENARIO, [*BASE, *sets, *unbounded])
     env = pipeline.build_env(cfg)
     train = pipeline.collect(cfg, env, "train")
     out = []

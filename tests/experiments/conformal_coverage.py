@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in (*SCENARIOS, GP_SCENARIO):
         path = ROOT / "scenarios" / f"{name}.toml"
         extra = QUICK_GP_SETS if (args.quick and name == GP_SCENARIO) else []
-        cfg = scenario.load_scenario(path, ['model.bound="conformal"', *sets, *extra])
+        # the levels are this experiment's (``_level_rows``), not the scenario's
+        base = ['model.bound="conformal"', 'model.bound_level="step"', "model.bound_horizon=0"]
+        cfg = scenario.load_scenario(path, [*base, *sets, *extra])
         env, train, calibration, test = _data(cfg, test_trajectories, cache)
         horizon = cfg["controller"]["horizon"]
         if args.quick:
