@@ -95,6 +95,8 @@ def test_every_script_takes_quick_and_out(script, monkeypatch, capsys):
 )
 @pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")  # tiny fits are warned about
 def test_quick_mode_runs(script, tmp_path, monkeypatch):
+    if script.stem == "bench_ray_fault":
+        pytest.importorskip("ray", reason='Ray is the optional extra .[ray] (pip install "ray")')
     out = tmp_path / "out"
     written = _run_quick(script, out, monkeypatch, EXTRA.get(script.stem, []))
     assert any(name.endswith(".md") for name in written), written
@@ -106,6 +108,10 @@ def test_quick_mode_runs(script, tmp_path, monkeypatch):
         _check_gp_vi_closed_loop(out, _module(script, monkeypatch))
     if script.stem == "hamel_closed_loop":  # the three models on the same short episode
         _check_hamel_closed_loop(out / "summary.csv")
+    if script.stem == "bench_ray_fault":  # a worker killed, the same episodes as local
+        text = (out / "ray_fault.md").read_text()
+        assert "A worker killed: yes" in text
+        assert "per-episode results identical to the uninterrupted run: met" in text
 
 
 def _check_summary(table: Path) -> None:
