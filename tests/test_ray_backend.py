@@ -508,3 +508,35 @@ def test_import_vimpc_and_a_local_run_do_not_import_ray(tmp_path):
     done = _python(code, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
+def test_an_episode_task_of_a_network_model_does_not_import_torch(tmp_path):
+    """A worker gets a torch-trained model as its ``.vimpc`` bytes and runs the episode with
+    CasADi alone: the episode task (what a Ray worker runs) in a fresh process leaves torch
+    unimported."""
+    import pickle
+
+    from vimpc import pipeline, scenario
+    from vimpc.model_file import save
+    from vimpc.models.families.dlnn import DLNNModel
+
+    sets = ["episodes.steps=3", "controller.horizon=5", "data.trajectories=4", "data.steps=10"]
+    cfg = scenario.load_scenario(Path("scenarios/pendulum_swingup.toml"), sets)
+    env = pipeline.build_env(cfg)
+    data = pipeline.collect(cfg, env, "train")
+    model = DLNNModel(env.nominal_system, env.dt, hidden=[8], epochs=5).fit(data).discrete_model()
+    save(model, tmp_path / "dlnn.vimpc")
+    (tmp_path / "cfg.pickle").write_bytes(pickle.dumps(cfg))
+    code = (
+        "import pickle, sys\n"
+        "from pathlib import Path\n"
+        "from vimpc import _ray_backend\n"
+        f"folder = Path({str(tmp_path)!r})\n"
+        "cfg = pickle.loads((folder / 'cfg.pickle').read_bytes())\n"
+        "_, metrics = _ray_backend.episode(cfg, 'k', 0, 0, (folder / 'dlnn.vimpc').read_bytes())\n"
+        "print(metrics['steps'], 'torch' in sys.modules, 'ray' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "False", "False"]
