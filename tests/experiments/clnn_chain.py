@@ -13,9 +13,11 @@ unforced trajectories of 3 s at dt = 0.03 s from the midpoint variational integr
 true system with 10 substeps (the authors: dopri5 at rtol 1e-7). Training: one random window
 of 6 snapshots (5 steps) per training trajectory, as the authors; test trajectories from
 another seed. Models: the families' training (5-step RK4 rollouts, L1, AdamW lr 3e-3 with a
-cosine schedule, batch 200), ``--hidden`` (the authors: 3 x 256; 128 here because the
-exported step expands the network into SX, 30 ms per step at 3 x 128 against 135 ms at
-3 x 256), ``--epochs`` (the authors: 2000) and ``--train`` trajectories (the authors: 800).
+cosine schedule, batch 200), ``--hidden`` (the authors: 3 x 256; 128 in the committed tables,
+chosen when the exported step expanded the network into SX, 30 ms per step at 3 x 128 against
+135 ms at 3 x 256; the families now export on MX by default, ``export = "mx"``, the same
+steps to round-off: results/benchmarks/clnn.md), ``--epochs`` (the authors: 2000) and
+``--train`` trajectories (the authors: 800).
 
 Metric (the authors'): ``rel_err(t) = |z_pred - z_true| / (|z_pred| + |z_true|)`` over all
 positions and velocities, its geometric mean over the 100 steps after the start
