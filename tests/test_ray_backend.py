@@ -24,6 +24,10 @@ import pytest
 from vimpc import _ray_backend, _run_dir, cli
 from vimpc.errors import ConfigError
 
+sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+from _common import TIMING, descendants, process_title, timeless  # noqa: E402
+from test_sweep import _interrupt_after  # noqa: E402  (a Ctrl-C after the k-th episode)
+
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 
 TINY = ["--set", "episodes.count=4", "--set", "episodes.steps=5"]
@@ -40,7 +44,6 @@ episodes.steps = 30
 [grid]
 controller.horizon = [4, 5]
 """
-TIMING = ("solve_times", "call_times", "late")
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +71,6 @@ def _run(out: Path, *extra: str) -> int:
                      *extra])  # fmt: skip
 
 
-def _timeless(value):
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if "time" not in k and "late" not in k}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
 def _same_episodes(a: Path, b: Path) -> int:
     """Assert the episodes kept in run folders ``a`` and ``b`` are equal, bit for bit but
     for the measured times; returns how many there are."""
@@ -83,7 +78,7 @@ def _same_episodes(a: Path, b: Path) -> int:
     assert names == sorted(p.name for p in b.glob("episode_*.json")) and names
     for name in names:
         ja, jb = (json.loads((f / name).read_text()) for f in (a, b))
-        assert _timeless(ja) == _timeless(jb), name
+        assert timeless(ja) == timeless(jb), name
         with np.load(a / name.replace(".json", ".npz")) as na:
             with np.load(b / name.replace(".json", ".npz")) as nb:
                 assert na.files == nb.files
@@ -118,7 +113,7 @@ def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, local_tiny, tmp
     on_ray = _only(tmp_path / "ray" / "pendulum_swingup")
     assert _same_episodes(local, on_ray) == 4
     ma, mb = (json.loads((f / "metrics.json").read_text()) for f in (local, on_ray))
-    assert _timeless(ma["per_episode"]) == _timeless(mb["per_episode"])
+    assert timeless(ma["per_episode"]) == timeless(mb["per_episode"])
     (session,) = mb["sessions"]
     assert session["backend"] == "ray" and session["processes"] == cluster.cpus
     assert session["episodes_run"] == 4 and "127.0.0.1" in session["ray_cluster"]
@@ -148,30 +143,6 @@ def test_a_run_on_an_existing_cluster_leaves_it_running(cluster, local_tiny, tmp
     assert [n["Alive"] for n in cluster.ray.nodes()] == [True]  # not stopped by the run
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return ""
-
-
 class _KillOneEpisodeWorker(threading.Thread):
     """SIGKILL the first Ray worker of this process's cluster seen running an episode."""
 
@@ -182,8 +153,8 @@ class _KillOneEpisodeWorker(threading.Thread):
 
     def run(self) -> None:
         while not self.stop and self.killed is None:
-            for pid in _descendants(os.getpid()):
-                if _title(pid) == "ray::episode":
+            for pid in descendants(os.getpid()):
+                if process_title(pid) == "ray::episode":
                     os.kill(pid, signal.SIGKILL)
                     self.killed = pid
                     return
@@ -216,20 +187,6 @@ def test_a_sweep_with_a_killed_worker_completes_with_the_local_results(cluster, 
         # each episode kept once, the killed one included
         assert [s["episodes_run"] for s in ray_sessions] == [3]
     assert "Ray processes at once" in (final / "summary.md").read_text()
-
-
-def _interrupt_after(monkeypatch, kept: int) -> list[int]:
-    real = _run_dir.save_episode
-    calls: list[int] = []
-
-    def save_then_interrupt(*args, **kwargs):
-        real(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == kept:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
-    return calls
 
 
 def test_an_interrupted_sweep_on_ray_resumes_only_what_is_missing(
@@ -371,8 +328,8 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
             break
         time.sleep(0.05)
     assert stage is not None and proc.poll() is None, "no episode was kept before the end"
-    helpers = _descendants(proc.pid)  # the cluster: GCS, raylet, workers, agents
-    assert any(_title(p).startswith("ray::") for p in helpers), "the run has no Ray workers"
+    helpers = descendants(proc.pid)  # the cluster: GCS, raylet, workers, agents
+    assert any(process_title(p).startswith("ray::") for p in helpers), "the run has no Ray workers"
     sent = time.perf_counter()
     proc.send_signal(signal.SIGINT)
     try:
@@ -384,7 +341,7 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     assert f"vimpc run --resume {stage}" in proc.stderr.read()
     # the cluster this run started is gone with its workers
     for _ in range(100):
-        alive = [p for p in helpers if Path(f"/proc/{p}").exists() and _title(p)]
+        alive = [p for p in helpers if Path(f"/proc/{p}").exists() and process_title(p)]
         if not alive:
             break
         time.sleep(0.1)
@@ -421,7 +378,7 @@ def test_a_port_where_no_ray_cluster_answers_is_an_error_not_a_hang(monkeypatch)
     import socket
 
     if not HAVE_RAY:
-        pytest.skip("the trial connection needs ray")
+        pytest.skip("the trial connection is a Ray client: ray is the optional extra .[ray]")
     monkeypatch.setattr(_ray_backend, "PROBE_TIMEOUT_S", 3.0)
     with socket.socket() as server:  # accepts connections and never answers
         server.bind(("127.0.0.1", 0))

@@ -192,3 +192,45 @@ SOLVER_CONFIGS = {
     "fatrop / step": ["controller.solver=fatrop", "controller.transcription=step"],
     "ipopt / step": ["controller.solver=ipopt", "controller.transcription=step"],
 }
+
+
+# -- episodes and processes (the Ray benchmarks and tests) -----------------------------------------
+
+#: episode arrays that hold measured times, or what they decide (a call later than the period)
+TIMING = ("solve_times", "call_times", "late")
+
+
+def timeless(value):
+    """An episode record (JSON) without its measured times: equal across backends."""
+    if isinstance(value, dict):
+        return {k: timeless(v) for k, v in value.items() if "time" not in k and "late" not in k}
+    if isinstance(value, list):
+        return [timeless(v) for v in value]
+    return value
+
+
+def descendants(root: int) -> list[int]:
+    """The process ids below ``root`` (read from ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def process_title(pid: int) -> str:
+    """A process's title (its command line's first word; Ray names its workers by task,
+    ``ray::episode``), empty when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""

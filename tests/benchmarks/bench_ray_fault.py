@@ -32,7 +32,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import OUT, add_options, met, parse, write_results
+from _common import (
+    OUT,
+    TIMING,
+    add_options,
+    descendants,
+    met,
+    parse,
+    process_title,
+    timeless,
+    write_results,
+)
 
 from vimpc import cli
 
@@ -50,40 +60,6 @@ episodes.seed = 100
 controller.tightening = ["none", "tube"]
 model.delta = [0.01, 0.05, 0.1]
 """
-# measured times, and what they decide (a call later than the period), differ run to run
-TIMING = ("solve_times", "call_times", "late")
-
-
-def _timeless(value):
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if "time" not in k and "late" not in k}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return ""
 
 
 class Killer(threading.Thread):
@@ -101,8 +77,8 @@ class Killer(threading.Thread):
         while not self.stop and self.killed is None:
             kept = len(list(self.folder.rglob("episode_*.json"))) if self.folder.exists() else 0
             if kept >= self.after:
-                for pid in _descendants(os.getpid()):
-                    if _title(pid) == "ray::episode":
+                for pid in descendants(os.getpid()):
+                    if process_title(pid) == "ray::episode":
                         os.kill(pid, signal.SIGKILL)
                         self.killed, self.kept_then = pid, kept
                         return
@@ -124,7 +100,7 @@ def compare(a: Path, b: Path) -> tuple[int, int]:
         if not other.exists():
             differ += 1
             continue
-        same = _timeless(json.loads((a / name).read_text())) == _timeless(
+        same = timeless(json.loads((a / name).read_text())) == timeless(
             json.loads(other.read_text())
         )
         with np.load(a / name.with_suffix(".npz")) as na, np.load(other.with_suffix(".npz")) as nb:
