@@ -82,7 +82,10 @@ def _usable_folder(path: Path, what: str) -> None:
 def _obtain_model(cfg, env, args, log):
     from vimpc import pipeline, report
 
-    source = pipeline.obtain_model(cfg, env, refit=args.refit, progress=not args.quiet, log=log)
+    workers, _ = pipeline.worker_count(getattr(args, "workers", 1), cfg["data"]["calibration_episodes"])
+    source = pipeline.obtain_model(
+        cfg, env, refit=args.refit, progress=not args.quiet, log=log, workers=workers
+    )
     if source.report is not None and not source.reused:
         log("fit summary (held-out validation data):")
         log(report.fit_table(source.report, list(env.obs_names), env.nominal_system.state_units))

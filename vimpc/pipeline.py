@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, VimpcError, WorkerError
 from vimpc.scenario import build_family
+from vimpc.scenario.specs import closed_loop_calibration
 
 #: steps of the multi-step prediction error in the fit summary
 PREDICTION_STEPS = 20
@@ -191,8 +193,9 @@ def check_cache_writable() -> Path:
 #: The generation of the code that builds fitted models. It enters every cache key, so a fit
 #: cached by code that exported a different model is fitted again rather than reused; it
 #: moves whenever a change alters what a fit exports (2: implicit steps refuse failed and
-#: spurious Newton roots with NaN; 3: the model records the box of its data, ``data_box``).
-FIT_GENERATION = 3
+#: spurious Newton roots with NaN; 3: the model records the box of its data, ``data_box``;
+#: 4: a horizon-level bound's windows calibration uses every window, by conformal risk control).
+FIT_GENERATION = 4
 #: Per family, the generation of its export where it moved after FIT_GENERATION (entering the
 #: key only where given, so the other families' cached fits stay valid). dlnn and lnn 2: the
 #: model carries its residual's Jacobian in closed form (``residual_jacobian``). clnn and chnn
@@ -208,6 +211,15 @@ def cache_key(cfg: dict[str, Any]) -> str:
     # plants its episodes draw: a fit cached before these keys existed stays valid
     data.pop("fits", None)
     env = {k: v for k, v in cfg["env"].items() if k != "plant"}
+    extra = {}
+    if closed_loop_calibration(data):
+        # the bound is calibrated on the controller's own episodes: they depend on it, on
+        # the episodes' length and on the plants they draw
+        env["plant"] = cfg["env"]["plant"]
+        extra = {"controller": cfg["controller"], "episode_steps": cfg["episodes"]["steps"]}
+    else:  # a fit cached before the closed-loop calibration existed stays valid
+        for key in ("calibration", "calibration_episodes", "calibration_seed"):
+            data.pop(key, None)
     for key in ("path", "heldout_path"):
         if data[key] is not None:
             data[key + "_sha256"] = _file_digest(data[key])
@@ -218,6 +230,7 @@ def cache_key(cfg: dict[str, Any]) -> str:
         "env": env,
         "data": data,
         "model": cfg["model"],
+        **extra,
     }
     if cfg["model"]["family"] in FAMILY_GENERATION:
         payload["family_generation"] = FAMILY_GENERATION[cfg["model"]["family"]]
@@ -232,15 +245,23 @@ def obtain_model(
     refit: bool = False,
     progress: bool = False,
     log: Callable[[str], None] = print,
+    workers: int = 1,
 ) -> ModelSource:
     """The scenario's model: loaded (``model.path``), built (nothing to fit), taken from the
-    cache, or collected, fitted, evaluated and cached."""
+    cache, or collected, fitted, evaluated and cached. ``workers``: processes for the
+    closed-loop calibration episodes (``data.calibration = "closed_loop"``)."""
     from vimpc.model_file import load, save
 
     mcfg = cfg["model"]
     if mcfg["path"] is not None:
         return ModelSource(load(mcfg["path"]), Path(mcfg["path"]))
-    family = build_family(cfg, env.nominal_system)
+    closed_loop = closed_loop_calibration(cfg["data"])
+    if closed_loop:  # first a per-step bound on the held-out data, for the controller
+        level = {k: mcfg[k] for k in ("bound_level", "bound_horizon")}
+        model_cfg = {**mcfg, "bound_level": "step", "bound_horizon": 0}
+        family = build_family({**cfg, "model": model_cfg}, env.nominal_system)
+    else:
+        family = build_family(cfg, env.nominal_system)
     if not family.needs_fit():
         return ModelSource(family.discrete_model(), None)
     key = cache_key(cfg)
@@ -260,6 +281,10 @@ def obtain_model(
     calibration, validation = split_heldout(heldout)
     try:
         family.fit(train, calibration if family.bound != "none" else None)
+        if closed_loop:
+            calibration = calibrate_closed_loop(
+                cfg, family, train, level, workers=workers, progress=progress, log=log
+            )
     except VimpcError as exc:
         raise ConfigError(f"fitting model.family = {mcfg['family']!r}: {exc}") from exc
     model = family.discrete_model()
@@ -271,6 +296,74 @@ def obtain_model(
     except FileExistsError:  # a concurrent run cached the same fit meanwhile
         pass
     return ModelSource(load(target), target, report)
+
+
+def calibrate_closed_loop(
+    cfg: dict[str, Any],
+    family,
+    train: Dataset,
+    level: dict[str, Any],
+    *,
+    workers: int = 1,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> Dataset:
+    """Calibrate ``family``'s conformal bound on closed-loop episodes of the scenario's own
+    controller (``data.calibration = "closed_loop"``) and return them as a :class:`Dataset`.
+
+    ``family`` is fitted, its bound calibrated per step on the held-out open-loop
+    trajectories. The calibration episodes run as the scenario's episodes do
+    (``episodes.steps`` steps, the env's plants: with ``env.plant = "per_episode"`` each its
+    own), from reset seeds ``data.calibration_seed + i``, with the controller on that
+    model. The bound is then calibrated again on their transitions with the scenario's
+    ``level`` (``bound_level`` and ``bound_horizon``): on the states and inputs the
+    controller visits, not an open-loop excitation's. The calibration transitions are exchangeable with the transitions of
+    episodes run by that controller; the scenario's controller uses the new bound, so its
+    episodes differ from them as much as the bound changes the plans (the closed-loop
+    coverage of the run measures what holds).
+    """
+    from tqdm import tqdm
+
+    from vimpc.model_file import save
+
+    d = cfg["data"]
+    seeds = list(range(d["calibration_seed"], d["calibration_seed"] + d["calibration_episodes"]))
+    log(
+        f"calibrating the bound on {len(seeds)} closed-loop episodes (seeds {seeds[0]} to "
+        f"{seeds[-1]}), the controller's model bounded per step on held-out data"
+    )
+    folder = check_cache_writable()
+    fd, name = tempfile.mkstemp(prefix="preliminary-", suffix=".vimpc", dir=folder)
+    os.close(fd)
+    try:
+        save(family.discrete_model(), name, overwrite=True)
+        total = len(seeds) * cfg["episodes"]["steps"]
+        with tqdm(total=total, desc="calibration episodes", unit="step", disable=not progress) as b:
+            results = run_episodes(
+                cfg, name, seeds, workers=workers,
+                on_step=lambda: b.update(1), on_episode=None if workers <= 1 else b.update,
+            )  # fmt: skip
+    finally:
+        Path(name).unlink(missing_ok=True)
+    closed = trajectories_dataset(
+        [traj for traj, _ in results],
+        {"part": "calibration", "closed_loop": True, "seeds": [seeds[0], seeds[-1]]},
+    )
+    family.recalibrate(train, closed, **level)
+    return closed
+
+
+def trajectories_dataset(trajectories: Sequence[Any], metadata: dict[str, Any]) -> Dataset:
+    """Closed-loop episodes of equal length as a :class:`Dataset` (measured observations,
+    true states, applied inputs)."""
+    return Dataset(
+        np.stack([tr.t for tr in trajectories]),
+        np.stack([tr.obs for tr in trajectories]),
+        np.stack([tr.states for tr in trajectories]),
+        np.stack([tr.inputs for tr in trajectories]),
+        float(trajectories[0].t[1] - trajectories[0].t[0]),
+        metadata,
+    )
 
 
 def data_box(*datasets: Dataset) -> dict[str, Any]:
@@ -290,8 +383,7 @@ def fit_config(cfg: dict[str, Any], k: int) -> dict[str, Any]:
     fit (the same cache entry)."""
     from vimpc.scenario.specs import fit_seeds
 
-    seed, heldout = fit_seeds(cfg["data"], k)
-    return {**cfg, "data": {**cfg["data"], "seed": seed, "heldout_seed": heldout, "fits": 1}}
+    return {**cfg, "data": {**cfg["data"], **fit_seeds(cfg["data"], k), "fits": 1}}
 
 
 def obtain_models(

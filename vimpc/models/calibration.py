@@ -36,12 +36,16 @@ Two refinements (:func:`calibrate`'s ``level`` and :func:`state_scale`):
   measurement on data the bound is not calibrated on (the training data):
 
   * ``"windows"``: the score of a window of ``N`` consecutive transitions is the largest
-    score of its steps; one window per calibration trajectory, at a start drawn uniformly
-    (seeded, :data:`WINDOW_SEED`) among the trajectory's windows, so the windows come from
-    distinct, independent trajectories and are exchangeable with a window of a fresh
-    trajectory (overlapping windows of one trajectory are not, and are not used). The
-    conformal quantile of the window scores at ``1 - delta`` needs ``1/delta - 1``
-    trajectories of at least ``N`` steps;
+    score of its steps, and every window of every calibration trajectory counts. A
+    trajectory's loss at ``q`` is the share of its windows whose score exceeds ``q``; the
+    trajectories are exchangeable (their windows are not), and conformal risk control
+    (Angelopoulos et al. 2024, Theorem 1) with the smallest ``q`` whose losses sum to at
+    most ``(n + 1) delta - 1`` over the ``n`` trajectories bounds the expected share of a
+    fresh trajectory's windows that leave the bound by ``delta``: a window at a uniformly
+    drawn start of a fresh trajectory has all ``N`` errors inside with probability at least
+    ``1 - delta`` (for continuous scores also at most ``1 - delta + 2/(n + 1)``, their
+    Theorem 2). With one window per trajectory (``T = N``) it is split conformal on the
+    window scores. It needs ``1/delta - 1`` trajectories of at least ``N`` steps;
   * ``"bonferroni"``: the per-step calibration above at ``delta / N`` on all the
     transitions; the union bound over the ``N`` steps gives ``1 - delta`` (it needs
     ``N/delta - 1`` transitions, and inherits the per-step calibration's assumption that
@@ -104,9 +108,6 @@ OBTAINED = ("conformal", "theorem")
 LEVELS = ("step", "horizon")
 #: how a horizon-level bound is calibrated (``"auto"``: the tighter one, measured)
 HORIZON_METHODS = ("auto", "windows", "bonferroni")
-#: seed of the window starts drawn in each trajectory (a fixed seed: calibration is
-#: deterministic, and the draw ignores the data, so the windows stay exchangeable)
-WINDOW_SEED = 0
 #: the state-dependent scale of an entry is at least this fraction of the entry's mean
 #: absolute training error (an affine fit that reaches zero at rest must not divide a
 #: score by zero, nor promise an error-free step there)
@@ -250,7 +251,7 @@ def conformal_bound(
         record["horizon"] = horizon
         chosen = (figures or {}).get("horizon_method", "windows")
         how = (
-            "the largest score of one window per trajectory"
+            "conformal risk control of the share of each trajectory's windows outside"
             if chosen == "windows"
             else f"Bonferroni, delta/{horizon} per step"
         )
@@ -438,17 +439,29 @@ def step_scores(
     return scores.reshape(data.n_trajectories, data.n_steps)
 
 
-def window_scores(scores: np.ndarray, horizon: int, seed: int = WINDOW_SEED) -> np.ndarray:
-    """One window score per trajectory: the largest of ``horizon`` consecutive step scores
-    (rows of ``scores``, ``(trajectories, steps)``) from a start drawn uniformly with
-    ``seed``, independently of the scores. Empty when the trajectories are shorter than
-    ``horizon``."""
+def window_scores(scores: np.ndarray, horizon: int) -> np.ndarray:
+    """The score of every window of ``horizon`` consecutive steps of every trajectory: the
+    largest of its step scores (rows of ``scores``, ``(trajectories, steps)``), shaped
+    ``(trajectories, steps - horizon + 1)`` (no columns when the trajectories are shorter
+    than ``horizon``)."""
     n, T = scores.shape
     if T < horizon:
-        return np.zeros(0)
-    starts = np.random.default_rng(seed).integers(0, T - horizon + 1, size=n)
-    cols = starts[:, None] + np.arange(horizon)
-    return scores[np.arange(n)[:, None], cols].max(axis=1)
+        return np.zeros((n, 0))
+    return np.stack([scores[:, s : s + horizon].max(axis=1) for s in range(T - horizon + 1)], 1)
+
+
+def risk_control_quantile(windows: np.ndarray, delta: float) -> float:
+    """Conformal risk control of the share of a trajectory's windows outside the bound: the
+    smallest window score ``q`` with ``sum_i L_i(q) <= (n + 1) delta - 1``, ``L_i(q)`` the
+    share of row ``i``'s windows (``windows``: ``(n, m)``, every row a trajectory) whose
+    score exceeds ``q`` (inf when ``n < 1/delta - 1``: too few trajectories)."""
+    n, m = windows.shape
+    budget = (n + 1) * delta - 1.0
+    if n == 0 or m == 0 or budget < -1e-12:
+        return math.inf
+    # sum_i L_i(q) = (number of windows above q) / m, every row having m windows
+    above = min(n * m - 1, math.floor(m * max(budget, 0.0) + 1e-9))
+    return float(np.sort(windows.ravel())[n * m - 1 - above])
 
 
 def conformal_rank(n: int, delta: float) -> int:
@@ -538,8 +551,11 @@ def calibrate(
         return conformal_bound(model, float(delta), quantile, n, figures=figures, **kw)
 
     windows = window_scores(scores, horizon)
-    k_w, k_b = conformal_rank(len(windows), delta), conformal_rank(n, delta / horizon)
-    feasible = {"windows": 0 < len(windows) and k_w <= len(windows), "bonferroni": k_b <= n}
+    k_b = conformal_rank(n, delta / horizon)
+    feasible = {
+        "windows": np.isfinite(risk_control_quantile(windows, delta)),
+        "bonferroni": k_b <= n,
+    }
     if not any(feasible.values()):
         raise InputError(
             f"the calibration set ({data.n_trajectories} trajectories of {data.n_steps} steps) "
@@ -551,8 +567,8 @@ def calibrate(
         )
     record: dict[str, Any] = {
         **(figures or {}),
-        "windows": len(windows),
-        "window_start_seed": WINDOW_SEED,
+        "windows": int(windows.size),
+        "window_trajectories": int(len(windows)) if windows.size else 0,
     }
     if method == "auto":
         # the quantiles the two calibrations would give, measured on other data at the
@@ -560,14 +576,20 @@ def calibrate(
         train = step_scores(model, choose_on, scale=scale, spread=spread, what="training")
         predicted = {}
         if feasible["windows"]:
+            # the share of windows the calibration will leave outside, at most delta
+            m = windows.shape[1]
+            above = math.floor(m * ((len(windows) + 1) * delta - 1.0) + 1e-9)
             w = window_scores(train, horizon)
-            predicted["windows"] = _quantile_at(w, k_w / len(windows))
+            predicted["windows"] = _quantile_at(w.ravel(), 1.0 - above / windows.size)
         if feasible["bonferroni"]:
             predicted["bonferroni"] = _quantile_at(train.ravel(), k_b / n)
         finite = {m: q for m, q in predicted.items() if np.isfinite(q)}
         method = min(finite or predicted, key=lambda m: (finite or predicted)[m])
         record["horizon_method_chosen_on"] = "training data"
-        record["predicted_quantile"] = {m: float(q) for m, q in predicted.items()}
+        # None: not measurable on the training data (trajectories shorter than the horizon)
+        record["predicted_quantile"] = {
+            m: float(q) if np.isfinite(q) else None for m, q in predicted.items()
+        }
     elif not feasible[method]:
         raise InputError(
             f"method = {method!r} needs at least "
@@ -579,7 +601,7 @@ def calibrate(
             )
         )
     if method == "windows":
-        quantile = float(np.sort(windows)[k_w - 1])
+        quantile = risk_control_quantile(windows, delta)
     else:
         quantile = float(np.sort(scores.ravel())[k_b - 1])
     record["horizon_method"] = method

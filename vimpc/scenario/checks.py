@@ -22,7 +22,13 @@ from vimpc.errors import ConfigError, VimpcError
 from vimpc.mpc.options import check_within_period, ignored_rti_options, ignored_sqp_options
 from vimpc.mpc.solvers import check_timed
 from vimpc.scenario.schema import CIRCLE_KEYS
-from vimpc.scenario.specs import EnvSpec, ModelSpec, check_variation
+from vimpc.scenario.specs import (
+    EnvSpec,
+    ModelSpec,
+    check_variation,
+    closed_loop_calibration,
+    fit_seed_runs,
+)
 
 #: a results folder name: one path component, not "." or ".."
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -189,8 +195,55 @@ def check(cfg: dict[str, Any]) -> None:
                     "data.heldout_trajectories must be at least 2 with model.bound = "
                     "'conformal' (half calibrate, half validate)"
                 )
+    _check_closed_loop_calibration(cfg, model)
     # last: it builds the env (only for hard observation bounds or keep-out circles)
     _check_start_states(cfg, env)
+
+
+def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> None:
+    """``data.calibration = "closed_loop"``: a conformal bound to calibrate, enough
+    calibration episodes for ``model.delta`` (and the bound's horizon), and calibration
+    episodes that are not the scenario's own episodes."""
+    from vimpc.models.calibration import minimum_calibration_size
+
+    data, mcfg = cfg["data"], cfg["model"]
+    if not closed_loop_calibration(data):
+        return
+    where = "data.calibration = 'closed_loop'"
+    if not model.needs_fit or mcfg["bound"] != "conformal":
+        what = (
+            f"model.bound = {mcfg['bound']!r}" if model.needs_fit else f"{model.what} is not fitted"
+        )
+        raise ConfigError(
+            f"{where} calibrates a conformal bound on the controller's own episodes, but {what}; "
+            "set model.bound = 'conformal' or data.calibration = 'heldout'"
+        )
+    delta, n, steps = mcfg["delta"], data["calibration_episodes"], cfg["episodes"]["steps"]
+    horizon = mcfg.get("bound_horizon") if mcfg.get("bound_level") == "horizon" else None
+    if horizon is None:
+        need = minimum_calibration_size(delta)
+        enough, what = n * steps >= need, f"{need} transitions"
+    else:
+        windows, bonferroni = minimum_calibration_size(delta), minimum_calibration_size(delta / horizon)
+        enough = (n >= windows and steps >= horizon) or n * steps >= bonferroni
+        what = (
+            f"{windows} episodes of at least {horizon} steps (one window each) or "
+            f"{bonferroni} transitions (the per-step calibration at delta / {horizon})"
+        )
+    if not enough:
+        raise ConfigError(
+            f"data.calibration_episodes = {n} of episodes.steps = {steps} steps is too small a "
+            f"calibration set for model.delta = {delta}: it needs {what}; raise "
+            "data.calibration_episodes or model.delta"
+        )
+    first, count = cfg["episodes"]["seed"], cfg["episodes"]["count"]
+    for lo, hi, what in fit_seed_runs(data):
+        if "calibration" in what and max(lo, first) <= min(hi, first + count - 1):
+            raise ConfigError(
+                f"{what} (seeds {lo} to {hi}) overlap the episodes' seeds ({first} to "
+                f"{first + count - 1}), so the bound would be calibrated on the episodes it is "
+                "measured on; move data.calibration_seed or episodes.seed"
+            )
 
 
 def _check_timing(ctrl: dict[str, Any], env_dt: float) -> None:
@@ -208,6 +261,7 @@ def _check_seeds(cfg: dict[str, Any]) -> None:
         ("episodes.seed", "episodes.count"),
         ("data.seed", "data.trajectories"),
         ("data.heldout_seed", "data.heldout_trajectories"),
+        ("data.calibration_seed", "data.calibration_episodes"),
     ):
         (t1, k1), (t2, k2) = first.split("."), count.split(".")
         seed, n = cfg[t1][k1], cfg[t2][k2]

@@ -25,6 +25,8 @@ from vimpc.errors import ConfigError, VimpcError
 from vimpc.mpc.options import SETTINGS as CONTROLLER_SETTINGS
 
 INITIAL_STATES = ("env", "uniform", "halton")
+#: where a conformal bound is calibrated (``data.calibration``)
+CALIBRATIONS = ("heldout", "closed_loop")
 
 #: the item kind of :class:`Entries` that names an entry of the env's observation
 OBSERVATION: Any = "observation"
@@ -189,11 +191,37 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "heldout_seed": Setting(
             int, 1_000_000, "reset seed of held-out trajectory i is `heldout_seed + i`", rule=SEED
         ),
+        "calibration": Setting(
+            str,
+            "heldout",
+            "where a conformal bound is calibrated: `heldout`, the first half of the held-out "
+            "open-loop trajectories; `closed_loop`, `calibration_episodes` episodes of the "
+            "scenario's own controller on the true system (as the episodes run: `episodes.steps`, "
+            "the env's plants), its model's bound first calibrated per step on the held-out "
+            "trajectories, so that the calibration transitions come from the states and inputs "
+            "the controller visits",
+            choices=CALIBRATIONS,
+        ),
+        "calibration_episodes": Setting(
+            int,
+            100,
+            "closed-loop calibration episodes (`calibration = \"closed_loop\"`); a horizon-level "
+            "bound takes one window from each",
+            rule=POSITIVE,
+        ),
+        "calibration_seed": Setting(
+            int,
+            2_000_000,
+            "reset seed of closed-loop calibration episode i is `calibration_seed + i` (apart "
+            "from the episodes' seeds; with `env.plant = \"per_episode\"` each draws its own plant)",
+            rule=SEED,
+        ),
         "fits": Setting(
             int,
             1,
-            "independent fits K: fit k collects its training and held-out data with `seed` and "
-            "`heldout_seed` plus k * 10^7, fits and calibrates; episode i uses fit i mod K "
+            "independent fits K: fit k collects its training and held-out data (and its "
+            "closed-loop calibration episodes) with `seed`, `heldout_seed` (and "
+            "`calibration_seed`) plus k * 10^7, fits and calibrates; episode i uses fit i mod K "
             "(recorded per episode) and the summary gives rates per fit and their spread",
             rule=POSITIVE,
         ),

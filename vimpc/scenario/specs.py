@@ -205,9 +205,34 @@ def plant_seed(base: int, episode_seed: int) -> int:
     return int(words.generate_state(1, np.uint32)[0])
 
 
-def fit_seeds(data: dict[str, Any], k: int) -> tuple[int, int]:
-    """``(seed, heldout_seed)`` of fit ``k`` (0-based) of ``data.fits``."""
-    return data["seed"] + k * FIT_SEED_STRIDE, data["heldout_seed"] + k * FIT_SEED_STRIDE
+#: the seed keys of ``[data]`` that fit k shifts by ``k * FIT_SEED_STRIDE``
+FIT_SEED_KEYS = ("seed", "heldout_seed", "calibration_seed")
+
+
+def fit_seeds(data: dict[str, Any], k: int) -> dict[str, int]:
+    """The seeds of fit ``k`` (0-based) of ``data.fits``: each of :data:`FIT_SEED_KEYS`."""
+    return {key: data[key] + k * FIT_SEED_STRIDE for key in FIT_SEED_KEYS}
+
+
+def closed_loop_calibration(data: dict[str, Any]) -> bool:
+    """Whether ``data`` asks for a bound calibrated on closed-loop episodes."""
+    return data.get("calibration", "heldout") == "closed_loop"
+
+
+def fit_seed_runs(data: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """``(first, last, what)``: the runs of reset seeds every fit of ``data.fits`` uses."""
+    runs = []
+    for k in range(data.get("fits", 1)):
+        seeds = fit_seeds(data, k)
+        runs.append((seeds["seed"], seeds["seed"] + data["trajectories"] - 1,
+                     f"fit {k}'s training data"))  # fmt: skip
+        held = seeds["heldout_seed"]
+        runs.append((held, held + data["heldout_trajectories"] - 1, f"fit {k}'s held-out"))
+        if closed_loop_calibration(data):
+            cal = seeds["calibration_seed"]
+            runs.append((cal, cal + data["calibration_episodes"] - 1,
+                         f"fit {k}'s calibration episodes"))  # fmt: skip
+    return runs
 
 
 def check_variation(cfg: dict[str, Any], env: EnvSpec, model: ModelSpec) -> None:
@@ -253,23 +278,21 @@ def check_variation(cfg: dict[str, Any], env: EnvSpec, model: ModelSpec) -> None
                 f"{where} collects new data for each fit, but data.{key} = {data[key]!r} gives "
                 f"saved data that every fit would share; remove data.{key} or set data.fits = 1"
             )
-    runs = []
-    for k in range(fits):
-        seed, heldout = fit_seeds(data, k)
-        runs.append((seed, seed + data["trajectories"] - 1, f"fit {k}'s training data"))
-        runs.append((heldout, heldout + data["heldout_trajectories"] - 1, f"fit {k}'s held-out"))
+    runs = fit_seed_runs(data)
     top = max(r[1] for r in runs)
     if top > MAX_SEED:
         raise ConfigError(
             f"{where} uses seeds up to {top} (fit k adds k * {FIT_SEED_STRIDE}), beyond the "
-            f"largest seed {MAX_SEED}; lower data.fits, data.seed or data.heldout_seed"
+            f"largest seed {MAX_SEED}; lower data.fits, data.seed, data.heldout_seed or "
+            "data.calibration_seed"
         )
     runs.sort()
     for (a0, a1, a), (b0, _, b) in zip(runs, runs[1:], strict=False):
         if b0 <= a1:
             raise ConfigError(
                 f"{where}: {a} (seeds {a0} to {a1}) and {b} (from seed {b0}) overlap, so the "
-                f"fits would share trajectories; keep data.trajectories and "
-                f"data.heldout_trajectories below {FIT_SEED_STRIDE} and data.heldout_seed "
-                f"apart from data.seed"
+                f"fits would share trajectories; keep data.trajectories, "
+                f"data.heldout_trajectories and data.calibration_episodes below "
+                f"{FIT_SEED_STRIDE} and data.seed, data.heldout_seed and data.calibration_seed "
+                "apart"
             )
