@@ -297,9 +297,12 @@ class ModelFamily(abc.ABC):
         level = {"figures": figures}
         if self.bound_level == "horizon":
             # windows or Bonferroni, the tighter one measured on the training data (or, for
-            # a family fitted without them, the windows: never looser in the population)
+            # a family fitted without them, the windows: never looser in the population).
+            # Closed-loop episodes (metadata "closed_loop") are exchangeable as episodes, not
+            # step by step, which Bonferroni's pooled steps would assume: the windows
             level.update({"level": "horizon", "horizon": horizon})
-            level.update({"choose_on": data} if data is not None else {"method": "windows"})
+            windows = data is None or bool(calibration.metadata.get("closed_loop"))
+            level.update({"method": "windows"} if windows else {"choose_on": data})
         return calibrate(
             model, calibration, self.delta, scale=scale, spread=spread, shape=shape, **level
         )

@@ -223,13 +223,10 @@ def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> Non
     if horizon is None:
         need = minimum_calibration_size(delta)
         enough, what = n * steps >= need, f"{need} transitions"
-    else:
-        windows, bonferroni = minimum_calibration_size(delta), minimum_calibration_size(delta / horizon)
-        enough = (n >= windows and steps >= horizon) or n * steps >= bonferroni
-        what = (
-            f"{windows} episodes of at least {horizon} steps (one window each) or "
-            f"{bonferroni} transitions (the per-step calibration at delta / {horizon})"
-        )
+    else:  # the windows of whole episodes (exchangeable as episodes, not step by step)
+        need = minimum_calibration_size(delta)
+        enough = n >= need and steps >= horizon
+        what = f"{need} episodes of at least model.bound_horizon = {horizon} steps"
     if not enough:
         raise ConfigError(
             f"data.calibration_episodes = {n} of episodes.steps = {steps} steps is too small a "
