@@ -440,7 +440,9 @@ def test_scenario_bound_horizon_shorter_than_the_controller_horizon_is_refused()
     path = ROOT / "scenarios" / "cartpole_safe.toml"
     sets = ['model.bound_level="horizon"']
     with pytest.raises(ConfigError, match=r"bound_horizon.*got 0"):
-        scenario.load_scenario(path, sets)
+        scenario.load_scenario(path, [*sets, "model.bound_horizon=0"])
+    with pytest.raises(ConfigError, match=r"bound_horizon.*got 0"):
+        scenario.load_scenario(path, ['data.calibration="heldout"', 'model.bound_level="step"', *sets, "model.bound_horizon=0"])
     with pytest.raises(
         ConfigError,
         match=r"model.bound_horizon = 10: .*covers 10 consecutive steps, fewer than the "

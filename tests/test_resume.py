@@ -22,6 +22,8 @@ ROOT = Path(__file__).parents[1]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
+# its bound calibrated per step on the held-out data, not on closed-loop episodes
+HELDOUT = ['data.calibration="heldout"', 'model.bound_level="step"', "model.bound_horizon=0"]
 SETS = ["episodes.steps=3", "controller.horizon=5", "episodes.count=4"]
 SHORT = [a for s in SETS for a in ("--set", s)] + ["--no-plots", "--quiet"]
 
@@ -165,7 +167,7 @@ def test_resume_refuses_a_model_file_that_changed(tmp_path, monkeypatch, capsys)
 def test_resume_refuses_when_the_cached_fit_is_gone(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VIMPC_CACHE", str(tmp_path / "cache"))
     small = ["data.trajectories=3", "data.heldout_trajectories=40", "data.steps=10"]
-    small += ["episodes.count=2", "episodes.steps=2", "controller.horizon=4"]
+    small += ["episodes.count=2", "episodes.steps=2", "controller.horizon=4", *HELDOUT]
     args = [a for s in small for a in ("--set", s)] + ["--no-plots", "--quiet"]
     with monkeypatch.context() as m:
         _interrupt_after(m, 1)

@@ -28,6 +28,10 @@ SMALL = [
     "controller.horizon=8",
     "episodes.count=3",
     "episodes.steps=8",
+    # the scenario's horizon-level bound over the controller's 8 steps, calibrated on 19
+    # closed-loop episodes (the fewest its windows take at delta = 0.05)
+    "model.bound_horizon=8",
+    "data.calibration_episodes=19",
 ]
 VARIED = [*SMALL, 'env.plant="per_episode"', "data.fits=2"]
 
@@ -112,8 +116,11 @@ def test_an_episode_of_a_varied_run_is_reproduced_from_its_record(varied_run):
 
 
 def test_plant_and_fits_keys_leave_the_fit_cache_key_alone():
-    cfg = scenario.load_scenario(SAFE, SMALL)
-    varied = scenario.load_scenario(SAFE, VARIED)
+    # a bound calibrated on held-out data: the episodes' plants do not enter the fit (a
+    # closed-loop calibration's do: test_closed_loop_calibration.py)
+    held = ['data.calibration="heldout"']
+    cfg = scenario.load_scenario(SAFE, [*SMALL, *held])
+    varied = scenario.load_scenario(SAFE, [*VARIED, *held])
     assert pipeline.cache_key(cfg) == pipeline.cache_key(pipeline.fit_config(varied, 0))
     assert pipeline.cache_key(cfg) != pipeline.cache_key(pipeline.fit_config(varied, 1))
 
@@ -262,7 +269,8 @@ def test_the_outside_data_figure_has_one_bar_per_episode():
         (['env.plant="sometimes"'], "env.plant"),
         (["data.fits=0"], "data.fits"),
         (
-            ["data.fits=2", 'model.bound="none"'],
+            ["data.fits=2", 'model.bound="none"', 'data.calibration="heldout"',
+             'model.bound_level="step"', "model.bound_horizon=0"],
             "data.fits = 2 repeats the data collection and the fit, but model.family = 'nominal'",
         ),
         (
