@@ -35,16 +35,20 @@ def _episodes(overrides: list[str], seeds: range, path: Path = SAFE) -> list[dic
 
 def test_the_tube_keeps_the_cart_on_the_rail():
     # results/safety (seeds 100-199, plants drawn per episode, 3 fits): 0 of 100 episodes
-    # off the rail with the scenario's gaussian feedback tube (smallest margin 0.13 m), 23 of
-    # 100 without; here 30 other seeds on the scenario's plant: the tube keeps every one on
-    # the rail with at least half that margin, and the same episodes without it do leave
-    # the rail (so the check can fail)
+    # off the rail with the scenario's gaussian feedback tube and its horizon-level bound
+    # calibrated closed loop (smallest margin 0.061 m), 23 of 100 without; here 30 other
+    # seeds on the scenario's plant: the tube keeps every one on the rail with at least half
+    # that margin, and the same episodes without it do leave the rail (so the check can fail)
     seeds = range(300, 330)
     tube = _episodes([], seeds)
     assert sum(m["violations"] > 0 for m in tube) == 0
-    assert min(m["min_margin"] for m in tube) > 0.065
-    # the bound held in closed loop about as often as it promised (delta = 0.05)
-    assert np.mean([m["coverage"] for m in tube]) >= 0.93
+    assert min(m["min_margin"] for m in tube) > 0.03
+    assert np.mean([m["success"] for m in tube]) >= 0.9
+    # the bound held in closed loop about as often as it promised (delta = 0.05), per step
+    # and per 20-step window (0.963 over 100 episodes, bootstrap interval +-0.012; a mean
+    # over 30 episodes spreads about sqrt(100 / 30) = 1.8 times as much: 0.025 of slack)
+    assert np.mean([m["coverage"] for m in tube]) >= 0.95
+    assert np.mean([m["horizon_coverage"] for m in tube]) >= 0.95 - 0.025
     free = _episodes(['controller.tightening="none"'], seeds)
     assert sum(m["violations"] > 0 for m in free) >= 3
 

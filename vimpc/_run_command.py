@@ -108,6 +108,7 @@ def _model_record(source, pipeline, fit_cfg) -> dict:
         "data_seed": fit_cfg["data"]["seed"],
         "heldout_seed": fit_cfg["data"]["heldout_seed"],
         "data_box": info.get("data_box"),
+        "bound": info.get("bound"),
         "bound_holds_only_on": report.bound_holds_only_on(info.get("bound")),
     }
 

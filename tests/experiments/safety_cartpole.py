@@ -167,6 +167,21 @@ def meets(ci: list[float], target: float) -> str:
     return "yes" if ci[0] >= target else ("within" if ci[1] >= target else "no")
 
 
+def bound_quantiles(m: dict) -> str:
+    """Each fit's conformal quantile (the bound in units of its scale), from the run's model
+    records (or, for a run that did not record its bound, the model files)."""
+    from vimpc.model_file import load
+
+    out = []
+    for record in m.get("fits") or [m["model"]]:
+        bound = record.get("bound")
+        if bound is None and record.get("path") and Path(record["path"]).exists():
+            bound = load(record["path"]).info.get("bound")
+        q = (bound or {}).get("quantile")
+        out.append("n/a" if q is None else f"{q:.3g}")
+    return " / ".join(out)
+
+
 def row_of(label: str, m: dict, folder: Path, complete: bool) -> dict:
     s = settings(folder)
     n, off = m["episodes"], m["episodes_with_violation"]
@@ -185,6 +200,7 @@ def row_of(label: str, m: dict, folder: Path, complete: bool) -> dict:
         "tube": s["tube"],
         "bound": f"{s['bound']} ({s['bound_level']}), delta {s['delta']:g}",
         "calibrated_on": s["calibrated_on"] if s["bound"] == "conformal" else "",
+        "quantile_per_fit": bound_quantiles(m) if s["bound"] == "conformal" else "",
         "off_rail": off,
         "off_rail_rate": m["violation_rate"],
         "off_rail_wilson95": interval(m["violation_rate_ci95"]),
@@ -230,6 +246,7 @@ HEADERS = {
     "tube": "tube",
     "bound": "bound (level), delta",
     "calibrated_on": "calibrated on",
+    "quantile_per_fit": "conformal quantile per fit (bound / its scale)",
     "off_rail": "episodes off the rail",
     "off_rail_rate": "off-rail rate",
     "off_rail_wilson95": "off-rail Wilson 95%",
