@@ -1,9 +1,9 @@
-"""A first measurement of the constrained network families (``clnn``, ``chnn``) on the
-constrained-NN paper's 2-pendulum (Finzi, Wang & Wilson 2020, Table/Fig. 3: a chain of two
-point masses in Cartesian coordinates, ``NPendulum(2)`` with the paper's masses and lengths).
+"""The constrained network families (``clnn``, ``chnn``) against the constrained-NN paper's
+baselines on its chain pendulums (Finzi, Wang & Wilson 2020, Fig. 3: chains of ``N`` point
+masses in Cartesian coordinates, ``NPendulum(N)`` with the paper's masses and lengths).
 
-    python tests/experiments/clnn_chain.py [--train 200] [--test 20] [--epochs 500]
-        [--hidden 128 128 128] [--seed 0]
+    python tests/experiments/clnn_chain.py [--n 2] [--train 200] [--test 20] [--epochs 500]
+        [--hidden 128 128 128] [--seed 0] [--families clnn chnn node hnn delan]
 
 Data as the authors' ``ChainPendulum``: angles and angular velocities ~ N(0, 1) mapped to
 Cartesian coordinates, positions moved by 0.2 N(0, 1) and velocities replaced by
@@ -17,7 +17,12 @@ cosine schedule, batch 200), ``--hidden`` (the authors: 3 x 256; 128 in the comm
 chosen when the exported step expanded the network into SX, 30 ms per step at 3 x 128 against
 135 ms at 3 x 256; the families now export on MX by default, ``export = "mx"``, the same
 steps to round-off: results/benchmarks/clnn.md), ``--epochs`` (the authors: 2000) and
-``--train`` trajectories (the authors: 800).
+``--train`` trajectories (the authors: 800). Baselines (``node``, ``hnn``, ``delan``;
+``tests/experiments/_clnn_baselines.py``): the authors' Neural ODE, HNN and DeLaN in the
+chain's link angles (cos/sin features), the same windows converted to angles, the same
+network sizes, epochs, optimiser, schedule and loss; their predictions (RK4 on the learned
+field, one step per dt) are mapped back to Cartesian coordinates for the metric. ``--n``
+runs several chains (the paper: 1, 2, 3, 5), each with its own data from the same seeds.
 
 Metric (the authors'): ``rel_err(t) = |z_pred - z_true| / (|z_pred| + |z_true|)`` over all
 positions and velocities, its geometric mean over the 100 steps after the start
@@ -30,8 +35,10 @@ integrator (``--substeps`` midpoint steps per dt, as the exported models), the f
 discretisation sets. Also the largest
 constraint residual of the exported model's predicted states.
 
-Writes ``results/clnn/<table>.{md,csv}`` (``--table``, default ``chain``). ``--quick --out DIR``: the same path on 12
-trajectories, a 1 x 8 network, 3 epochs, 2 test trajectories of 5 steps.
+Writes ``results/clnn/<table>.{md,csv}`` (``--table``, default ``chain``) and, for the
+ratios, ``<table>_ratios.{md,csv}``: per chain, each baseline's error over the better
+constrained family's (both by RK4 on the learned field). ``--quick --out DIR``: the same
+path on 12 trajectories, a 1 x 8 network, 3 epochs, 2 test trajectories of 8 steps.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from pathlib import Path
 
 import casadi as ca
 import numpy as np
+import _clnn_baselines as baselines
 from _quick import add_options, command, parse
 from _tables import write_table
 
@@ -61,10 +69,11 @@ PERTURBATION = 1e-4
 # the paper's 1e-8 inside the logarithm of the geometric mean
 FLOOR = 1e-8
 FAMILIES = {"clnn": CLNNModel, "chnn": CHNNModel}
+MODELS = (*FAMILIES, *baselines.KINDS)
 
 
-def chain():
-    return catalog.make_system("NPendulum", n=2, friction=[0.0] * 4)
+def chain(n: int = 2):
+    return catalog.make_system("NPendulum", n=n, friction=[0.0] * (2 * n))
 
 
 def initial_conditions(system, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -122,25 +131,86 @@ def gmean(values: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(values))))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train", type=int, default=200, help="training trajectories")
-    parser.add_argument("--test", type=int, default=20, help="test trajectories")
-    parser.add_argument("--steps", type=int, default=100, help="steps per trajectory (3 s)")
-    parser.add_argument("--epochs", type=int, default=500)
-    parser.add_argument("--hidden", type=int, nargs="+", default=[128, 128, 128])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
-    parser.add_argument("--table", default="chain", help="name of the table files")
-    parser.add_argument(
-        "--substeps", type=int, default=1, help="midpoint steps per dt of the exported models"
-    )
-    add_options(parser, OUT)
-    args = parse(
-        parser, argv, OUT, {"train": 12, "test": 2, "steps": 8, "epochs": 3, "hidden": [8]}
-    )
-    system = chain()
-    chunk = 5
+def _reference_row(system, label: str, pred: np.ndarray, true: np.ndarray) -> dict:
+    err = geometric_error(pred, true)
+    return {"system": f"{system.nq // 2}-pendulum", "model": label, "hidden": "-",
+            "epochs": "-", "train_s": "-", "final_loss": "-", "vi_error": gmean(err),
+            "rk4_error": "-", "vi_error_worst": float(np.max(err)), "max_constraint": "-",
+            "step_ms": "-"}  # fmt: skip
+
+
+def family_row(system, cls, data, true, args, chunk: int) -> dict:
+    """A constrained family's row: the exported variational integrator and RK4 on its field."""
+    n = system.nq
+    fam = cls(system, DT, hidden=list(args.hidden), epochs=args.epochs, chunk=chunk,
+              substeps=args.substeps, seed=args.seed)  # fmt: skip
+    with warnings.catch_warnings():
+        # unforced data, as the paper's: the Lagrangian's scale is not identified
+        warnings.filterwarnings("ignore", "(clnn|chnn): the data have no inputs", FitWarning)
+        fam.fit(data)
+    model = fam.discrete_model()
+    steps = true.shape[1] - 1
+    start = time.perf_counter()
+    pred = rollout_model(model, true[:, 0], np.zeros((len(true), steps, 1)))
+    step_ms = 1e3 * (time.perf_counter() - start) / (len(true) * steps)
+    y0 = true[:, 0].copy()
+    if cls is CHNNModel:
+        y0[:, n:] *= np.diag(fam.mass_matrix())
+    rk4 = rk4_rollout(fam.vector_field(), y0, steps)
+    if cls is CHNNModel:
+        rk4[:, :, n:] /= np.diag(fam.mass_matrix())
+    finite = np.all(np.isfinite(pred), axis=(1, 2))
+    g = np.asarray(model.constraint.map(pred[finite].shape[0] * (steps + 1))(
+        pred[finite].reshape(-1, 2 * n).T))  # fmt: skip
+    vi = geometric_error(np.where(np.isfinite(pred), pred, 1e300), true)
+    row = {
+        "system": f"{n // 2}-pendulum",
+        "model": fam.name,
+        "hidden": "x".join(map(str, args.hidden)),
+        "epochs": fam.training_.epochs,
+        "train_s": round(fam.fit_train_time_, 1),
+        "final_loss": fam.training_.loss[-1],
+        "vi_error": gmean(vi),
+        "rk4_error": gmean(geometric_error(rk4, true)),
+        "vi_error_worst": float(np.max(vi)),
+        "max_constraint": float(np.abs(g).max()) if g.size else float("nan"),
+        "step_ms": round(step_ms, 2),
+    }
+    if not np.all(finite):
+        row["model"] += f" ({int(np.sum(~finite))} rollouts failed: NaN)"
+    return row
+
+
+def baseline_row(system, kind: str, data, true, args) -> dict:
+    """A baseline's row: RK4 on its learned field in the link angles, mapped to Cartesian
+    coordinates (a rollout that leaves the finite numbers counts at the largest error)."""
+    windows = baselines.to_angles(system, data.states)
+    fitted = baselines.fit(kind, windows, DT, hidden=list(args.hidden), epochs=args.epochs,
+                           seed=args.seed)  # fmt: skip
+    y0 = baselines.to_angles(system, true[:, :1])[:, 0]
+    pred = baselines.to_cartesian(system, fitted.rollout(y0, true.shape[1] - 1, DT))
+    finite = np.all(np.isfinite(pred), axis=(1, 2))
+    err = geometric_error(np.where(np.isfinite(pred), pred, 1e300), true)
+    row = {
+        "system": f"{system.nq // 2}-pendulum",
+        "model": kind,
+        "hidden": "x".join(map(str, args.hidden)),
+        "epochs": fitted.record.epochs,
+        "train_s": round(fitted.train_s, 1),
+        "final_loss": fitted.record.loss[-1],
+        "vi_error": "-",
+        "rk4_error": gmean(err),
+        "vi_error_worst": "-",
+        "max_constraint": "-",
+        "step_ms": "-",
+    }
+    if not np.all(finite):
+        row["model"] += f" ({int(np.sum(~finite))} rollouts failed: NaN)"
+    return row
+
+
+def chain_rows(n_links: int, args, chunk: int = 5) -> list[dict]:
+    system = chain(n_links)
     data = training_set(system, args.train, args.steps, chunk, args.seed)
     rng = np.random.default_rng(args.seed + 2)
     z0 = initial_conditions(system, args.test, rng)
@@ -149,91 +219,84 @@ def main(argv=None) -> int:
     pert = trajectories(system, onto_constraints(system, z0 + kick), args.steps)
     one_step = NominalModel(system, DT, substeps=args.substeps).discrete_model()
     exact = rollout_model(one_step, true[:, 0], np.zeros((args.test, args.steps, 1)))
-    n = system.nq
     rows = [
-        {
-            "model": "pert (true system, 1e-4 off)",
-            "hidden": "-",
-            "epochs": "-",
-            "train_s": "-",
-            "final_loss": "-",
-            "vi_error": gmean(geometric_error(pert, true)),
-            "rk4_error": "-",
-            "vi_error_worst": float(np.max(geometric_error(pert, true))),
-            "max_constraint": "-",
-            "step_ms": "-",
-        },
-        {
-            "model": f"true Lagrangian, exported integrator ({args.substeps} midpoint steps "
-            "per dt)",
-            "hidden": "-",
-            "epochs": "-",
-            "train_s": "-",
-            "final_loss": "-",
-            "vi_error": gmean(geometric_error(exact, true)),
-            "rk4_error": "-",
-            "vi_error_worst": float(np.max(geometric_error(exact, true))),
-            "max_constraint": "-",
-            "step_ms": "-",
-        },
-    ]
-    for cls in [FAMILIES[name] for name in args.families]:
-        fam = cls(system, DT, hidden=list(args.hidden), epochs=args.epochs, chunk=chunk,
-                  substeps=args.substeps)  # fmt: skip
-        with warnings.catch_warnings():
-            # unforced data, as the paper's: the Lagrangian's scale is not identified
-            warnings.filterwarnings("ignore", "(clnn|chnn): the data have no inputs", FitWarning)
-            fam.fit(data)
-        model = fam.discrete_model()
-        start = time.perf_counter()
-        pred = rollout_model(model, true[:, 0], np.zeros((args.test, args.steps, 1)))
-        step_ms = 1e3 * (time.perf_counter() - start) / (args.test * args.steps)
-        y0 = true[:, 0].copy()
-        if cls is CHNNModel:
-            y0[:, n:] *= np.diag(fam.mass_matrix())
-        rk4 = rk4_rollout(fam.vector_field(), y0, args.steps)
-        if cls is CHNNModel:
-            rk4[:, :, n:] /= np.diag(fam.mass_matrix())
-        finite = np.all(np.isfinite(pred), axis=(1, 2))
-        g = np.asarray(model.constraint.map(pred[finite].shape[0] * (args.steps + 1))(
-            pred[finite].reshape(-1, 2 * n).T))  # fmt: skip
-        vi = geometric_error(np.where(np.isfinite(pred), pred, 1e300), true)
-        rows.append(
-            {
-                "model": fam.name,
-                "hidden": "x".join(map(str, args.hidden)),
-                "epochs": fam.training_.epochs,
-                "train_s": round(fam.fit_train_time_, 1),
-                "final_loss": fam.training_.loss[-1],
-                "vi_error": gmean(vi),
-                "rk4_error": gmean(geometric_error(rk4, true)),
-                "vi_error_worst": float(np.max(vi)),
-                "max_constraint": float(np.abs(g).max()) if g.size else float("nan"),
-                "step_ms": round(step_ms, 2),
-            }
-        )
-        if not np.all(finite):
-            rows[-1]["model"] += f" ({int(np.sum(~finite))} rollouts failed: NaN)"
-    intro = f"""
-2-pendulum of point masses (NPendulum(2), the paper's masses and lengths), dt = {DT} s,
-{args.train} training trajectories (one window of {chunk} steps each), {args.test} test
-trajectories of {args.steps} steps from seed {args.seed + 2}, a {args.hidden} tanh potential
-trained for {args.epochs} epochs (see the script's docstring). Errors: geometric means over
-test trajectories of each trajectory's geometric-mean relative error; "vi": the exported
-constrained variational integrator ({args.substeps} midpoint steps per dt), "rk4": RK4 on
-the learned vector field (one step per dt); constraint
-residual over every predicted state of the exported model. The paper's figures (800
-trajectories, 3 x 256, 2000 epochs, float32): CHNN 1.17e-4, CLNN 1.14e-4 (chaos floor
-3.6e-5 to 1.4e-4 over their 1- to 5-pendulums); not reproduced at this size.
-"""
-    write_table(
-        args.out,
-        args.table,
-        "CLNN / CHNN on the 2-pendulum (first measurement)",
-        command(__file__, args.argv),
-        intro,
-        rows,
+        _reference_row(system, "pert (true system, 1e-4 off)", pert, true),
+        _reference_row(system, f"true Lagrangian, exported integrator ({args.substeps} "
+                       "midpoint steps per dt)", exact, true),
+    ]  # fmt: skip
+    for name in args.families:
+        print(f"{n_links}-pendulum: {name}", flush=True)
+        if name in FAMILIES:
+            rows.append(family_row(system, FAMILIES[name], data, true, args, chunk))
+        else:
+            rows.append(baseline_row(system, name, data, true, args))
+    return rows
+
+
+def ratio_rows(rows: list[dict]) -> list[dict]:
+    """Per chain and baseline: its RK4 error over the better constrained family's."""
+    out = []
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in rows if r["system"] == system]
+        ours = [r for r in mine if r["model"].split(" ")[0] in FAMILIES]
+        if not ours:
+            continue
+        best = min(ours, key=lambda r: r["rk4_error"])
+        for r in mine:
+            if r["model"].split(" ")[0] in baselines.KINDS:
+                out.append({
+                    "system": system, "baseline": r["model"], "baseline_error": r["rk4_error"],
+                    "constrained": best["model"], "constrained_error": best["rk4_error"],
+                    "ratio": r["rk4_error"] / best["rk4_error"],
+                })  # fmt: skip
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[2], help="chain lengths")
+    parser.add_argument("--train", type=int, default=200, help="training trajectories")
+    parser.add_argument("--test", type=int, default=20, help="test trajectories")
+    parser.add_argument("--steps", type=int, default=100, help="steps per trajectory (3 s)")
+    parser.add_argument("--epochs", type=int, default=500)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[128, 128, 128])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=MODELS)
+    parser.add_argument("--table", default="chain", help="name of the table files")
+    parser.add_argument(
+        "--substeps", type=int, default=1, help="midpoint steps per dt of the exported models"
     )
+    add_options(parser, OUT)
+    args = parse(
+        parser, argv, OUT,
+        {"train": 12, "test": 2, "steps": 8, "epochs": 3, "hidden": [8], "families": list(MODELS)},
+    )  # fmt: skip
+    rows = [row for n_links in args.n for row in chain_rows(n_links, args)]
+    chains = ", ".join(f"{n}-pendulum" for n in args.n)
+    intro = f"""
+Chains of point masses ({chains}; NPendulum(N), the paper's masses and lengths), dt = {DT} s,
+{args.train} training trajectories (one window of 5 steps each), {args.test} test
+trajectories of {args.steps} steps from seed {args.seed + 2}, networks of {args.hidden} tanh
+units trained for {args.epochs} epochs with the same optimiser, schedule and loss (see the
+script's docstring). Errors: geometric means over test trajectories of each trajectory's
+geometric-mean relative error in Cartesian positions and velocities; "vi": the exported
+constrained variational integrator ({args.substeps} midpoint steps per dt) of a constrained
+family, "rk4": RK4 on the learned vector field (one step per dt; the baselines' Neural ODE,
+HNN and DeLaN in the link angles, mapped to Cartesian coordinates); constraint residual over
+every predicted state of an exported model. The paper's figures (800 trajectories,
+3 x 256, 2000 epochs, float32) for CHNN / CLNN / HNN / DeLaN / Neural ODE: 2-pendulum
+1.17e-4 / 1.14e-4 / 1.91e-3 / 1.25e-3 / 6.45e-2, 3-pendulum 3.43e-4 / 3.26e-4 / 4.66e-2 /
+4.09e-2 / 0.268 (chaos floor 3.6e-5 to 1.4e-4 over their 1- to 5-pendulums).
+"""
+    title = "CLNN / CHNN and the angular baselines on the chain pendulums"
+    write_table(args.out, args.table, title, command(__file__, args.argv), intro, rows)
+    ratios = ratio_rows(rows)
+    if ratios:
+        write_table(args.out, f"{args.table}_ratios", "Each baseline against the better "
+                    "constrained family (RK4 errors)", command(__file__, args.argv),
+                    "Ratio: the baseline's error over the constrained family's; the paper "
+                    "reports about 16x (2-pendulum) and 136x (3-pendulum) for HNN over CHNN.",
+                    ratios)  # fmt: skip
     print((args.out / f"{args.table}.md").read_text())
     return 0
 
