@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from experiments._clnn_baselines import KINDS, EPS, _Baseline, fit, to_angles, to_cartesian
+from experiments._clnn_baselines import EPS, KINDS, _Baseline, fit, to_angles, to_cartesian
 
 from vimpc.data import rollout_model
 from vimpc.mechanics import catalog

@@ -125,8 +125,12 @@ def test_fit_k_shifts_the_calibration_seed():
     ("overrides", "message"),
     [
         (
-            ['model.bound="none"', 'controller.tightening="none"', 'model.bound_level="step"',
-             "model.bound_horizon=0"],
+            [
+                'model.bound="none"',
+                'controller.tightening="none"',
+                'model.bound_level="step"',
+                "model.bound_horizon=0",
+            ],
             "data.calibration = 'closed_loop' calibrates a conformal bound on the controller's "
             "own episodes, but model.family = 'nominal' with these settings is not fitted",
         ),

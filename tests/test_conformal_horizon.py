@@ -442,7 +442,15 @@ def test_scenario_bound_horizon_shorter_than_the_controller_horizon_is_refused()
     with pytest.raises(ConfigError, match=r"bound_horizon.*got 0"):
         scenario.load_scenario(path, [*sets, "model.bound_horizon=0"])
     with pytest.raises(ConfigError, match=r"bound_horizon.*got 0"):
-        scenario.load_scenario(path, ['data.calibration="heldout"', 'model.bound_level="step"', *sets, "model.bound_horizon=0"])
+        scenario.load_scenario(
+            path,
+            [
+                'data.calibration="heldout"',
+                'model.bound_level="step"',
+                *sets,
+                "model.bound_horizon=0",
+            ],
+        )
     with pytest.raises(
         ConfigError,
         match=r"model.bound_horizon = 10: .*covers 10 consecutive steps, fewer than the "

@@ -269,8 +269,13 @@ def test_the_outside_data_figure_has_one_bar_per_episode():
         (['env.plant="sometimes"'], "env.plant"),
         (["data.fits=0"], "data.fits"),
         (
-            ["data.fits=2", 'model.bound="none"', 'data.calibration="heldout"',
-             'model.bound_level="step"', "model.bound_horizon=0"],
+            [
+                "data.fits=2",
+                'model.bound="none"',
+                'data.calibration="heldout"',
+                'model.bound_level="step"',
+                "model.bound_horizon=0",
+            ],
             "data.fits = 2 repeats the data collection and the fit, but model.family = 'nominal'",
         ),
         (

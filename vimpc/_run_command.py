@@ -82,7 +82,9 @@ def _usable_folder(path: Path, what: str) -> None:
 def _obtain_model(cfg, env, args, log):
     from vimpc import pipeline, report
 
-    workers, _ = pipeline.worker_count(getattr(args, "workers", 1), cfg["data"]["calibration_episodes"])
+    workers, _ = pipeline.worker_count(
+        getattr(args, "workers", 1), cfg["data"]["calibration_episodes"]
+    )
     source = pipeline.obtain_model(
         cfg, env, refit=args.refit, progress=not args.quiet, log=log, workers=workers
     )

@@ -317,10 +317,10 @@ def calibrate_closed_loop(
     own), from reset seeds ``data.calibration_seed + i``, with the controller on that
     model. The bound is then calibrated again on their transitions with the scenario's
     ``level`` (``bound_level`` and ``bound_horizon``): on the states and inputs the
-    controller visits, not an open-loop excitation's. The calibration transitions are exchangeable with the transitions of
-    episodes run by that controller; the scenario's controller uses the new bound, so its
-    episodes differ from them as much as the bound changes the plans (the closed-loop
-    coverage of the run measures what holds).
+    controller visits, not an open-loop excitation's. The calibration transitions are
+    exchangeable with the transitions of episodes run by that controller; the scenario's
+    controller uses the new bound, so its episodes differ from them as much as the bound
+    changes the plans (the closed-loop coverage of the run measures what holds).
     """
     from tqdm import tqdm
 

@@ -48,9 +48,9 @@ import time
 import warnings
 from pathlib import Path
 
+import _clnn_baselines as baselines
 import casadi as ca
 import numpy as np
-import _clnn_baselines as baselines
 from _quick import add_options, command, parse
 from _tables import write_table
 

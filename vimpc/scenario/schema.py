@@ -205,7 +205,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "calibration_episodes": Setting(
             int,
             100,
-            "closed-loop calibration episodes (`calibration = \"closed_loop\"`); a horizon-level "
+            'closed-loop calibration episodes (`calibration = "closed_loop"`); a horizon-level '
             "bound takes one window from each",
             rule=POSITIVE,
         ),
@@ -213,7 +213,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             int,
             2_000_000,
             "reset seed of closed-loop calibration episode i is `calibration_seed + i` (apart "
-            "from the episodes' seeds; with `env.plant = \"per_episode\"` each draws its own plant)",
+            'from the episodes\' seeds; with `env.plant = "per_episode"` each draws its own plant)',
             rule=SEED,
         ),
         "fits": Setting(
