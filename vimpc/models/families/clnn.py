@@ -19,7 +19,13 @@ diagonal mass matrix: one learned mass per point mass (its ``x`` and ``y``) and 
 one second moment per extended body (its ``x, y`` and its ``phi``), stored as logarithms
 (initialised ``0.1 N(0, 1)`` as in the authors' ``d_moments``). The inputs enter as the
 known generalized force ``B u`` of the system's input map (constant in these coordinates),
-and the system's known joint friction ``-W^T C W x'`` where it has any.
+and the system's known joint friction ``-W^T C W x'`` where it has any. With ``damping =
+"learned"`` a viscous friction on the same joint rates ``W x'`` is learned too, one
+coefficient ``c_j = r_j^2 >= 0`` per rate (``r_j`` trained with the network from 0.1; the
+weight decay pulls it towards no friction): the friction ``-W^T diag(C + c) W x'`` then
+enters training, the exported step and the vector field alike. The paper's systems have
+none; a real mechanism does, and a conservative model fitted to its data bends its
+potential to make up for the energy it cannot lose.
 
 **Dynamics** (paper Sec. 4, eqs. 6-9):
 
@@ -178,6 +184,12 @@ SETTINGS: dict[str, Setting] = {
         "with the network expanded into scalar operations: slow, kept as the reference)",
         choices=("mx", "sx"),
     ),
+    "damping": Setting(
+        str, "known", "friction on the joint rates: `known`, the system's own friction "
+        "(the paper's systems have none), or `learned`: a non-negative viscous coefficient "
+        "per joint rate learned with the network, added to the known one (export `mx` only)",
+        choices=("known", "learned"),
+    ),
     "redundant": Setting(
         str, "drop", "constraint rows that the others imply (rank of G below its rows at "
         "every data configuration): `drop` keeps an independent subset (the dropped rows "
@@ -201,6 +213,7 @@ class CartesianLayout:
         mass_names: a name per learned mass.
         A, b: ``q = A x + b`` and ``v = A x'`` (None: the observation is the state).
         B, D: the constant input map ``(n, nu)`` and friction matrix ``W^T C W`` ``(n, n)``.
+        W: the rates friction acts on, ``W x'`` ``(nf, n)`` (constant).
     """
 
     source: MechanicalSystem
@@ -211,6 +224,14 @@ class CartesianLayout:
     b: np.ndarray | None
     B: np.ndarray
     D: np.ndarray
+    W: np.ndarray
+
+    def with_damping(self, c: np.ndarray) -> CartesianLayout:
+        """The same layout with the viscous coefficients ``c`` (one per rate of ``W``) added
+        to its friction: ``D + W^T diag(c) W``."""
+        return replace(
+            self, D=self.D + self.W.T @ np.diag(np.asarray(c, dtype=np.float64)) @ self.W
+        )
 
     @property
     def n(self) -> int:
@@ -322,7 +343,7 @@ def cartesian_layout(system: MechanicalSystem, what: str = "clnn") -> CartesianL
     B = _constant(maximal.function("B"), n, what, "input map B")
     W = _constant(maximal.function("W"), n, what, "friction rate map W")
     D = W.T @ np.diag(maximal.friction) @ W
-    return CartesianLayout(system, maximal, groups, names, A, b, B, D)
+    return CartesianLayout(system, maximal, groups, names, A, b, B, D, W)
 
 
 def constraint_kinematics(system: MechanicalSystem, rows=None) -> ca.Function:
@@ -490,15 +511,26 @@ class _TorchDynamics:
     """The CLNN and CHNN vector fields of a potential network and log masses in torch."""
 
     def __init__(
-        self, layout: CartesianLayout, net, P, c, scale: float, log_mass, rows=None
+        self,
+        layout: CartesianLayout,
+        net,
+        P,
+        c,
+        scale: float,
+        log_mass,
+        rows=None,
+        damping_root=None,
     ) -> None:
         import torch
 
         self.layout, self.net, self.P, self.c, self.scale = layout, net, P, c, scale
         self.log_mass = log_mass
+        # the learned viscous coefficients are its squares (None: the known friction only)
+        self.damping_root = damping_root
         self.groups = torch.from_numpy(layout.groups)
         self.B = torch.from_numpy(layout.B)
         self.D = torch.from_numpy(layout.D)
+        self.W = torch.from_numpy(layout.W)
         self.k = layout.system.n_holonomic if rows is None else len(rows)
         self.constraints = _torch_constraints(layout.system, rows) if self.k else None
 
@@ -518,7 +550,10 @@ class _TorchDynamics:
         return torch.autograd.grad(y, X, create_graph=True)[0]
 
     def force(self, Vel, U):
-        return U @ self.B.T - Vel @ self.D.T
+        F = U @ self.B.T - Vel @ self.D.T
+        if self.damping_root is None:
+            return F
+        return F - ((Vel @ self.W.T) * self.damping_root**2) @ self.W
 
     def acceleration(self, X, Vel, U):
         """CLNN: ``x'' = f - M^-1 G^T (G M^-1 G^T)^-1 (G f + K x')``, ``f = M^-1 (F - grad V)``."""
@@ -806,6 +841,11 @@ class _ConstrainedNetwork(ModelFamily):
         super().__init__(system, dt, **settings)
         if not self.hidden:
             raise InputError("hidden must list at least one hidden layer width, got []")
+        if self.damping == "learned" and self.export == "sx":
+            raise InputError(
+                "damping = 'learned' is written into the MX export only; export = 'sx' builds "
+                "the system's own integrator with its known friction: use export = 'mx'"
+            )
         self.layout = cartesian_layout(self.system, self.name)
 
     def _provides(self) -> set[str]:
@@ -939,6 +979,10 @@ class _ConstrainedNetwork(ModelFamily):
         gen = torch.Generator().manual_seed(self.seed + 1)
         n_mass = len(self.layout.mass_names)
         log_mass = (0.1 * torch.randn(n_mass, generator=gen, dtype=torch.float64)).requires_grad_()
+        root = None
+        if self.damping == "learned":
+            nf = self.layout.W.shape[0]
+            root = torch.full((nf,), 0.1, dtype=torch.float64, requires_grad=True)
         dyn = _TorchDynamics(
             self.layout,
             net,
@@ -947,11 +991,14 @@ class _ConstrainedNetwork(ModelFamily):
             scale,
             log_mass,
             self.rows_.kept,
+            root,
         )
         Xt, Ut = torch.from_numpy(Xw), torch.from_numpy(Uw)
         loss_fn = self._rollout_loss(dyn, Xt, Ut, h)
         batch = self.batch if 0 < self.batch < len(Xw) else None
         params = {**dict(net.named_parameters()), "log_mass": log_mass}
+        if root is not None:
+            params["damping_root"] = root
         record = train(
             lambda idx=None: loss_fn(slice(None) if idx is None else idx),
             params, optimizer="adamw", lr=self.lr, weight_decay=self.weight_decay,
@@ -963,7 +1010,17 @@ class _ConstrainedNetwork(ModelFamily):
         self.epochs_per_second_ = record.epochs / max(record.wall_time_s, 1e-12)
         self.network_ = nl.fold(net, P_np, c_np, scale, self.activation)
         self.masses_ = np.exp(log_mass.detach().numpy()).copy()
+        nf = self.layout.W.shape[0]
+        self.damping_ = np.zeros(nf) if root is None else (root.detach().numpy() ** 2).copy()
         self._v = None
+
+    def fitted_layout(self) -> CartesianLayout:
+        """The layout with the learned friction (``damping_``) added to the known one."""
+        self._require_fitted("fitted_layout()")
+        return self._fitted_layout()
+
+    def _fitted_layout(self) -> CartesianLayout:  # after training, before calibration too
+        return self.layout.with_damping(self.damping_)
 
     def _rollout_loss(self, dyn: _TorchDynamics, Xt, Ut, h: float):
         """The mean absolute error of ``chunk`` RK4 steps from each window's first state."""
@@ -1010,7 +1067,7 @@ class _ConstrainedNetwork(ModelFamily):
         """The learned continuous dynamics as a CasADi function ``(y, u) -> y'``: CLNN on
         ``y = (x, x')``, CHNN on ``y = (x, p)`` (the same formulas as training)."""
         self._require_fitted("vector_field()")
-        lay, n = self.layout, self.layout.n
+        lay, n = self._fitted_layout(), self.layout.n
         x, second, u = ca.MX.sym("x", n), ca.MX.sym("w", n), ca.MX.sym("u", lay.system.nu)
         y = ca.vertcat(x, second)
         minv = ca.DM(1.0 / self.masses_[lay.groups])
@@ -1098,7 +1155,7 @@ class _ConstrainedNetwork(ModelFamily):
         eye = torch.eye(self.layout.n, dtype=torch.float64)
         zero = torch.zeros(self.layout.n, dtype=torch.float64)
         log_mass = torch.from_numpy(np.log(self.masses_))
-        return _TorchDynamics(self.layout, net, eye, zero, 1.0, log_mass, self.rows_.kept)
+        return _TorchDynamics(self._fitted_layout(), net, eye, zero, 1.0, log_mass, self.rows_.kept)
 
     def lagrangian(self):
         """``L(q, v, theta) = 1/2 v^T M v - V(q)`` for the integrator (any CasADi type)."""
@@ -1115,7 +1172,7 @@ class _ConstrainedNetwork(ModelFamily):
         return L
 
     def _build(self) -> DiscreteModel:
-        lay = self.layout
+        lay = self._fitted_layout()
         if self.export == "mx":
             m = self.masses_[lay.groups]
             return _constrained_midpoint(
@@ -1142,6 +1199,9 @@ class _ConstrainedNetwork(ModelFamily):
             "coordinates": self.layout.system.name,
             "forced": self.forced_,
             "masses": dict(zip(self.layout.mass_names, self.masses_.tolist(), strict=True)),
+            # viscous coefficients per joint rate added to the known friction (learned)
+            "damping": self.damping,
+            "learned_friction": self.damping_.tolist(),
             "training_windows": self.windows_,
             "final_loss": self.training_.loss[-1],
             "epochs": self.training_.epochs,
