@@ -108,10 +108,15 @@ def training_set(system, n: int, steps: int, chunk: int, seed: int) -> Dataset:
 
 def geometric_error(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
     """Per trajectory: the geometric mean over the steps after the start of the relative
-    error (the authors' metric)."""
-    num = np.linalg.norm(pred[:, 1:] - true[:, 1:], axis=2)
-    den = np.linalg.norm(pred[:, 1:], axis=2) + np.linalg.norm(true[:, 1:], axis=2)
-    return np.exp(np.mean(np.log(num / den + FLOOR), axis=1))
+    error (the authors' metric). A predicted state that is not finite (a failed step, a
+    rollout that blew up) counts at the metric's largest value, 1."""
+    p, t = pred[:, 1:], true[:, 1:]
+    ok = np.all(np.isfinite(p), axis=2)
+    p = np.where(ok[..., None], p, 0.0)
+    num = np.linalg.norm(p - t, axis=2)
+    den = np.linalg.norm(p, axis=2) + np.linalg.norm(t, axis=2)
+    rel = np.where(ok, num / np.where(den > 0, den, 1.0), 1.0)
+    return np.exp(np.mean(np.log(rel + FLOOR), axis=1))
 
 
 def rk4_rollout(field: ca.Function, y0: np.ndarray, steps: int) -> np.ndarray:
@@ -162,7 +167,7 @@ def family_row(system, cls, data, true, args, chunk: int) -> dict:
     finite = np.all(np.isfinite(pred), axis=(1, 2))
     g = np.asarray(model.constraint.map(pred[finite].shape[0] * (steps + 1))(
         pred[finite].reshape(-1, 2 * n).T))  # fmt: skip
-    vi = geometric_error(np.where(np.isfinite(pred), pred, 1e300), true)
+    vi = geometric_error(pred, true)
     row = {
         "system": f"{n // 2}-pendulum",
         "model": fam.name,
@@ -183,14 +188,14 @@ def family_row(system, cls, data, true, args, chunk: int) -> dict:
 
 def baseline_row(system, kind: str, data, true, args) -> dict:
     """A baseline's row: RK4 on its learned field in the link angles, mapped to Cartesian
-    coordinates (a rollout that leaves the finite numbers counts at the largest error)."""
+    coordinates."""
     windows = baselines.to_angles(system, data.states)
     fitted = baselines.fit(kind, windows, DT, hidden=list(args.hidden), epochs=args.epochs,
                            seed=args.seed)  # fmt: skip
     y0 = baselines.to_angles(system, true[:, :1])[:, 0]
     pred = baselines.to_cartesian(system, fitted.rollout(y0, true.shape[1] - 1, DT))
     finite = np.all(np.isfinite(pred), axis=(1, 2))
-    err = geometric_error(np.where(np.isfinite(pred), pred, 1e300), true)
+    err = geometric_error(pred, true)
     row = {
         "system": f"{system.nq // 2}-pendulum",
         "model": kind,
