@@ -8,7 +8,8 @@ Both rows run ``scenarios/fourbar_clnn_tracking.toml`` on the same episodes (res
 seeds 0-9, its data's torque range on 0-3) against its true four-bar (masses and inertias within 10 %, joint friction drawn
 from ``param_seed`` 0, observation noise 1e-3): as written (the CLNN fitted on the
 scenario's ``[data]``: every body's ``x, y, phi``, the four joints as eight holonomic
-constraints, the MX export) and with its ``[model]`` table replaced by the nominal midpoint
+constraints, the joint friction learned with it, the MX export) and with its ``[model]``
+table replaced by the nominal midpoint
 model (joint angles, the loop closure's two constraints, nominal masses, no friction:
 :data:`NOMINAL_MODEL`). Everything else (controller, episodes, success test) is the
 scenario's. The episodes run in this process, one at a time, through the pipeline's env,
