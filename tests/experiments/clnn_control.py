@@ -295,8 +295,14 @@ def main(argv: list[str] | None = None) -> None:
         f"from param_seed {kw['param_seed']}, observation noise {kw['obs_noise']:g}). CLNN: "
         f"potential {mc['hidden']} ({mc['activation']}), {mc['epochs']} epochs on "
         f"{cfg['data']['trajectories']} trajectories of {cfg['data']['steps']} steps, noisy "
-        f"data projected onto the constraints (data_tolerance {mc['data_tolerance']:g}); "
-        "exported on MX (state: every body's x, y, phi and rates, 18 entries; 8 constraints). "
+        f"data projected onto the constraints (data_tolerance {mc['data_tolerance']:g}), "
+        + (
+            "a viscous friction coefficient per joint learned with the network (damping = "
+            "'learned'); "
+            if mc["damping"] == "learned"
+            else "no friction; "
+        )
+        + "exported on MX (state: every body's x, y, phi and rates, 18 entries; 8 constraints). "
         f"Controller: horizon {cc['horizon']}, {cc['solver']} on the {cc['transcription']} "
         f"transcription, at most {cc['max_iter']} iterations, tol {cc['tol']:g}; a failed "
         "solve (the iteration limit included) applies the fallback input. Success: the crank "
