@@ -214,9 +214,9 @@ def baseline_row(system, kind: str, data, true, args) -> dict:
     return row
 
 
-def chain_rows(n_links: int, args, chunk: int = 5) -> list[dict]:
+def chain_rows(n_links: int, n_train: int, args, chunk: int = 5) -> list[dict]:
     system = chain(n_links)
-    data = training_set(system, args.train, args.steps, chunk, args.seed)
+    data = training_set(system, n_train, args.steps, chunk, args.seed)
     rng = np.random.default_rng(args.seed + 2)
     z0 = initial_conditions(system, args.test, rng)
     true = trajectories(system, z0, args.steps)
@@ -230,19 +230,20 @@ def chain_rows(n_links: int, args, chunk: int = 5) -> list[dict]:
                        "midpoint steps per dt)", exact, true),
     ]  # fmt: skip
     for name in args.families:
-        print(f"{n_links}-pendulum: {name}", flush=True)
+        print(f"{n_links}-pendulum, {n_train} trajectories: {name}", flush=True)
         if name in FAMILIES:
             rows.append(family_row(system, FAMILIES[name], data, true, args, chunk))
         else:
             rows.append(baseline_row(system, name, data, true, args))
-    return rows
+    return [{"system": r["system"], "train": n_train, **r} for r in rows]
 
 
 def ratio_rows(rows: list[dict]) -> list[dict]:
-    """Per chain and baseline: its RK4 error over the better constrained family's."""
+    """Per chain, training set size and baseline: its RK4 error over the better constrained
+    family's."""
     out = []
-    for system in dict.fromkeys(r["system"] for r in rows):
-        mine = [r for r in rows if r["system"] == system]
+    for system, train in dict.fromkeys((r["system"], r["train"]) for r in rows):
+        mine = [r for r in rows if (r["system"], r["train"]) == (system, train)]
         ours = [r for r in mine if r["model"].split(" ")[0] in FAMILIES]
         if not ours:
             continue
@@ -250,7 +251,8 @@ def ratio_rows(rows: list[dict]) -> list[dict]:
         for r in mine:
             if r["model"].split(" ")[0] in baselines.KINDS:
                 out.append({
-                    "system": system, "baseline": r["model"], "baseline_error": r["rk4_error"],
+                    "system": system, "train": train, "baseline": r["model"],
+                    "baseline_error": r["rk4_error"],
                     "constrained": best["model"], "constrained_error": best["rk4_error"],
                     "ratio": r["rk4_error"] / best["rk4_error"],
                 })  # fmt: skip
@@ -260,7 +262,9 @@ def ratio_rows(rows: list[dict]) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[2], help="chain lengths")
-    parser.add_argument("--train", type=int, default=200, help="training trajectories")
+    parser.add_argument(
+        "--train", type=int, nargs="+", default=[200], help="training trajectories (one or more)"
+    )
     parser.add_argument("--test", type=int, default=20, help="test trajectories")
     parser.add_argument("--steps", type=int, default=100, help="steps per trajectory (3 s)")
     parser.add_argument("--epochs", type=int, default=500)
@@ -274,13 +278,15 @@ def main(argv=None) -> int:
     add_options(parser, OUT)
     args = parse(
         parser, argv, OUT,
-        {"train": 12, "test": 2, "steps": 8, "epochs": 3, "hidden": [8], "families": list(MODELS)},
+        {"train": [12], "test": 2, "steps": 8, "epochs": 3, "hidden": [8], "families": list(MODELS)},
     )  # fmt: skip
-    rows = [row for n_links in args.n for row in chain_rows(n_links, args)]
+    rows = [row for n_links in args.n for n_train in args.train
+            for row in chain_rows(n_links, n_train, args)]  # fmt: skip
+    sizes = ", ".join(map(str, args.train))
     chains = ", ".join(f"{n}-pendulum" for n in args.n)
     intro = f"""
 Chains of point masses ({chains}; NPendulum(N), the paper's masses and lengths), dt = {DT} s,
-{args.train} training trajectories (one window of 5 steps each), {args.test} test
+{sizes} training trajectories (column 'train'; one window of 5 steps each), {args.test} test
 trajectories of {args.steps} steps from seed {args.seed + 2}, networks of {args.hidden} tanh
 units trained for {args.epochs} epochs with the same optimiser, schedule and loss (see the
 script's docstring). Errors: geometric means over test trajectories of each trajectory's
