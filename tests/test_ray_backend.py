@@ -237,6 +237,9 @@ data.heldout_trajectories = 20
 episodes.count = 1
 episodes.steps = 2
 controller.horizon = 5
+data.calibration = "heldout"
+model.bound_level = "step"
+model.bound_horizon = 0
 
 [grid]
 data.seed = [101, 202]
