@@ -42,7 +42,14 @@ FIGURES = ("episodes.png", "states_inputs.png", "mechanism.png", "safety.png")
 # calibration set is the smallest split conformal takes at delta 0.05 (20 transitions)
 QUICK_NAMES = ("pendulum_swingup", "cartpole_safe")
 QUICK_SETS = ["episodes.steps=3"]
-QUICK_SAFE = ["data.trajectories=4", "data.heldout_trajectories=8", "data.steps=5"]
+QUICK_SAFE = [
+    "data.trajectories=4",
+    "data.heldout_trajectories=8",
+    "data.steps=5",
+    'data.calibration="heldout"',
+    'model.bound_level="step"',
+    "model.bound_horizon=0",
+]
 # the setting that names a model's integrator, per family (the first one a family has)
 INTEGRATOR_KEYS = ("integrator", "prior", "rule")
 
