@@ -206,7 +206,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
             int,
             100,
             'closed-loop calibration episodes (`calibration = "closed_loop"`); a horizon-level '
-            "bound takes one window from each",
+            "bound is calibrated on every window of them (conformal risk control over the "
+            "episodes)",
             rule=POSITIVE,
         ),
         "calibration_seed": Setting(
