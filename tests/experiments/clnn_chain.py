@@ -37,7 +37,10 @@ constraint residual of the exported model's predicted states.
 
 Writes ``results/clnn/<table>.{md,csv}`` (``--table``, default ``chain``) and, for the
 ratios, ``<table>_ratios.{md,csv}``: per chain, each baseline's error over the better
-constrained family's (both by RK4 on the learned field). ``--quick --out DIR``: the same
+constrained family's (both by RK4 on the learned field), and ``<table>_invariants.{csv,png}``:
+each model's true energy error (median over test trajectories) and holonomic constraint
+residual (largest) over time, the constrained families also by RK4 with the authors'
+projection onto the constraints after every step. ``--quick --out DIR``: the same
 path on 12 trajectories, a 1 x 8 network, 3 epochs, 2 test trajectories of 8 steps.
 """
 
@@ -57,7 +60,7 @@ from _tables import write_table
 from vimpc.data import rollout_model
 from vimpc.data.dataset import Dataset
 from vimpc.data.sampling import onto_constraints
-from vimpc.errors import FitWarning, SolverError
+from vimpc.errors import FitWarning, InputError, SolverError
 from vimpc.mechanics import catalog
 from vimpc.models import NominalModel
 from vimpc.models.families.clnn import CHNNModel, CLNNModel
@@ -119,7 +122,9 @@ def geometric_error(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
     return np.exp(np.mean(np.log(rel + FLOOR), axis=1))
 
 
-def rk4_rollout(field: ca.Function, y0: np.ndarray, steps: int) -> np.ndarray:
+def rk4_rollout(field: ca.Function, y0: np.ndarray, steps: int, project=None) -> np.ndarray:
+    """RK4 of ``field`` at DT from the rows of ``y0``; ``project`` (rows -> rows) after every
+    step, the authors' projection onto the constraints, where given."""
     y, u = ca.MX.sym("y", y0.shape[1]), ca.DM.zeros(1)
     k1 = field(y, u)
     k2 = field(y + 0.5 * DT * k1, u)
@@ -128,8 +133,51 @@ def rk4_rollout(field: ca.Function, y0: np.ndarray, steps: int) -> np.ndarray:
     step = ca.Function("rk4", [y], [y + DT / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)]).map(len(y0))
     out = [y0.T]
     for _ in range(steps):
-        out.append(np.asarray(step(out[-1])))
+        nxt = np.asarray(step(out[-1]))
+        out.append(nxt if project is None else project(nxt.T).T)
     return np.stack(out, 0).transpose(2, 0, 1)
+
+
+def invariants(system, pred: np.ndarray, true: np.ndarray) -> dict[str, np.ndarray]:
+    """Over time: the median over trajectories of the true system's energy error
+    ``|E(x_pred(t)) - E(x(0))|`` [J] and the largest holonomic constraint residual
+    ``max |Phi(x_pred(t))|`` over the trajectories (failed predictions left out)."""
+    n = system.nq
+    N, T1, _ = pred.shape
+    flat = pred.reshape(-1, 2 * n)
+    ok = np.all(np.isfinite(flat), axis=1)
+    safe = np.where(ok[:, None], flat, 0.0)
+    E = np.asarray(system.function("E").map(len(flat))(safe[:, :n].T, safe[:, n:].T)).ravel()
+    E0 = np.asarray(system.function("E").map(N)(true[:, 0, :n].T, true[:, 0, n:].T)).ravel()
+    g = np.abs(np.asarray(system.function("g").map(len(flat))(safe[:, :n].T))).max(axis=0)
+    err = np.where(ok, np.abs(E - np.repeat(E0, T1)), np.nan).reshape(N, T1)
+    g = np.where(ok, g, np.nan).reshape(N, T1)
+    return {"energy": np.nanmedian(err, axis=0), "constraint": np.nanmax(g, axis=0)}
+
+
+def projector(fam):
+    """The authors' projection after each RK4 step, on the family's (x, x') or (x, p) rows:
+    onto the constraints in the learned mass metric (:meth:`CLNNModel.project`; a state it
+    refuses, too far off, becomes NaN)."""
+    n = fam.layout.n
+    m = np.diag(fam.mass_matrix())
+
+    def project(rows: np.ndarray) -> np.ndarray:
+        y = rows.copy()
+        if fam.formulation == "hamiltonian":
+            y[:, n:] /= m
+        out = np.full_like(y, np.nan)
+        for i, row in enumerate(y):
+            if np.all(np.isfinite(row)):
+                try:
+                    out[i] = fam.project(row[None])[0][0]
+                except InputError:
+                    pass
+        if fam.formulation == "hamiltonian":
+            out[:, n:] *= m
+        return out
+
+    return project
 
 
 def gmean(values: np.ndarray) -> float:
@@ -144,7 +192,7 @@ def _reference_row(system, label: str, pred: np.ndarray, true: np.ndarray) -> di
             "step_ms": "-"}  # fmt: skip
 
 
-def family_row(system, cls, data, true, args, chunk: int) -> dict:
+def family_row(system, cls, data, true, args, chunk: int, series: dict | None = None) -> dict:
     """A constrained family's row: the exported variational integrator and RK4 on its field."""
     n = system.nq
     fam = cls(system, DT, hidden=list(args.hidden), epochs=args.epochs, chunk=chunk,
@@ -162,8 +210,14 @@ def family_row(system, cls, data, true, args, chunk: int) -> dict:
     if cls is CHNNModel:
         y0[:, n:] *= np.diag(fam.mass_matrix())
     rk4 = rk4_rollout(fam.vector_field(), y0, steps)
+    projected = rk4_rollout(fam.vector_field(), y0, steps, projector(fam))
     if cls is CHNNModel:
         rk4[:, :, n:] /= np.diag(fam.mass_matrix())
+        projected[:, :, n:] /= np.diag(fam.mass_matrix())
+    if series is not None:
+        series[f"{fam.name}, exported VI"] = invariants(system, pred, true)
+        series[f"{fam.name}, RK4"] = invariants(system, rk4, true)
+        series[f"{fam.name}, RK4 + projection"] = invariants(system, projected, true)
     finite = np.all(np.isfinite(pred), axis=(1, 2))
     g = np.asarray(model.constraint.map(pred[finite].shape[0] * (steps + 1))(
         pred[finite].reshape(-1, 2 * n).T))  # fmt: skip
@@ -186,7 +240,7 @@ def family_row(system, cls, data, true, args, chunk: int) -> dict:
     return row
 
 
-def baseline_row(system, kind: str, data, true, args) -> dict:
+def baseline_row(system, kind: str, data, true, args, series: dict | None = None) -> dict:
     """A baseline's row: RK4 on its learned field in the link angles, mapped to Cartesian
     coordinates."""
     windows = baselines.to_angles(system, data.states)
@@ -194,6 +248,8 @@ def baseline_row(system, kind: str, data, true, args) -> dict:
                            seed=args.seed)  # fmt: skip
     y0 = baselines.to_angles(system, true[:, :1])[:, 0]
     pred = baselines.to_cartesian(system, fitted.rollout(y0, true.shape[1] - 1, DT))
+    if series is not None:
+        series[f"{kind}, RK4 (angles)"] = invariants(system, pred, true)
     finite = np.all(np.isfinite(pred), axis=(1, 2))
     err = geometric_error(pred, true)
     row = {
@@ -214,7 +270,11 @@ def baseline_row(system, kind: str, data, true, args) -> dict:
     return row
 
 
-def chain_rows(n_links: int, n_train: int, args, chunk: int = 5) -> list[dict]:
+def chain_rows(
+    n_links: int, n_train: int, args, series: dict | None = None, chunk: int = 5
+) -> list[dict]:
+    """The rows of one chain and training-set size; ``series`` (a dict) receives each
+    model's energy error and constraint residual over time (:func:`invariants`)."""
     system = chain(n_links)
     data = training_set(system, n_train, args.steps, chunk, args.seed)
     rng = np.random.default_rng(args.seed + 2)
@@ -229,13 +289,51 @@ def chain_rows(n_links: int, n_train: int, args, chunk: int = 5) -> list[dict]:
         _reference_row(system, f"true Lagrangian, exported integrator ({args.substeps} "
                        "midpoint steps per dt)", exact, true),
     ]  # fmt: skip
+    if series is not None:
+        series["true Lagrangian, exported integrator"] = invariants(system, exact, true)
     for name in args.families:
         print(f"{n_links}-pendulum, {n_train} trajectories: {name}", flush=True)
         if name in FAMILIES:
-            rows.append(family_row(system, FAMILIES[name], data, true, args, chunk))
+            rows.append(family_row(system, FAMILIES[name], data, true, args, chunk, series))
         else:
-            rows.append(baseline_row(system, name, data, true, args))
+            rows.append(baseline_row(system, name, data, true, args, series))
     return [{"system": r["system"], "train": n_train, **r} for r in rows]
+
+
+def write_invariants(folder: Path, table: str, series: dict) -> None:
+    """``<table>_invariants.csv`` (every model's energy error and constraint residual at
+    every step) and ``<table>_invariants.png`` (a row of two panels per chain and training
+    size)."""
+    import csv
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{table}_invariants.csv", "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["system", "train", "model", "t_s", "energy_error_J", "constraint_max"])
+        for (n_links, n_train), models in series.items():
+            for model, s in models.items():
+                for k, (e, g) in enumerate(zip(s["energy"], s["constraint"], strict=True)):
+                    out.writerow([f"{n_links}-pendulum", n_train, model, k * DT, e, g])
+    fig = Figure(figsize=(11, 3.6 * len(series)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(series), 2, squeeze=False)
+    for row, ((n_links, n_train), models) in zip(axes, series.items(), strict=True):
+        for model, s in models.items():
+            t = DT * np.arange(len(s["energy"]))
+            style = "--" if "true" in model else "-"
+            row[0].semilogy(t[1:], np.maximum(s["energy"][1:], 1e-16), style, label=model)
+            row[1].semilogy(t[1:], np.maximum(s["constraint"][1:], 1e-16), style, label=model)
+        row[0].set_title(f"{n_links}-pendulum, {n_train} trajectories: true energy error")
+        row[0].set_ylabel("median |E(t) - E(0)| [J]")
+        row[1].set_title("holonomic constraint residual")
+        row[1].set_ylabel("max |Phi(x(t))| [m^2]")
+        for ax in row:
+            ax.set_xlabel("t [s]")
+        row[1].legend(fontsize=7, loc="center right")
+    fig.savefig(folder / f"{table}_invariants.png", dpi=110)
 
 
 def ratio_rows(rows: list[dict]) -> list[dict]:
@@ -280,8 +378,12 @@ def main(argv=None) -> int:
         parser, argv, OUT,
         {"train": [12], "test": 2, "steps": 8, "epochs": 3, "hidden": [8], "families": list(MODELS)},
     )  # fmt: skip
-    rows = [row for n_links in args.n for n_train in args.train
-            for row in chain_rows(n_links, n_train, args)]  # fmt: skip
+    rows, series = [], {}
+    for n_links in args.n:
+        for n_train in args.train:
+            mine = series[(n_links, n_train)] = {}
+            rows += chain_rows(n_links, n_train, args, mine)
+    write_invariants(args.out, args.table, series)
     sizes = ", ".join(map(str, args.train))
     chains = ", ".join(f"{n}-pendulum" for n in args.n)
     intro = f"""
