@@ -166,7 +166,7 @@ def _friction_pendulum(trajectories: int, seed: int) -> Dataset:
 
 def test_learned_damping_is_the_friction_of_training_and_of_the_export():
     """``damping = "learned"``: the coefficient the training's torch dynamics apply
-    (``r^2``) is the one the exported vector field and step apply (``fitted_layout``), to
+    (``r^2``) is the one the exported vector field and step apply (``_fitted_layout``), to
     1e-10, and the export's energy falls by the friction's work."""
     import torch
 

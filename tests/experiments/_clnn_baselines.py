@@ -154,11 +154,10 @@ class _Baseline:
 
 
 def _rk4(field, y, h):
-    k1 = field(y)
-    k2 = field(y + 0.5 * h * k1)
-    k3 = field(y + 0.5 * h * k2)
-    k4 = field(y + h * k3)
-    return y + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+    """One RK4 step of the unforced ``field`` (the families' training step, no input)."""
+    from vimpc.models.families.clnn import _rk4 as forced_rk4
+
+    return forced_rk4(lambda z, _: field(z), y, None, h)
 
 
 @dataclass

@@ -167,10 +167,13 @@ def projector(fam):
         if fam.formulation == "hamiltonian":
             y[:, n:] /= m
         out = np.full_like(y, np.nan)
-        for i, row in enumerate(y):
-            if np.all(np.isfinite(row)):
+        ok = np.all(np.isfinite(y), axis=1)
+        try:  # every row at once; row by row only when one of them is refused
+            out[ok] = fam.project(y[ok])[0]
+        except InputError:
+            for i in np.flatnonzero(ok):
                 try:
-                    out[i] = fam.project(row[None])[0][0]
+                    out[i] = fam.project(y[i][None])[0][0]
                 except InputError:
                     pass
         if fam.formulation == "hamiltonian":

@@ -450,17 +450,25 @@ def window_scores(scores: np.ndarray, horizon: int) -> np.ndarray:
     return np.stack([scores[:, s : s + horizon].max(axis=1) for s in range(T - horizon + 1)], 1)
 
 
-def risk_control_quantile(windows: np.ndarray, delta: float) -> float:
-    """Conformal risk control of the share of a trajectory's windows outside the bound: the
-    smallest window score ``q`` with ``sum_i L_i(q) <= (n + 1) delta - 1``, ``L_i(q)`` the
-    share of row ``i``'s windows (``windows``: ``(n, m)``, every row a trajectory) whose
-    score exceeds ``q`` (inf when ``n < 1/delta - 1``: too few trajectories)."""
-    n, m = windows.shape
+def windows_outside(n: int, m: int, delta: float) -> int | None:
+    """How many of ``n`` trajectories' ``m`` windows each conformal risk control may leave
+    above its quantile: the most with ``sum_i L_i(q) <= (n + 1) delta - 1`` (``L_i`` the
+    share of trajectory ``i``'s windows above ``q``; the sum is that count over ``m``), or
+    None when ``n < 1/delta - 1`` (too few trajectories) or there are no windows."""
     budget = (n + 1) * delta - 1.0
     if n == 0 or m == 0 or budget < -1e-12:
+        return None
+    return min(n * m - 1, math.floor(m * max(budget, 0.0) + 1e-9))
+
+
+def risk_control_quantile(windows: np.ndarray, delta: float) -> float:
+    """Conformal risk control of the share of a trajectory's windows outside the bound: the
+    smallest window score ``q`` that leaves at most :func:`windows_outside` of the windows
+    (``(n, m)``, every row a trajectory) above it (inf when too few trajectories)."""
+    n, m = windows.shape
+    above = windows_outside(n, m, delta)
+    if above is None:
         return math.inf
-    # sum_i L_i(q) = (number of windows above q) / m, every row having m windows
-    above = min(n * m - 1, math.floor(m * max(budget, 0.0) + 1e-9))
     return float(np.sort(windows.ravel())[n * m - 1 - above])
 
 
@@ -551,11 +559,8 @@ def calibrate(
         return conformal_bound(model, float(delta), quantile, n, figures=figures, **kw)
 
     windows = window_scores(scores, horizon)
-    k_b = conformal_rank(n, delta / horizon)
-    feasible = {
-        "windows": np.isfinite(risk_control_quantile(windows, delta)),
-        "bonferroni": k_b <= n,
-    }
+    q_windows, k_b = risk_control_quantile(windows, delta), conformal_rank(n, delta / horizon)
+    feasible = {"windows": math.isfinite(q_windows), "bonferroni": k_b <= n}
     if not any(feasible.values()):
         raise InputError(
             f"the calibration set ({data.n_trajectories} trajectories of {data.n_steps} steps) "
@@ -577,8 +582,7 @@ def calibrate(
         predicted = {}
         if feasible["windows"]:
             # the share of windows the calibration will leave outside, at most delta
-            m = windows.shape[1]
-            above = math.floor(m * ((len(windows) + 1) * delta - 1.0) + 1e-9)
+            above = windows_outside(*windows.shape, delta)
             w = window_scores(train, horizon)
             predicted["windows"] = _quantile_at(w.ravel(), 1.0 - above / windows.size)
         if feasible["bonferroni"]:
@@ -601,7 +605,7 @@ def calibrate(
             )
         )
     if method == "windows":
-        quantile = risk_control_quantile(windows, delta)
+        quantile = q_windows
     else:
         quantile = float(np.sort(scores.ravel())[k_b - 1])
     record["horizon_method"] = method
@@ -638,11 +642,8 @@ def choose_scale(
     widths = {}
     for name, (scale, spread) in candidates.items():
         scores = step_scores(model, data, scale=scale, spread=spread, what="training")
-        T = scores.shape[1]
-        if horizon is not None and T >= horizon:
-            scores = np.stack(
-                [scores[:, s : s + horizon].max(axis=1) for s in range(T - horizon + 1)], axis=1
-            )
+        if horizon is not None and scores.shape[1] >= horizon:
+            scores = window_scores(scores, horizon)
         q = _quantile_at(scores.ravel(), 1.0 - delta)
         widths[name] = q * _scale_values(model, scale, spread, X, U, "training").mean(axis=0)
     first = widths[next(iter(widths))]

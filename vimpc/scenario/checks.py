@@ -27,7 +27,7 @@ from vimpc.scenario.specs import (
     ModelSpec,
     check_variation,
     closed_loop_calibration,
-    fit_seed_runs,
+    fit_seeds,
 )
 
 #: a results folder name: one path component, not "." or ".."
@@ -219,12 +219,11 @@ def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> Non
             "set model.bound = 'conformal' or data.calibration = 'heldout'"
         )
     delta, n, steps = mcfg["delta"], data["calibration_episodes"], cfg["episodes"]["steps"]
-    horizon = mcfg.get("bound_horizon") if mcfg.get("bound_level") == "horizon" else None
-    if horizon is None:
-        need = minimum_calibration_size(delta)
+    need = minimum_calibration_size(delta)
+    if mcfg.get("bound_level") != "horizon":
         enough, what = n * steps >= need, f"{need} transitions"
     else:  # the windows of whole episodes (exchangeable as episodes, not step by step)
-        need = minimum_calibration_size(delta)
+        horizon = mcfg["bound_horizon"]
         enough = n >= need and steps >= horizon
         what = f"{need} episodes of at least model.bound_horizon = {horizon} steps"
     if not enough:
@@ -234,11 +233,13 @@ def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> Non
             "data.calibration_episodes or model.delta"
         )
     first, count = cfg["episodes"]["seed"], cfg["episodes"]["count"]
-    for lo, hi, what in fit_seed_runs(data):
-        if "calibration" in what and max(lo, first) <= min(hi, first + count - 1):
+    for k in range(data.get("fits", 1)):
+        lo = fit_seeds(data, k)["calibration_seed"]
+        hi = lo + n - 1
+        if max(lo, first) <= min(hi, first + count - 1):
             raise ConfigError(
-                f"{what} (seeds {lo} to {hi}) overlap the episodes' seeds ({first} to "
-                f"{first + count - 1}), so the bound would be calibrated on the episodes it is "
+                f"fit {k}'s calibration episodes (seeds {lo} to {hi}) overlap the episodes' "
+                f"seeds ({first} to {first + count - 1}), so the bound would be calibrated on the episodes it is "
                 "measured on; move data.calibration_seed or episodes.seed"
             )
 

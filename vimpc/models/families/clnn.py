@@ -1014,12 +1014,9 @@ class _ConstrainedNetwork(ModelFamily):
         self.damping_ = np.zeros(nf) if root is None else (root.detach().numpy() ** 2).copy()
         self._v = None
 
-    def fitted_layout(self) -> CartesianLayout:
-        """The layout with the learned friction (``damping_``) added to the known one."""
-        self._require_fitted("fitted_layout()")
-        return self._fitted_layout()
-
-    def _fitted_layout(self) -> CartesianLayout:  # after training, before calibration too
+    def _fitted_layout(self) -> CartesianLayout:
+        """The layout with the learned friction (``damping_``) added to the known one (after
+        training; the calibration builds the model before the fit is complete)."""
         return self.layout.with_damping(self.damping_)
 
     def _rollout_loss(self, dyn: _TorchDynamics, Xt, Ut, h: float):
