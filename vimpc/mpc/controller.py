@@ -399,6 +399,7 @@ class MPC:
             equality=(self._tr.lbg == self._tr.ubg).tolist(),
             hessian=hessian,
             gauss_newton=self._tr.gauss_newton,
+            structure=self._tr.layout.ocp_structure(),
         )
         if self.jit == "nlp":
             opts.update(_jit.options())

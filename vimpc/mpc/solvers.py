@@ -56,6 +56,7 @@ def nlpsol_options(
     equality: list[bool] | None = None,
     hessian: str = "gauss-newton",
     gauss_newton: Any = None,
+    structure: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """CasADi plugin name and options for a solver preset.
 
@@ -66,13 +67,26 @@ def nlpsol_options(
     the same with one iteration per call, the preset of ``sqpmethod`` that the controller
     uses for it only where :class:`RealTimeIteration` does not apply.
     ``fatrop`` detects the stage structure from the stage-wise variable layout;
-    it needs ``equality``, one flag per constraint row.
+    it needs ``equality``, one flag per constraint row. HPIPM is given the stage sizes
+    ``structure`` (:meth:`~vimpc.mpc.transcription.Layout.ocp_structure`) rather than
+    left to CasADi's detection from the sparsity, which misreads the terminal stage's
+    slacks; since CasADi's interface has no variables but the states at the terminal stage,
+    a problem with terminal slacks is refused for HPIPM.
     """
     _checks.one_of("solver", solver, SOLVERS)
     qpsol = qp_solver(qpsol)
     common: dict[str, Any] = {"expand": expand, "print_time": False, "error_on_fail": False}
     if solver in ("sqpmethod", "rti"):
         qp_opts = qp_options(qpsol)
+        if qpsol == "hpipm" and structure is not None:
+            if structure["nu"][-1]:
+                raise InputError(
+                    "qpsol='hpipm' cannot solve this problem: it has soft constraints at the "
+                    f"terminal stage ({structure['nu'][-1]} slacks), and CasADi's HPIPM "
+                    "interface takes no variables besides the states there; use qpsol='qrqp' "
+                    "or solver='fatrop', or hard bounds (soft_bounds=false)"
+                )
+            qp_opts.update(structure)
         _checks.one_of("hessian", hessian, HESSIANS)
         curvature: dict[str, Any] = (
             {"hess_lag": gauss_newton}

@@ -50,6 +50,18 @@ class Layout:
     z: np.ndarray  # (N, nx) indices of the next-state copies ("implicit"), else (N, 0)
     s: np.ndarray  # (N + 1, ns) indices
     n_w: int
+    #: constraint rows of each stage besides its dynamics gap (the initial condition, the
+    #: integrator's residual, path constraints), in the order of ``g``
+    stage_rows: tuple[int, ...] = ()
+
+    def ocp_structure(self) -> dict[str, int | list[int]]:
+        """The stage sizes of the NLP's QP as a structured QP solver reads them (HPIPM's
+        ``N, nx, nu, ng``): the states of each stage, everything else of the stage (inputs,
+        next-state copies, slacks) as its controls, the non-gap rows as its constraints."""
+        N = self.u.shape[0]
+        nx = [self.x.shape[1]] * (N + 1)
+        nu = [self.u.shape[1] + self.z.shape[1] + self.s.shape[1]] * N + [self.s.shape[1]]
+        return {"N": N, "nx": nx, "nu": nu, "ng": list(self.stage_rows)}
 
 
 @dataclass(frozen=True)
@@ -158,6 +170,7 @@ def transcribe(
 
     w, lbw, ubw, g, lbg, ubg = [], [], [], [], [], []
     idx_x, idx_u, idx_z, idx_s = [], [], [], []
+    stage_rows = []
     implicit = transcription == "implicit"
     count = 0
 
@@ -253,6 +266,7 @@ def transcribe(
             )
         else:
             residuals.append(cost.terminal_residual(obs, refs[:, k], energy=energy))
+        stage_rows.append(sum(len(lb) for lb in rows_lb) - (nx if k < N else 0))
         g.extend(rows_g)
         lbg.extend(rows_lb)
         ubg.extend(rows_ub)
@@ -285,6 +299,7 @@ def transcribe(
         z=np.array(idx_z) if implicit else np.zeros((N, 0), int),
         s=np.array(idx_s) if ns else np.zeros((N + 1, 0), int),
         n_w=count,
+        stage_rows=tuple(stage_rows),
     )
     used = [model.step if transcription == "step" else model.residual, model.to_obs]
     if cost.energy is not None:
