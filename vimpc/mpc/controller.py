@@ -29,6 +29,7 @@ from vimpc.mpc.options import (
     ignored_rti_options,
     ignored_sqp_options,
 )
+from vimpc.mpc.condensed import CondensedSQP, condensing_refusal
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import (
@@ -441,6 +442,19 @@ class MPC:
                 raise
             raise error from exc
         L = self._tr.layout
+        self._condensed: CondensedSQP | None = None
+        if solver == "condensed":
+            refusal = condensing_refusal(
+                model, transcription, L.s.shape[1], self._cost, n_safety, tightened
+            )
+            if refusal is None and checked["hessian"] != "gauss-newton":
+                refusal = "it uses the Gauss–Newton Hessian (hessian='gauss-newton')"
+            if refusal is not None:
+                raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
+            self._condensed = CondensedSQP(
+                model, self.horizon, self._cost, self._cons.u_min, self._cons.u_max,
+                max_iter=self.max_iter, tol=self.tol,
+            )  # fmt: skip
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         # static bounds converted once: numpy -> DM conversion is a visible part of a 1 ms solve
@@ -578,10 +592,14 @@ class MPC:
         else:
             if self._deadline is not None:
                 self._deadline.arm(self.time_budget)
+            if not self._split:
+                self._stepper = self._solver  # the condensed step may change it
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                     if self._split:
                         sol = self._real_time_step(args, x0, t, p)
+                    elif self._condensed is not None and self._w0 is not None:
+                        sol = self._condensed_step(args, x0, refs, p)
                     else:
                         sol = self._solver(**args)
                 error = None
@@ -641,6 +659,27 @@ class MPC:
         )
 
     # -- helpers --------------------------------------------------------------------------
+    def _condensed_step(self, args: dict, x0: np.ndarray, refs: np.ndarray, p) -> dict:
+        """``solver = "condensed"``: the condensed SQP from the previous plan; where it does
+        not converge, ``sqpmethod`` from the shifted plan (``args``), as the other solvers."""
+        L, cond = self._layout, self._condensed
+        self._stepper = cond
+        found = cond.solve(self._w0[L.x], self._w0[L.u], x0, refs.T, self._u_prev, p)
+        if found is None:
+            self._stepper = self._solver
+            args = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
+            return self._solver(**args)
+        X, U, f = found
+        w = np.zeros(L.n_w)
+        w[L.x], w[L.u] = X, U
+        if L.z.size:
+            w[L.z] = X[1:]
+        n_g = self._tr.lbg.size
+        # the rows hold to the tolerances: the constraint values are their bounds
+        return {"x": w, "f": f, "g": self._tr.lbg.copy(), "lam_x": np.zeros(L.n_w),
+                "lam_g": np.zeros(n_g)}  # fmt: skip
+
+
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
         """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation
         and one QP per call): with the Gauss–Newton Hessian, no time budget and no solver

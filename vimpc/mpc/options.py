@@ -21,7 +21,7 @@ from vimpc.mpc.tube import ERRORS
 TIGHTENINGS = ("none", "tube")
 JITS = ("none", "model", "nlp")
 #: the solvers of the SQP presets, and the options that only they read
-SQP_SOLVERS = ("sqpmethod", "rti")
+SQP_SOLVERS = ("sqpmethod", "rti", "condensed")
 SQP_OPTIONS = ("qpsol", "hessian")
 #: the solvers that can start the real-time iteration, and the options only ``rti`` reads
 RTI_STARTS = ("none", "fatrop", "ipopt", "sqpmethod")
@@ -35,7 +35,14 @@ RTI_OPTIONS = ("rti_start", "rti_regularization")
 #: ``transcription`` (the same as ``"auto"``).
 SETTINGS: dict[str, Setting] = {
     "horizon": Setting(int, REQUIRED, "prediction steps", rule=POSITIVE),
-    "solver": Setting(str, "sqpmethod", "NLP solver", choices=SOLVERS),
+    "solver": Setting(
+        str,
+        "sqpmethod",
+        "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs "
+        "(implicit transcription, input bounds only; cold starts and failed solves by "
+        "`sqpmethod`, `tol` its input step [input units])",
+        choices=SOLVERS,
+    ),
     "transcription": Setting(
         str,
         "auto",

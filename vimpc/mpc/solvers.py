@@ -14,13 +14,15 @@ import numpy as np
 from vimpc import _checks
 from vimpc.errors import InputError
 
-SOLVERS = ("sqpmethod", "fatrop", "ipopt", "rti")
+SOLVERS = ("sqpmethod", "fatrop", "ipopt", "rti", "condensed")
 HESSIANS = ("gauss-newton", "exact")
 QP_SOLVERS = ("auto", "qrqp", "osqp", "daqp", "hpipm", "qpoases")
 #: what ``qpsol = "auto"`` means: qrqp for sqpmethod's sparse QPs, daqp (a dual active-set
 #: solver for dense QPs) for the real-time iteration's condensed QP, where qrqp took ~17 ms
 #: and 48 iterations against daqp's 0.15 ms on the cart-pole swing-up's (41 variables)
 AUTO_QPSOL = {"sqpmethod": "qrqp", "rti": "daqp"}
+#: the tolerance of the sqpmethod that solves ``solver = "condensed"``'s cold starts (at most)
+CONDENSED_FALLBACK_TOL = 1e-6
 
 
 def qp_solver(qpsol: str, condensed: bool = False) -> str:
@@ -74,6 +76,11 @@ def nlpsol_options(
     a problem with terminal slacks is refused for HPIPM.
     """
     _checks.one_of("solver", solver, SOLVERS)
+    if solver == "condensed":
+        # its cold starts and failed solves go to sqpmethod, to convergence: the condensed
+        # SQP's tol is its input step, and it tests the model's residual and constraints
+        # itself (vimpc.mpc.condensed)
+        solver, tol = "sqpmethod", min(tol, CONDENSED_FALLBACK_TOL)
     qpsol = qp_solver(qpsol)
     common: dict[str, Any] = {"expand": expand, "print_time": False, "error_on_fail": False}
     if solver in ("sqpmethod", "rti"):
