@@ -1,8 +1,9 @@
 """A Gauss–Newton SQP on the implicit transcription, condensed onto the inputs
 (``solver = "condensed"``).
 
-Each iteration evaluates, in one CasADi call, the model's residual and its closed-form
-Jacobian (``residual_jacobian``) at every stage, the holonomic constraints at every state
+Each iteration evaluates, in one CasADi call, the model's residual and its Jacobian at
+every stage (the model's closed-form ``residual_jacobian`` where it has one, else CasADi's
+derivative of ``residual``), the holonomic constraints at every state
 and the least-squares cost's residuals with their Jacobians; it then eliminates the states
 (``dx_{k+1} = A_k dx_k + B_k du_k + c_k`` with ``[A_k B_k c_k] = -J_z^-1 [J_x J_u r_k]``, the
 implicit transcription's next-state copy being the next state), forms the dense Gauss–Newton
@@ -20,10 +21,12 @@ model's step equations within :data:`RESIDUAL_TOL` and the holonomic constraints
 
 Warm starts only: the previous plan shifted by one stage, the last state extrapolated
 linearly. The controller solves a cold start, and any solve that does not converge within
-``max_iter`` iterations (or meets a non-finite value), with CasADi's ``sqpmethod`` instead.
+``max_iter`` iterations (or meets a non-finite value, a singular ``J_z`` or a box QP that
+does not converge), with CasADi's ``sqpmethod`` instead.
 
-Needs: the implicit transcription, a model with ``residual_jacobian``, no slack variables,
-path or observation constraints, tube tightening or energy shaping (input bounds only).
+Needs: the implicit transcription and input bounds only: no observation bounds or path
+constraints (their slacks and rows would make the condensed QP a general one), no tube
+tightening, no energy shaping (and, as checked with the other options, no time budget).
 """
 
 from __future__ import annotations
@@ -43,6 +46,18 @@ CONSTRAINT_TOL = 1e-11
 #: the largest state step (max norm) after which convergence is tested on the residual
 #: alone: the residual then is quadratic in the step, ~1e-12 on the four-bar CLNN
 CHECK_STEP = 1e-4
+
+
+def _residual_jacobian(model: DiscreteModel) -> ca.Function:
+    """``(x, u, x_next, p) -> (r, [dr/dx, dr/du, dr/dx_next])``: the model's own, or the
+    derivative of its residual."""
+    if model.residual_jacobian is not None:
+        return model.residual_jacobian
+    x, u = ca.MX.sym("x", model.nx), ca.MX.sym("u", model.nu)
+    z, p = ca.MX.sym("x_next", model.nx), ca.MX.sym("p", model.np)
+    r = model.residual(x, u, z, p)
+    J = ca.jacobian(r, ca.vertcat(x, u, z))
+    return ca.Function("residual_jacobian", [x, u, z, p], [r, J])
 
 
 class _Buffered:
@@ -130,7 +145,7 @@ class CondensedSQP:
         ).map(N)  # fmt: skip
         terminal = ca.Function("terminal", [x, ref], [rho_N, ca.jacobian(rho_N, x)])
         U_prev = ca.horzcat(u_prev, U[:, :-1])
-        r, J = m.residual_jacobian.map(N)(X[:, :-1], U, X[:, 1:], P)
+        r, J = _residual_jacobian(m).map(N)(X[:, :-1], U, X[:, 1:], P)
         constraint = (
             m.constraint.map(N + 1)(X) if m.constraint is not None else ca.MX(1, N + 1)
         )
@@ -175,7 +190,9 @@ class CondensedSQP:
         G = np.concatenate([G.reshape(-1, N * nu), RxN @ S[N]])
         h = np.concatenate([h.reshape(-1), rN + RxN @ s[N]])
         Uf = U.reshape(-1)
-        d, _ = box_qp(G.T @ G, G.T @ h, self.lb - Uf, self.ub - Uf)
+        d, converged = box_qp(G.T @ G, G.T @ h, self.lb - Uf, self.ub - Uf)
+        if not converged:
+            raise np.linalg.LinAlgError("the box QP did not converge")
         return np.einsum("kij,j->ki", S, d) + s, d.reshape(N, nu)
 
     def solve(
@@ -213,8 +230,8 @@ class CondensedSQP:
                 break
             try:
                 dX, dU = self._step(U, out)
-            except np.linalg.LinAlgError:
-                status = "a singular linearisation"
+            except np.linalg.LinAlgError as exc:
+                status = f"a failed step ({exc})"
                 break
             if not (np.all(np.isfinite(dX)) and np.all(np.isfinite(dU))):
                 status = "a non-finite step"
@@ -242,13 +259,13 @@ class CondensedSQP:
         return dict(self._stats)
 
 
-def condensing_refusal(model: DiscreteModel, transcription: str, n_slack: int, cost: Any,
-                       n_safety: int, tightened: bool) -> str | None:
+def condensing_refusal(transcription: str, n_slack: int, cost: Any, n_safety: int,
+                       tightened: bool, hessian: str) -> str | None:
     """Why ``solver = "condensed"`` cannot solve this problem, or None."""
+    if hessian != "gauss-newton":
+        return f"it uses the Gauss–Newton Hessian (hessian='gauss-newton'), got {hessian!r}"
     if transcription != "implicit":
-        return "it needs transcription='implicit'"
-    if model.residual_jacobian is None:
-        return "it needs a model with residual_jacobian"
+        return f"it needs transcription='implicit', got {transcription!r}"
     if n_slack or n_safety or tightened:
         return "it takes input bounds only (no observation bounds, path constraints or tube)"
     if cost.energy is not None:

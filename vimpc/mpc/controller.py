@@ -19,6 +19,7 @@ from vimpc._interrupt import kept_interrupts
 from vimpc._settings import Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
+from vimpc.mpc.condensed import CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
     MATRICES,
@@ -29,7 +30,6 @@ from vimpc.mpc.options import (
     ignored_rti_options,
     ignored_sqp_options,
 )
-from vimpc.mpc.condensed import CondensedSQP, condensing_refusal
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import (
@@ -79,7 +79,13 @@ class MPC:
             (``MPCResult.preparation_time``, ``feedback_time``); ``rti_start`` may solve a
             cold start to convergence. With the exact Hessian, a time budget,
             ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
-            stopped after one iteration, unsplit).
+            stopped after one iteration, unsplit), or ``"condensed"``
+            (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
+            ``sqpmethod`` on the implicit transcription with the states eliminated, to
+            convergence, from the shifted plan; ``tol`` is then its last input step, and
+            every predicted state solves the model's step equations to 1e-8 and its
+            holonomic constraints to 1e-11; input bounds only; cold starts and the solves it
+            does not finish are ``sqpmethod``'s, to ``min(tol, 1e-6)``).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -391,6 +397,12 @@ class MPC:
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
         self._tube_shape = (self.horizon + 1, n_safety)
+        if solver == "condensed":
+            refusal = condensing_refusal(
+                transcription, self._tr.layout.s.shape[1], self._cost, n_safety, tightened, hessian
+            )
+            if refusal is not None:
+                raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
         plugin, opts = nlpsol_options(
             solver,
             max_iter=self.max_iter,
@@ -444,13 +456,6 @@ class MPC:
         L = self._tr.layout
         self._condensed: CondensedSQP | None = None
         if solver == "condensed":
-            refusal = condensing_refusal(
-                model, transcription, L.s.shape[1], self._cost, n_safety, tightened
-            )
-            if refusal is None and checked["hessian"] != "gauss-newton":
-                refusal = "it uses the Gauss–Newton Hessian (hessian='gauss-newton')"
-            if refusal is not None:
-                raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
             self._condensed = CondensedSQP(
                 model, self.horizon, self._cost, self._cons.u_min, self._cons.u_max,
                 max_iter=self.max_iter, tol=self.tol,

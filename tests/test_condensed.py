@@ -1,0 +1,124 @@
+"""``solver = "condensed"``: the Gauss–Newton SQP of the implicit transcription with the
+states eliminated (vimpc.mpc.condensed)."""
+
+from __future__ import annotations
+
+import casadi as ca
+import numpy as np
+import pytest
+import scipy.linalg
+
+from vimpc.dynamics import DiscreteModel
+from vimpc.errors import InputError
+from vimpc.mechanics import CartPole
+from vimpc.models import NominalModel
+from vimpc.mpc import MPC, Constraints, Cost
+from vimpc.mpc.condensed import box_qp
+
+DT = 0.1
+
+
+def _linear_model() -> tuple[DiscreteModel, np.ndarray, np.ndarray]:
+    """A damped double integrator, exactly discretised, with an implicit residual and no
+    residual Jacobian (the solver differentiates the residual itself)."""
+    M = scipy.linalg.expm(np.array([[0, 1, 0], [0, -0.2, 1], [0, 0, 0]]) * DT)
+    A, B = M[:2, :2], M[:2, 2:]
+    x, u, p, xn = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0), ca.SX.sym("xn", 2)
+    ident = ca.Function("id", [x], [x])
+    model = DiscreteModel(
+        dt=DT, nx=2, nu=1, np=0, nobs=2,
+        step=ca.Function("step", [x, u, p], [A @ x + B @ u]),
+        residual=ca.Function("res", [x, u, xn, p], [xn - A @ x - B @ u]),
+        from_obs=ident, to_obs=ident, state_names=("s", "v"), input_names=("f",),
+    )  # fmt: skip
+    return model, A, B
+
+
+def _used_condensed(ctrl: MPC) -> bool:
+    return "evaluations" in ctrl._stats()  # the condensed SQP's statistics
+
+
+def test_the_warm_solves_reproduce_lqr_with_a_riccati_terminal_cost():
+    """Linear model, quadratic cost, the DARE's P as terminal cost: every solve after the
+    first (a cold start, solved by sqpmethod) is the condensed SQP's, and gives the
+    infinite-horizon LQR input -K x to 1e-8."""
+    model, A, B = _linear_model()
+    Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
+    P = scipy.linalg.solve_discrete_are(A, B, Q, R)
+    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+    ctrl = MPC(model, 8, Cost(Q=Q, R=R, Q_terminal=P), solver="condensed", tol=1e-10)
+    x = np.array([1.0, -0.5])
+    for k in range(6):
+        result = ctrl(x)
+        assert result.status.ok
+        assert _used_condensed(ctrl) == (k > 0)
+        np.testing.assert_allclose(result.u, -K @ x, atol=1e-8)
+        x = A @ x + B @ result.u + np.array([0.05, -0.02])  # off the plan: a new problem
+
+
+def test_it_finds_sqpmethods_plan_on_a_swing_up_with_the_input_bounds_active():
+    """The nominal cart-pole's variational model (nonlinear, implicit): along a swing-up
+    driven by sqpmethod, the condensed SQP warm-started from sqpmethod's previous plan finds
+    sqpmethod's plan at each state (inputs within 1e-5 N, the bounds active at some
+    stages), and every predicted state solves the model's step equations to 1e-8."""
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(
+        Q=[10, 20, 0.1, 0.1], R=[0.01], Q_terminal=[50, 100, 5, 5],
+        reference=[0, np.pi, 0, 0], periodic=(1,),
+    )  # fmt: skip
+    bounds = Constraints(u_min=[-20.0], u_max=[20.0])
+    options = dict(transcription="implicit", tol=1e-9, max_iter=100)
+    reference = MPC(model, 20, cost, bounds, **options)
+    condensed = MPC(model, 20, cost, bounds, solver="condensed", **options)
+    x = np.array([0.0, 0.1, 0.0, 0.0])
+    active, used = 0, 0
+    for _ in range(25):
+        want = reference(x)
+        got = condensed(x)
+        assert want.status.ok and got.status.ok
+        used += _used_condensed(condensed)
+        np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-5)
+        active += int(np.any(np.abs(got.u_plan) >= 20.0 - 1e-9))
+        for k in range(20):
+            r = model.residual(got.x[k], got.u_plan[k], got.x[k + 1], model.p_default)
+            assert np.abs(np.asarray(r)).max() <= 1e-8
+        x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
+    assert used == 24 and active > 0, (used, active)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_box_qp_meets_the_optimality_conditions(seed):
+    """On random positive definite problems with random boxes, the active-set solution is
+    feasible and optimal: zero gradient on the free entries, the gradient pointing out of
+    the box on the entries at a bound (the KKT conditions of a box QP)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    L = rng.normal(size=(n, n))
+    H = L @ L.T + 1e-2 * np.eye(n)
+    g = rng.normal(size=n) * 10
+    lb, ub = -rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+    d, converged = box_qp(H, g, lb, ub)
+    assert converged
+    assert np.all(d >= lb - 1e-12) and np.all(d <= ub + 1e-12)
+    grad = H @ d + g
+    at_lb, at_ub = np.isclose(d, lb, atol=1e-12), np.isclose(d, ub, atol=1e-12)
+    free = ~(at_lb | at_ub)
+    scale = 1e-9 * (1 + np.abs(g).max())
+    assert np.all(np.abs(grad[free]) <= scale)
+    assert np.all(grad[at_lb] >= -scale) and np.all(grad[at_ub] <= scale)
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"constraints": Constraints(obs_max=[1.0, np.inf])}, "input bounds only"),
+        ({"transcription": "step"}, "transcription='implicit'"),
+        ({"hessian": "exact"}, "Gauss–Newton"),
+        ({"time_budget": 0.05}, "time_budget = 0.05 s cannot be kept by solver = 'condensed'"),
+    ],
+)
+def test_what_it_cannot_solve_is_refused_with_the_reason(options, named):
+    model, _, _ = _linear_model()
+    with pytest.raises(InputError, match="condensed") as err:
+        MPC(model, 8, Cost(Q=[1.0, 1.0], R=[0.1]), solver="condensed", **options)
+    assert named in str(err.value)
