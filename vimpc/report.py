@@ -184,8 +184,11 @@ def summary_table(
                 f"({summary['empty_tube_fraction']:.1%}): some stage's tube left no room",
             )
         )
+    rows += [("constraint residual (max)", f"{summary['max_constraint_residual']:.2e}")]
+    plan = summary.get("max_plan_constraint_residual", float("nan"))
+    if np.isfinite(plan):  # a model with holonomic constraints
+        rows += [("predicted constraint residual (max)", f"{plan:.2e} (the model's, over plans)")]
     rows += [
-        ("constraint residual (max)", f"{summary['max_constraint_residual']:.2e}"),
         (
             "solve time median/p95/max",
             f"{summary['solve_time_median_ms']:.2f} / "
@@ -198,6 +201,14 @@ def summary_table(
             f"{summary['iteration_limit_solves']} at the iteration limit" + _budget_text(summary),
         ),
     ]
+    if summary.get("handed_over_solves", 0):
+        rows.append(
+            (
+                "handed over",
+                f"{summary['handed_over_solves']} solves by sqpmethod instead of the condensed "
+                "SQP (the cold starts and the solves it did not finish)",
+            )
+        )
     if np.isfinite(summary.get("period_ms", np.nan)):
         rows.append(
             (

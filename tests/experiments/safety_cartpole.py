@@ -4,7 +4,7 @@ seeds, plants and fits.
     python tests/experiments/safety_cartpole.py [--seed 100] [--episodes 100] [--fits 3]
         [--workers 1] [--runs DIR] [--rows TEXT ...] [--report-only]
 
-Every row is ``vimpc run`` of one of two scenarios with ``env.plant = "per_episode"`` (the
+Every row is ``vimpc run`` of one of three scenarios with ``env.plant = "per_episode"`` (the
 true cart-pole drawn per episode within the scenario's perturbation: masses and inertias
 within 10 %, friction [0.3, 0.1], observation noise 1e-3; its ``param_seed`` recorded) and
 ``data.fits = 3`` (three fits on shifted data seeds, episode i uses fit i mod 3), over reset
@@ -19,14 +19,17 @@ designed on:
 - ``scenarios/cartpole_gpvi_safe.toml`` (a 0.7 m rail): the GP-VI model; the gaussian
   feedback tube with the horizon-level conformal bound shaped by the GPs' spread (the
   scenario), the same with a step-level bound, without tightening, and the feedback tube
-  with the Theorem 1 bound (``model.bound = "theorem1"``).
+  with the Theorem 1 bound (``model.bound = "theorem1"``);
+- ``scenarios/cartpole_clnn_safe.toml`` (a 0.7 m rail): a constrained Lagrangian network in
+  Cartesian coordinates with a per-step conformal bound; the gaussian feedback tube (the
+  scenario) and no tightening.
 
 Each row's run goes to ``--runs DIR/<row>/`` and is kept there: a row whose complete run is
 in ``DIR`` is not run again, so rows can be run one at a time (``--rows``) and the table
 written from those done so far (``--report-only``: nothing is run; a row whose run is
 unfinished is reported on its finished episodes and says so, a row with none is listed as
 not run). Writes ``results/safety/{cartpole.md, cartpole.csv}`` and figures. ``--quick --out
-DIR``: a smoke test into ``DIR``: the two scenario rows of ``QUICK_ROWS``, one episode of 3
+DIR``: a smoke test into ``DIR``: the three scenario rows of ``QUICK_ROWS``, one episode of 3
 steps each, in this process, the models fitted on a few short trajectories (``QUICK_SETS``).
 """
 
@@ -45,7 +48,7 @@ from _tables import clopper_pearson, interval, read_run, vimpc_run, write_table
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "safety"
-NOMINAL, GPVI = "cartpole_safe", "cartpole_gpvi_safe"
+NOMINAL, GPVI, CLNN = "cartpole_safe", "cartpole_gpvi_safe", "cartpole_clnn_safe"
 NO_TUBE = 'controller.tightening="none"'
 STEP_LEVEL = ['model.bound_level="step"', "model.bound_horizon=0"]
 HELDOUT = 'data.calibration="heldout"'
@@ -70,6 +73,8 @@ ROWS = {
         GPVI,
         ['model.bound="theorem1"', *STEP_LEVEL],
     ),
+    "CLNN, feedback tube, gaussian (scenario)": (CLNN, []),
+    "CLNN, no tightening": (CLNN, [NO_TUBE]),
 }
 # figures copied from a complete row's run folder, under the name prefix given
 FIGURES = {
@@ -84,6 +89,11 @@ FIGURES = {
         "gpvi_tube",
         ("episodes.png", "coverage_fit0.png", "outside_data.png"),
     ),
+    "CLNN, feedback tube, gaussian (scenario)": (
+        "clnn_tube",
+        ("episodes.png", "safety.png", "coverage_fit0.png"),
+    ),
+    "CLNN, no tightening": ("clnn_none", ("episodes.png",)),
 }
 CAPTIONS = (
     "every episode's cart position against the rail (episodes.png); where copied, the tube "
@@ -117,10 +127,14 @@ QUICK_GPVI = ["model.samples=16", "model.support_points=8", "model.restarts=1",
 # the nominal scenario's closed-loop calibration: 19 episodes of 20 steps (the fewest windows
 # a 20-step horizon takes at delta 0.05)
 QUICK_NOMINAL = ["data.calibration_episodes=19", "episodes.steps=20"]
+# the CLNN: a one-layer potential of 8 trained for 2 epochs
+QUICK_CLNN = ["model.hidden=[8]", "model.epochs=2"]
 QUICK_ROWS = (
     "nominal, feedback tube, gaussian (scenario)",
     "GP-VI, feedback tube, gaussian, horizon-level bound (scenario)",
+    "CLNN, feedback tube, gaussian (scenario)",
 )
+QUICK_EXTRA = {NOMINAL: QUICK_NOMINAL, GPVI: QUICK_GPVI, CLNN: QUICK_CLNN}
 
 
 def slug(label: str) -> str:
@@ -231,6 +245,7 @@ def row_of(label: str, m: dict, folder: Path, complete: bool) -> dict:
         "solve_p95_ms": m["solve_time_p95_ms"],
         "failed_solves": m["failed_solves"],
         "solves": m["solves"],
+        "plan_constraint_max": m.get("max_plan_constraint_residual", float("nan")),
         "soft_bound_weight": s["bound_weight"] if s["soft_bounds"] else "hard bound",
         "max_iter": s["max_iter"],
         "assumes": s["assumes"],
@@ -275,6 +290,7 @@ HEADERS = {
     "solve_p95_ms": "solve p95 [ms]",
     "failed_solves": "failed solves",
     "solves": "solves",
+    "plan_constraint_max": "model's constraint residual over the plans (max)",
     "soft_bound_weight": "soft-bound weight",
     "max_iter": "solver iteration cap",
     "assumes": "what the tube assumes",
@@ -330,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         rows_all = {
             label: (
                 scenario,
-                [*QUICK_SETS, *(QUICK_GPVI if scenario == GPVI else QUICK_NOMINAL), *sets],
+                [*QUICK_SETS, *QUICK_EXTRA[scenario], *sets],
             )
             for label, (scenario, sets) in ROWS.items()
             if label in QUICK_ROWS
@@ -375,15 +391,16 @@ def main(argv: list[str] | None = None) -> None:
     fig = margins_figure(margins)
     fig.savefig(folder / "cartpole_margins.png", dpi=120)
     intro = (
-        "Each row is `vimpc run scenarios/cartpole_safe.toml` (nominal rows) or `vimpc run "
-        'scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) with `env.plant="per_episode"`, '
+        "Each row is `vimpc run scenarios/cartpole_safe.toml` (nominal rows), `vimpc run "
+        "scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) or `vimpc run "
+        'scenarios/cartpole_clnn_safe.toml` (CLNN rows) with `env.plant="per_episode"`, '
         f"`data.fits={args.fits}` and the overrides the row names, over the same "
         f"{args.episodes} episodes (reset seeds {args.seed}-{args.seed + args.episodes - 1}; "
         "the scenarios were designed on seeds 0-49). Each episode draws its own true "
         "cart-pole within the scenario's perturbation (masses and inertias within 10 %, "
         "friction [0.3, 0.1], observation noise 1e-3; its plant seed recorded) and uses fit "
         f"i mod {args.fits} (fits on data seeds shifted by 10^7). The rail is |s| <= 1 m in the nominal "
-        "scenario and |s| <= 0.7 m in the GP-VI one (column 'rail'); an episode is off the rail when the true cart position leaves it at any step. Nominal "
+        "scenario and |s| <= 0.7 m in the GP-VI and CLNN ones (column 'rail'); an episode is off the rail when the true cart position leaves it at any step. Nominal "
         "rows: the nominal midpoint model, its bound calibrated by split conformal prediction "
         "(column 'calibrated on'): in the scenario at the horizon level (all 20 one-step errors "
         "of a window inside at once with probability >= 1 - delta, conformal risk control over "
@@ -395,6 +412,14 @@ def main(argv: list[str] | None = None) -> None:
         "support points), with the conformal bound shaped by the GPs' posterior spread (at the "
         "horizon level in the scenario: all 20 one-step errors of a window inside at once "
         "with probability >= 1 - delta) or the Theorem 1 bound (each GP's uniform error bound on the box of its training inputs). "
+        "CLNN rows: a constrained Lagrangian network in Cartesian coordinates (the cart's "
+        "and the pole's x, y, phi and rates; the rail and the pin as four holonomic "
+        "constraints the exported variational step keeps; a 2 x 64 potential, constant "
+        "masses and a viscous friction per joint rate learned from the scenario's 100 "
+        "trajectories), its conformal bound per step on the 12 state entries, calibrated on "
+        "held-out open-loop trajectories, reaching the rail through to_obs; fatrop on the "
+        "implicit transcription to tol 1e-6. The model's constraint residual over the plans: "
+        "the largest |Phi| at any predicted state of any plan the solver returned. "
         "Intervals: off-rail and success rates with the Wilson and (off rail) the exact "
         "Clopper-Pearson 95 % interval over episodes; per-fit rates and their standard "
         "deviation across fits; percentile-bootstrap 95 % intervals (2000 resamples of "

@@ -25,7 +25,11 @@ class Trajectory:
     :class:`~vimpc.mpc.Status`); ``safety_margin (T+1, m)`` (>= 0 safe);
     ``constraint_residual (T+1,)``; ``reference (T+1, nobs)`` (the controller's
     reference, NaN when it has none); ``slack (T,)`` (largest slack of the soft
-    constraints); ``plan_obs (T, N + 1, nobs)``: the observations the plan of step ``k``
+    constraints); ``plan_constraint (T,)``: the largest holonomic constraint residual of the
+    model over each plan's predicted states (``MPCResult.plan_constraint``; NaN for a model
+    without constraints, a fallback, or a record made before it existed); ``handed_over
+    (T,)``: the calls ``solver = "condensed"`` handed to its ``sqpmethod``
+    (``MPCResult.handed_over``; empty for a record made before it existed); ``plan_obs (T, N + 1, nobs)``: the observations the plan of step ``k``
     predicts for steps ``k .. k + N`` (NaN when the controller fell back); ``tube (T, N + 1,
     m)``: the tightening that plan applied to each of the controller's ``m`` safety rows at
     each stage (zeros without tightening). ``planned_obs`` and ``planned_tube`` give their
@@ -59,6 +63,8 @@ class Trajectory:
     call_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
     late: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     period: np.ndarray = field(default_factory=lambda: np.array(np.nan))
+    plan_constraint: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    handed_over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
     def planned_obs(self) -> np.ndarray:
@@ -168,10 +174,11 @@ def run_episode(
         "slack",
         "plan_obs",
         "tube",
-        "call_times",  # per step
+        "call_times",
+        "plan_constraint",  # per step
     )
     rec: dict[str, list] = {
-        name: [] for name in (*floats, "iterations", "status", "empty_tube", "late")
+        name: [] for name in (*floats, "iterations", "status", "empty_tube", "late", "handed_over")
     }
     prepare = getattr(controller, "prepare", None)
     prepare = prepare if callable(prepare) else None
@@ -207,6 +214,8 @@ def run_episode(
         rec["tube"].append(np.zeros((len(plan), 0)) if tube is None else tube)
         rec["empty_tube"].append(int(getattr(result, "empty_tube_stages", 0)))
         rec["call_times"].append(float(getattr(result, "call_time", np.nan)))
+        rec["plan_constraint"].append(float(getattr(result, "plan_constraint", np.nan)))
+        rec["handed_over"].append(bool(getattr(result, "handed_over", False)))
         rec["late"].append(bool(getattr(result, "late", False)))
         record_state(obs, info, (k + 1) * dt)
         check_interrupt()  # a Ctrl-C that CasADi swallowed during the step
@@ -220,6 +229,7 @@ def run_episode(
         iterations=np.array(rec["iterations"], dtype=np.int64),
         empty_tube=np.array(rec["empty_tube"], dtype=np.int64),
         late=np.array(rec["late"], dtype=bool),
+        handed_over=np.array(rec["handed_over"], dtype=bool),
         period=np.array(period, dtype=np.float64),
         status=np.array(rec["status"], dtype=str),
         seed=int(seed),

@@ -107,6 +107,12 @@ def safety_rows(traj: Trajectory, safety: ca.Function) -> dict[str, np.ndarray]:
     return {"realized": _rows(safety, traj.states[1:]), "planned": planned, "tube": tube}
 
 
+def _finite_max(values: np.ndarray) -> float:
+    """The largest finite value, NaN when there is none."""
+    finite = values[np.isfinite(values)]
+    return float(finite.max()) if finite.size else float("nan")
+
+
 def episode_metrics(
     traj: Trajectory,
     success: Callable[[Trajectory], bool] | None = None,
@@ -126,7 +132,9 @@ def episode_metrics(
     reference). Safety, on the env's safety margin of the true state: ``violations``
     (steps with a negative margin), ``max_violation`` (largest ``-margin``),
     ``min_margin`` (smallest margin over the episode: the margin the controller really
-    had; ``inf`` if the task has no safety constraint). Solve times in milliseconds;
+    had; ``inf`` if the task has no safety constraint). ``max_plan_constraint_residual``:
+    the largest holonomic constraint residual of the controller's model over its plans'
+    predicted states (NaN for a model without constraints). Solve times in milliseconds;
     ``failed_solves`` (fell back: failed, infeasible or stopped at the time budget),
     ``time_limit_solves`` (stopped at the time budget, a share of ``failed_solves``),
     ``over_budget_solves`` (converged, but past the time budget) and
@@ -174,6 +182,7 @@ def episode_metrics(
         "max_violation": float(max(0.0, -worst.min())),
         "min_margin": float(worst.min()),
         "max_constraint_residual": float(traj.constraint_residual.max()),
+        "max_plan_constraint_residual": _finite_max(traj.plan_constraint),
         "solve_time_median_ms": float(np.median(times_ms)),
         "solve_time_p95_ms": float(np.percentile(times_ms, 95)),
         "solve_time_max_ms": float(times_ms.max()),
@@ -353,7 +362,8 @@ def summarize(
     ``safety_limits`` lists each by name with its ``states_outside`` and ``min_margin``.
     Solve-time statistics
     and the solve counts (``solves``, ``failed_solves``, ``time_limit_solves``,
-    ``over_budget_solves``, ``iteration_limit_solves``; ``late_solves`` with
+    ``over_budget_solves``, ``iteration_limit_solves``; ``handed_over_solves``, the calls
+    ``solver = "condensed"`` handed to its ``sqpmethod``; ``late_solves`` with
     ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
     ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``
     and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
@@ -414,6 +424,9 @@ def summarize(
         if np.any(np.isfinite(per_horizon)):  # NaN: every episode shorter than the horizon
             out["horizon_coverage_min"] = float(np.nanmin(per_horizon))
     out["max_constraint_residual"] = float(max(m["max_constraint_residual"] for m in per_episode))
+    out["max_plan_constraint_residual"] = _finite_max(
+        np.array([m.get("max_plan_constraint_residual", np.nan) for m in per_episode])
+    )
     out["solve_time_median_ms"] = float(np.median(times_ms))
     out["solve_time_p95_ms"] = float(np.percentile(times_ms, 95))
     out["solve_time_max_ms"] = float(times_ms.max())
@@ -428,6 +441,7 @@ def summarize(
     out["time_limit_solves"] = int(np.count_nonzero(status == TIME_LIMIT_STATUS))
     out["over_budget_solves"] = int(np.count_nonzero(status == LATE_STATUS))
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))
+    out["handed_over_solves"] = int(sum(np.count_nonzero(t.handed_over) for t in trajectories))
     out["nonfinite_plans"] = int(sum(m.get("nonfinite_plans", 0) for m in per_episode))
     if all("empty_tube_steps" in m for m in per_episode):
         # the share of control steps whose tightened set was empty at some stage

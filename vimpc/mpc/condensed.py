@@ -3,7 +3,7 @@
 
 Each iteration evaluates, in one CasADi call, the model's residual and its Jacobian at
 every stage (the model's closed-form ``residual_jacobian`` where it has one, else CasADi's
-derivative of ``residual``), the holonomic constraints at every state
+derivative of ``residual``), the holonomic constraints at every predicted state
 and the least-squares cost's residuals with their Jacobians; it then eliminates the states
 (``dx_{k+1} = A_k dx_k + B_k du_k + c_k`` with ``[A_k B_k c_k] = -J_z^-1 [J_x J_u r_k]``, the
 implicit transcription's next-state copy being the next state), forms the dense Gauss–Newton
@@ -146,9 +146,9 @@ class CondensedSQP:
         terminal = ca.Function("terminal", [x, ref], [rho_N, ca.jacobian(rho_N, x)])
         U_prev = ca.horzcat(u_prev, U[:, :-1])
         r, J = _residual_jacobian(m).map(N)(X[:, :-1], U, X[:, 1:], P)
-        constraint = (
-            m.constraint.map(N + 1)(X) if m.constraint is not None else ca.MX(1, N + 1)
-        )
+        # the predicted states only: the measured one need not be on the constraints (a model
+        # whose from_obs does not project a noisy observation onto them)
+        constraint = m.constraint.map(N)(X[:, 1:]) if m.constraint is not None else ca.MX(1, N)
         rh, Rx, Ru, Rp = stage(X[:, :-1], U, U_prev, R[:, :N])
         rN, RxN = terminal(X[:, N], R[:, N])
         cost_value = ca.sumsqr(rh) + ca.sumsqr(rN)
@@ -196,8 +196,13 @@ class CondensedSQP:
         return np.einsum("kij,j->ki", S, d) + s, d.reshape(N, nu)
 
     def solve(
-        self, X_prev: np.ndarray, U_prev: np.ndarray, x0: np.ndarray, refs: np.ndarray,
-        u_prev: np.ndarray, p: np.ndarray,
+        self,
+        X_prev: np.ndarray,
+        U_prev: np.ndarray,
+        x0: np.ndarray,
+        refs: np.ndarray,
+        u_prev: np.ndarray,
+        p: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, float] | None:
         """From the previous plan ``(X_prev (N + 1, nx), U_prev (N, nu))`` shifted by one
         stage, the initial state ``x0``, the references ``refs (N + 1, nobs)``, the input
@@ -259,8 +264,9 @@ class CondensedSQP:
         return dict(self._stats)
 
 
-def condensing_refusal(transcription: str, n_slack: int, cost: Any, n_safety: int,
-                       tightened: bool, hessian: str) -> str | None:
+def condensing_refusal(
+    transcription: str, n_slack: int, cost: Any, n_safety: int, tightened: bool, hessian: str
+) -> str | None:
     """Why ``solver = "condensed"`` cannot solve this problem, or None."""
     if hessian != "gauss-newton":
         return f"it uses the Gauss–Newton Hessian (hessian='gauss-newton'), got {hessian!r}"

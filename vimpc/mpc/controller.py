@@ -462,6 +462,9 @@ class MPC:
             )  # fmt: skip
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
+        self._constraint_map = (
+            None if model.constraint is None else model.constraint.map(self.horizon)
+        )
         # static bounds converted once: numpy -> DM conversion is a visible part of a 1 ms solve
         self._bounds = {
             name: ca.DM(value)
@@ -634,6 +637,9 @@ class MPC:
             self._w0 = self._lam_g0 = self._lam_x0 = None
         self._u_prev = u
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
+        plan_constraint = float("nan")
+        if self._constraint_map is not None and not fallback:
+            plan_constraint = float(np.abs(self._constraint_map(x_plan[1:].T)).max(initial=0.0))
         call_time = time.perf_counter() - called
         phases = {}
         if self._split and self._stepper is self._solver and not inputs_empty:
@@ -660,6 +666,8 @@ class MPC:
             tube_failure=tube_failure,
             call_time=call_time,
             late=call_time > self.period,
+            plan_constraint=plan_constraint,
+            handed_over=self._condensed is not None and self._stepper is not self._condensed,
             **phases,
         )
 
@@ -683,7 +691,6 @@ class MPC:
         # the rows hold to the tolerances: the constraint values are their bounds
         return {"x": w, "f": f, "g": self._tr.lbg.copy(), "lam_x": np.zeros(L.n_w),
                 "lam_g": np.zeros(n_g)}  # fmt: skip
-
 
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
         """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation

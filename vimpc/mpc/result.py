@@ -41,6 +41,11 @@ class MPCResult:
         late: True when ``call_time`` exceeded the controller's sampling period
             (``MPC.period``): the input came later than the next sample.
         slack: largest slack of the soft constraints (0 when all hold).
+        plan_constraint: largest ``|constraint(x_k)|`` of the model's holonomic constraints
+            over the predicted states ``k = 1..N`` of the plan (NaN for a model without
+            constraints or a fallback): how far the controller's predictions leave them.
+        handed_over: ``solver = "condensed"``: True when this call was solved by its
+            ``sqpmethod`` instead (a cold start, or a solve the condensed SQP did not finish).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
         tube: the tightening applied to each safety row at each stage in this solve,
@@ -88,3 +93,5 @@ class MPCResult:
     late: bool = False
     preparation_time: float = float("nan")
     feedback_time: float = float("nan")
+    plan_constraint: float = float("nan")
+    handed_over: bool = False
