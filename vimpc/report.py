@@ -206,7 +206,7 @@ def summary_table(
             (
                 "handed over",
                 f"{summary['handed_over_solves']} solves by sqpmethod instead of the condensed "
-                "SQP (the solves it did not finish)",
+                "SQP (the cold starts and the solves it did not finish)",
             )
         )
     if np.isfinite(summary.get("period_ms", np.nan)):

@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
             " (solver 'condensed': the Gauss-Newton SQP with the states eliminated, from the "
             "shifted plan, until its input step is within tol, the model's step equations "
             "within 1e-8 and its holonomic constraints within 1e-11 at every predicted "
-            "state; any solve it does not finish is handed to "
+            "state; the cold starts and any solve it does not finish are handed to "
             "sqpmethod with HPIPM to tol 1e-6, counted in the table)"
             if cc["solver"] == "condensed"
             else ""

@@ -20,9 +20,10 @@ least :data:`QP_ACCURACY`, daqp's accuracy on these QPs), the
 equality rows hold to :data:`RESIDUAL_TOL`, the inequality rows to :data:`ROW_TOL` and the
 model's holonomic constraints to :data:`CONSTRAINT_TOL` at every predicted state.
 
-It starts from the controller's guess: the shifted plan with the last state extrapolated
-linearly, or on a cold start the measured state held and the safe input. The controller
-solves any call that does not converge within ``max_iter`` iterations (or meets a non-finite value, a singular linearisation of the step
+Warm starts only (its full steps have no globalisation: from rest, the cart-pole CLNN's
+first steps left the model's step equations nearly singular): the controller's shifted plan
+with the last state extrapolated linearly. The controller solves a cold start, and any
+call that does not converge within ``max_iter`` iterations (or meets a non-finite value, a singular linearisation of the step
 equations, or a QP daqp does not solve), with CasADi's ``sqpmethod`` instead.
 
 Needs the implicit transcription (its next-state copies make the step equations a square
@@ -174,22 +175,22 @@ class CondensedSQP:
         dv = np.asarray(out["x"]).ravel()
         return Z @ dv + z
 
-    def _warm(self, w: np.ndarray, warm: bool) -> np.ndarray:
+    def _warm(self, w: np.ndarray) -> np.ndarray:
         """The shifted plan with its last state extrapolated linearly (the shift repeats
-        it), the next-state copy of the last stage with it; a cold guess as it is."""
+        it), the next-state copy of the last stage with it."""
         L = self.layout
         w = w.copy()
-        if warm and L.x.shape[0] > 2:
+        if L.x.shape[0] > 2:
             last = 2 * w[L.x[-2]] - w[L.x[-3]]
             w[L.x[-1]] = last
             w[L.z[-1]] = last
         return w
 
-    def solve(self, x0, p, lbx, ubx, lbg, ubg, warm: bool = True, **_) -> dict | None:
+    def solve(self, x0, p, lbx, ubx, lbg, ubg, **_) -> dict | None:
         start = time.perf_counter()
         dense = (np.asarray(a, dtype=np.float64).ravel() for a in (x0, p, lbx, ubx, lbg, ubg))
         w, p, lbx, ubx, lbg, ubg = dense
-        w = self._warm(w, warm)
+        w = self._warm(w)
         status = f"no convergence in {self.max_iter} iterations"
         step = np.inf
         for it in range(self.max_iter + 1):

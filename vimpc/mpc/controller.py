@@ -85,8 +85,8 @@ class MPC:
             convergence, its QPs over the inputs and slacks solved by daqp; ``tol`` is
             then its last step of the inputs and slacks (at least 1e-6), and every
             predicted state solves the model's step equations to 1e-8 and its holonomic
-            constraints to 1e-11; the solves it does not finish are ``sqpmethod``'s, to
-            ``min(tol, 1e-6)``).
+            constraints to 1e-11; cold starts and the solves it does not finish are
+            ``sqpmethod``'s, to ``min(tol, 1e-6)``).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -602,7 +602,7 @@ class MPC:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                     if self._split:
                         sol = self._real_time_step(args, x0, t, p)
-                    elif self._condensed is not None:
+                    elif self._condensed is not None and self._w0 is not None:
                         sol = self._condensed_step(args)
                     else:
                         sol = self._solver(**args)
@@ -672,7 +672,7 @@ class MPC:
         """``solver = "condensed"``: the condensed SQP from the shifted plan; where it does
         not converge, ``sqpmethod`` from the same start, as the other solvers."""
         self._stepper = self._condensed
-        sol = self._condensed.solve(**args, warm=self._w0 is not None)
+        sol = self._condensed.solve(**args)
         if sol is None:
             self._stepper = self._solver
             args = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
