@@ -2,7 +2,7 @@
 seeds, plants and fits.
 
     python tests/experiments/safety_cartpole.py [--seed 100] [--episodes 100] [--fits 3]
-        [--workers 1] [--runs DIR] [--rows TEXT ...] [--report-only]
+        [--workers 1] [--runs DIR] [--rows TEXT ...] [--table NAME] [--report-only]
 
 Every row is ``vimpc run`` of one of three scenarios with ``env.plant = "per_episode"`` (the
 true cart-pole drawn per episode within the scenario's perturbation: masses and inertias
@@ -25,10 +25,11 @@ designed on:
   scenario) and no tightening.
 
 Each row's run goes to ``--runs DIR/<row>/`` and is kept there: a row whose complete run is
-in ``DIR`` is not run again, so rows can be run one at a time (``--rows``) and the table
-written from those done so far (``--report-only``: nothing is run; a row whose run is
+in ``DIR`` is not run again, so rows can be run one at a time (``--rows``: the table then
+has those rows only) and the table of all rows written from those done so far (``--report-only``: nothing is run; a row whose run is
 unfinished is reported on its finished episodes and says so, a row with none is listed as
-not run). Writes ``results/safety/{cartpole.md, cartpole.csv}`` and figures. ``--quick --out
+not run). Writes ``results/safety/{NAME.md, NAME.csv}`` (``--table``, default
+``cartpole``) and figures. ``--quick --out
 DIR``: a smoke test into ``DIR``: the three scenario rows of ``QUICK_ROWS``, one episode of 3
 steps each, in this process, the models fitted on a few short trajectories (``QUICK_SETS``).
 """
@@ -328,9 +329,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--rows", nargs="*", default=None,
-        help="run only the rows whose label contains one of these texts (the table still "
-        "lists every row with a run in --runs)",
+        help="only the rows whose label contains one of these texts, run and in the table",
     )  # fmt: skip
+    parser.add_argument(
+        "--table", default="cartpole", help="name of the table files and the margins figure"
+    )
     parser.add_argument(
         "--report-only", action="store_true",
         help="run nothing: write the table from the runs in --runs",
@@ -361,8 +364,9 @@ def main(argv: list[str] | None = None) -> None:
     for label, (scenario, sets) in rows_all.items():
         out = args.runs / slug(label)
         found = read_run(out)
-        chosen = args.rows is None or any(t in label for t in args.rows)
-        if not args.report_only and chosen and (found is None or not found[2]):
+        if args.rows is not None and not any(t in label for t in args.rows):
+            continue
+        if not args.report_only and (found is None or not found[2]):
             if found is not None:
                 raise SystemExit(
                     f"{label}: {found[1]} is an unfinished run; finish it with vimpc run "
@@ -387,16 +391,21 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{label}: {rows[-1]}")
     if not rows:
         raise SystemExit(f"no row has a run in {args.runs}; run some rows first")
-    missing = [label for label in rows_all if label not in margins]
+    missing = [
+        label
+        for label in rows_all
+        if label not in margins and (args.rows is None or any(t in label for t in args.rows))
+    ]
     fig = margins_figure(margins)
-    fig.savefig(folder / "cartpole_margins.png", dpi=120)
+    fig.savefig(folder / f"{args.table}_margins.png", dpi=120)
     intro = (
         "Each row is `vimpc run scenarios/cartpole_safe.toml` (nominal rows), `vimpc run "
         "scenarios/cartpole_gpvi_safe.toml` (GP-VI rows) or `vimpc run "
         'scenarios/cartpole_clnn_safe.toml` (CLNN rows) with `env.plant="per_episode"`, '
         f"`data.fits={args.fits}` and the overrides the row names, over the same "
         f"{args.episodes} episodes (reset seeds {args.seed}-{args.seed + args.episodes - 1}; "
-        "the scenarios were designed on seeds 0-49). Each episode draws its own true "
+        "the nominal and GP-VI scenarios were designed on seeds 0-49, the CLNN one on 0-9). "
+        "Each episode draws its own true "
         "cart-pole within the scenario's perturbation (masses and inertias within 10 %, "
         "friction [0.3, 0.1], observation noise 1e-3; its plant seed recorded) and uses fit "
         f"i mod {args.fits} (fits on data seeds shifted by 10^7). The rail is |s| <= 1 m in the nominal "
@@ -446,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     # only the figures this run copied: a row without a complete run shows none
     lines = ["Every episode's smallest margin to the rail, per row:", "",
-             "![margins](cartpole_margins.png)", ""]  # fmt: skip
+             f"![margins]({args.table}_margins.png)", ""]  # fmt: skip
     if copied:
         lines += [f"Per row with a complete run: {CAPTIONS}.", ""]
     for label, names in copied.items():
@@ -456,9 +465,11 @@ def main(argv: list[str] | None = None) -> None:
         "python tests/experiments/safety_cartpole.py "
         f"--seed {args.seed} --episodes {args.episodes} --fits {args.fits} "
         f"--workers {args.workers}"
+        + (f" --rows {' '.join(repr(t) for t in args.rows)}" if args.rows else "")
+        + (f" --table {args.table}" if args.table != "cartpole" else "")
     )
     title = "Safe cart-pole: the rail with and without the tube, over plants and fits"
-    print(write_table(folder, "cartpole", title, command, intro, rows, HEADERS, after))
+    print(write_table(folder, args.table, title, command, intro, rows, HEADERS, after))
     if tmp is not None:
         tmp.cleanup()
 
