@@ -3,8 +3,6 @@ states eliminated (vimpc.mpc.condensed)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import casadi as ca
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from vimpc.errors import InputError
 from vimpc.mechanics import CartPole
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost
+from vimpc.mpc.condensed import box_qp
 
 DT = 0.1
 
@@ -35,9 +34,13 @@ def _linear_model() -> tuple[DiscreteModel, np.ndarray, np.ndarray]:
     return model, A, B
 
 
-def test_it_reproduces_lqr_with_a_riccati_terminal_cost():
+def _used_condensed(ctrl: MPC) -> bool:
+    return "evaluations" in ctrl._stats()  # the condensed SQP's statistics
+
+
+def test_the_warm_solves_reproduce_lqr_with_a_riccati_terminal_cost():
     """Linear model, quadratic cost, the DARE's P as terminal cost: every solve after the
-    first (a cold start, handed to sqpmethod) is the condensed SQP's, and all give the
+    first (a cold start, solved by sqpmethod) is the condensed SQP's, and gives the
     infinite-horizon LQR input -K x to 1e-8."""
     model, A, B = _linear_model()
     Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
@@ -48,17 +51,16 @@ def test_it_reproduces_lqr_with_a_riccati_terminal_cost():
     for k in range(6):
         result = ctrl(x)
         assert result.status.ok
-        assert result.handed_over == (k == 0)
+        assert _used_condensed(ctrl) == (k > 0)
         np.testing.assert_allclose(result.u, -K @ x, atol=1e-8)
         x = A @ x + B @ result.u + np.array([0.05, -0.02])  # off the plan: a new problem
 
 
 def test_it_finds_sqpmethods_plan_on_a_swing_up_with_the_input_bounds_active():
     """The nominal cart-pole's variational model (nonlinear, implicit): along a swing-up
-    driven by sqpmethod, the condensed SQP (from its own previous plans; the first state's
-    cold start handed to sqpmethod) finds sqpmethod's plan at each state (inputs within
-    1e-5 N, the bounds active at some stages), and every predicted state solves the
-    model's step equations to 1e-8."""
+    driven by sqpmethod, the condensed SQP warm-started from sqpmethod's previous plan finds
+    sqpmethod's plan at each state (inputs within 1e-5 N, the bounds active at some
+    stages), and every predicted state solves the model's step equations to 1e-8."""
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(
         Q=[10, 20, 0.1, 0.1], R=[0.01], Q_terminal=[50, 100, 5, 5],
@@ -74,7 +76,7 @@ def test_it_finds_sqpmethods_plan_on_a_swing_up_with_the_input_bounds_active():
         want = reference(x)
         got = condensed(x)
         assert want.status.ok and got.status.ok
-        used += not got.handed_over
+        used += _used_condensed(condensed)
         np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-5)
         active += int(np.any(np.abs(got.u_plan) >= 20.0 - 1e-9))
         for k in range(20):
@@ -84,9 +86,32 @@ def test_it_finds_sqpmethods_plan_on_a_swing_up_with_the_input_bounds_active():
     assert used == 24 and active > 0, (used, active)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_box_qp_meets_the_optimality_conditions(seed):
+    """On random positive definite problems with random boxes, the active-set solution is
+    feasible and optimal: zero gradient on the free entries, the gradient pointing out of
+    the box on the entries at a bound (the KKT conditions of a box QP)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    L = rng.normal(size=(n, n))
+    H = L @ L.T + 1e-2 * np.eye(n)
+    g = rng.normal(size=n) * 10
+    lb, ub = -rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+    d, converged = box_qp(H, g, lb, ub)
+    assert converged
+    assert np.all(d >= lb - 1e-12) and np.all(d <= ub + 1e-12)
+    grad = H @ d + g
+    at_lb, at_ub = np.isclose(d, lb, atol=1e-12), np.isclose(d, ub, atol=1e-12)
+    free = ~(at_lb | at_ub)
+    scale = 1e-9 * (1 + np.abs(g).max())
+    assert np.all(np.abs(grad[free]) <= scale)
+    assert np.all(grad[at_lb] >= -scale) and np.all(grad[at_ub] <= scale)
+
+
 @pytest.mark.parametrize(
     "options, named",
     [
+        ({"constraints": Constraints(obs_max=[1.0, np.inf])}, "input bounds only"),
         ({"transcription": "step"}, "transcription='implicit'"),
         ({"hessian": "exact"}, "Gauss–Newton"),
         ({"time_budget": 0.05}, "time_budget = 0.05 s cannot be kept by solver = 'condensed'"),
@@ -102,8 +127,7 @@ def test_what_it_cannot_solve_is_refused_with_the_reason(options, named):
 def test_a_measured_state_off_the_constraints_is_solved_and_the_plans_keep_them():
     """The nominal four-bar (joint angles, the loop closure's two constraints): measured
     states 1e-3 rad off the loop closure (noise the model's from_obs does not remove) are
-    solved by the condensed SQP (after the cold start, handed over), and its predicted
-    states keep the
+    solved by the condensed SQP, not handed over, and its predicted states keep the
     constraints (the result's plan_constraint) to 1e-10; sqpmethod's plans from the same
     states agree with them to 1e-4."""
     from vimpc.mechanics import FourBar
@@ -126,39 +150,3 @@ def test_a_measured_state_off_the_constraints_is_solved_and_the_plans_keep_them(
         np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-4)
         x = np.asarray(model.step(x, got.u, model.p_default)).ravel()
     assert handed == [True] + [False] * 9
-
-
-def _bounded_double_integrator() -> DiscreteModel:
-    """The double integrator with a constant one-step bound of 0.01 in each entry."""
-    model, _, _ = _linear_model()
-    x, u, p = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
-    bound = ca.Function("bound", [x, u, p], [ca.DM([0.01, 0.01])])
-    return dataclasses.replace(model, bound=bound, delta=0.05)
-
-
-@pytest.mark.parametrize(
-    "tightening, tube, soft",
-    [("none", "open_loop", True), ("tube", "open_loop", True), ("tube", "feedback", True),
-     ("tube", "open_loop", False)],
-)  # fmt: skip
-def test_it_finds_sqpmethods_plan_with_the_rail_and_the_tube(tightening, tube, soft):
-    """A cart driven to 1 m past a rail at 0.6 m (soft, an exact penalty, or hard), with
-    the tube of a bound or without: the rows, slacks and tightening are the transcription's
-    own, so the condensed SQP's plans are sqpmethod's (inputs within 1e-5) at every step,
-    none handed over after the cold start, with the rail active."""
-    model = _bounded_double_integrator()
-    cost = Cost(Q=[10.0, 0.1], R=[1e-3], reference=[1.0, 0.0])
-    cons = Constraints(u_min=[-0.5], u_max=[0.5], obs_max=[0.6, np.inf], soft_bounds=soft)
-    options = dict(tol=1e-9, tightening=tightening, tube=tube, max_iter=50)
-    condensed = MPC(model, 20, cost, cons, solver="condensed", **options)
-    reference = MPC(model, 20, cost, cons, **options)
-    x, active = np.array([0.0, 0.3]), 0
-    for k in range(15):
-        got, want = condensed(x), reference(x)
-        assert got.status.ok and want.status.ok
-        assert got.handed_over == (k == 0)
-        np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-5)
-        np.testing.assert_allclose(got.tube, want.tube, atol=1e-6)
-        active += int(np.any(got.obs[1:, 0] - 0.6 + got.tube[1:, 0] > -1e-6))
-        x = np.asarray(model.step(x, got.u, model.p_default)).ravel()
-    assert active > 0

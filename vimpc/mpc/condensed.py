@@ -1,33 +1,32 @@
-"""A Gauss–Newton SQP on the implicit transcription, condensed onto the inputs and slacks
+"""A Gauss–Newton SQP on the implicit transcription, condensed onto the inputs
 (``solver = "condensed"``).
 
-It solves the controller's own NLP (:func:`~vimpc.mpc.transcription.transcribe`: the same
-variables, rows, bounds and parameters, the tube's tightening included) with the
-Gauss–Newton Hessian of ``sqpmethod``, to convergence, and eliminates the states from each
-QP. One CasADi call per iteration evaluates the objective, its gradient, the rows, their
-sparse Jacobian, the Gauss–Newton Hessian and the model's holonomic constraints at the
-predicted states. The equality rows (the dynamics gaps, the initial state and the model's
-step equations ``residual(x_k, u_k, z_k) = 0``) are solved for the steps of the states and
-next-state copies by one sparse LU factorisation: ``dy = T dv + t`` in the steps ``dv`` of
-the inputs and slacks. The QP in ``dv`` alone, dense (``nu N`` inputs and the slacks), with
-the inequality rows (soft and hard observation bounds, path constraints, the inputs'
-tightened rows) and the variables' bounds, is solved by daqp (dense; qpOASES, exact to
-round-off on well-posed QPs, failed in its factorisation on the soft rail's degenerate
-rows). The step is taken in full.
+Each iteration evaluates, in one CasADi call, the model's residual and its Jacobian at
+every stage (the model's closed-form ``residual_jacobian`` where it has one, else CasADi's
+derivative of ``residual``), the holonomic constraints at every predicted state
+and the least-squares cost's residuals with their Jacobians; it then eliminates the states
+(``dx_{k+1} = A_k dx_k + B_k du_k + c_k`` with ``[A_k B_k c_k] = -J_z^-1 [J_x J_u r_k]``, the
+implicit transcription's next-state copy being the next state), forms the dense Gauss–Newton
+QP in the ``nu N`` input steps and solves it with the input bounds (a primal active-set
+method on the box). The step is taken in full. This is the same QP as CasADi's
+``sqpmethod`` solves on the implicit transcription with the Gauss–Newton Hessian (there
+with ``N (2 nx + nu)`` variables and the residual as equality rows), in a fraction of the
+time: on the four-bar CLNN (18 states, 8 holonomic constraints, horizon 20) one HPIPM QP of
+``sqpmethod`` took ~1.9 ms and its Jacobian ~1.3 ms, one condensed iteration here ~1.1 ms.
 
-Converged when the last step of the inputs and slacks is within ``tol`` (max norm; at
-least :data:`QP_ACCURACY`, daqp's accuracy on these QPs), the
-equality rows hold to :data:`RESIDUAL_TOL`, the inequality rows to :data:`ROW_TOL` and the
-model's holonomic constraints to :data:`CONSTRAINT_TOL` at every predicted state.
+Converged when the last input step is within ``tol`` (max norm), the residual of the
+model's step equations within :data:`RESIDUAL_TOL` and the holonomic constraints within
+:data:`CONSTRAINT_TOL` at every predicted state; once the step is small
+(:data:`CHECK_STEP`) the test first evaluates the residual alone, without its Jacobian.
 
-Warm starts only (its full steps have no globalisation: from rest, the cart-pole CLNN's
-first steps left the model's step equations nearly singular): the controller's shifted plan
-with the last state extrapolated linearly. The controller solves a cold start, and any
-call that does not converge within ``max_iter`` iterations (or meets a non-finite value, a singular linearisation of the step
-equations, or a QP daqp does not solve), with CasADi's ``sqpmethod`` instead.
+Warm starts only: the previous plan shifted by one stage, the last state extrapolated
+linearly. The controller solves a cold start, and any solve that does not converge within
+``max_iter`` iterations (or meets a non-finite value, a singular ``J_z`` or a box QP that
+does not converge), with CasADi's ``sqpmethod`` instead.
 
-Needs the implicit transcription (its next-state copies make the step equations a square
-system in the states) and the Gauss–Newton Hessian.
+Needs: the implicit transcription and input bounds only: no observation bounds or path
+constraints (their slacks and rows would make the condensed QP a general one), no tube
+tightening, no energy shaping (and, as checked with the other options, no time budget).
 """
 
 from __future__ import annotations
@@ -37,211 +36,244 @@ from typing import Any
 
 import casadi as ca
 import numpy as np
-import scipy.sparse
-import scipy.sparse.linalg
 
-from vimpc.errors import InputError
+from vimpc.dynamics import DiscreteModel
 
-#: the equality rows (the model's step equations, gaps, initial state) every solve reaches
+#: the residual of the model's step equations every predicted stage must reach
 RESIDUAL_TOL = 1e-8
-#: the violation of an inequality row a converged solve may keep
-ROW_TOL = 1e-8
 #: the holonomic constraints ``|constraint(x_k)|`` every predicted state must reach
 CONSTRAINT_TOL = 1e-11
-#: a step of the inputs and slacks within this counts as converged whatever ``tol``: daqp's
-#: steps on the ill-conditioned condensed QPs scatter at ~1e-7 about the optimum
-QP_ACCURACY = 1e-6
+#: the largest state step (max norm) after which convergence is tested on the residual
+#: alone: the residual then is quadratic in the step, ~1e-12 on the four-bar CLNN
+CHECK_STEP = 1e-4
 
 
-class _Sparse:
-    """A sparsity pattern and the index maps of its row/column blocks, so that a block of a
-    matrix given by its nonzeros is built without slicing."""
+def _residual_jacobian(model: DiscreteModel) -> ca.Function:
+    """``(x, u, x_next, p) -> (r, [dr/dx, dr/du, dr/dx_next])``: the model's own, or the
+    derivative of its residual."""
+    if model.residual_jacobian is not None:
+        return model.residual_jacobian
+    x, u = ca.MX.sym("x", model.nx), ca.MX.sym("u", model.nu)
+    z, p = ca.MX.sym("x_next", model.nx), ca.MX.sym("p", model.np)
+    r = model.residual(x, u, z, p)
+    J = ca.jacobian(r, ca.vertcat(x, u, z))
+    return ca.Function("residual_jacobian", [x, u, z, p], [r, J])
 
-    def __init__(self, sp: ca.Sparsity) -> None:
-        self.shape = (sp.size1(), sp.size2())
-        self.indptr = np.asarray(sp.colind(), dtype=np.int64)
-        self.indices = np.asarray(sp.row(), dtype=np.int64)
 
-    def matrix(self, nz: np.ndarray) -> scipy.sparse.csc_matrix:
-        return scipy.sparse.csc_matrix((nz, self.indices, self.indptr), shape=self.shape)
+class _Buffered:
+    """A CasADi function evaluated on preallocated numpy buffers (dense inputs and
+    outputs): numpy -> DM conversions cost ~1 ms for the Jacobian's 13,000 entries."""
 
-    def block(self, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, Any]:
-        """Which nonzeros make the block ``[rows, cols]``, and its empty csc matrix."""
-        tagged = self.matrix(np.arange(1, len(self.indices) + 1, dtype=np.float64))
-        sub = tagged[rows][:, cols].tocsc()
-        sub.sort_indices()
-        return sub.data.astype(np.int64) - 1, sub
+    def __init__(self, fn: ca.Function) -> None:
+        ins = fn.mx_in()
+        self.fn = ca.Function(fn.name(), ins, [ca.densify(o) for o in fn.call(ins)])
+        self._buffer, self._evaluate = self.fn.buffer()
+        self.args = [np.zeros(self.fn.nnz_in(i)) for i in range(self.fn.n_in())]
+        self.res = [np.zeros(self.fn.nnz_out(i)) for i in range(self.fn.n_out())]
+        for i, a in enumerate(self.args):
+            self._buffer.set_arg(i, memoryview(a))
+        for i, r in enumerate(self.res):
+            self._buffer.set_res(i, memoryview(r))
+
+    def __call__(self, *args) -> list[np.ndarray]:
+        for buf, value in zip(self.args, args, strict=True):
+            buf[:] = np.ravel(value)  # column-major: an (N, n) array is the (n, N) matrix
+        self._evaluate()
+        return [r.copy() for r in self.res]
+
+
+def box_qp(
+    H: np.ndarray, g: np.ndarray, lb: np.ndarray, ub: np.ndarray, max_iter: int = 100
+) -> tuple[np.ndarray, bool]:
+    """``min 1/2 d^T H d + g^T d`` s.t. ``lb <= d <= ub`` (``H`` positive definite) by a
+    primal active-set method: ``(d, converged)``."""
+    n = g.size
+    d = np.zeros(n)
+    fixed = np.zeros(n, bool)
+    at = np.zeros(n)
+    for _ in range(max_iter):
+        free = ~fixed
+        d[fixed] = at[fixed]
+        if free.any():
+            rhs = -(g[free] + H[np.ix_(free, fixed)] @ d[fixed])
+            d[free] = np.linalg.solve(H[np.ix_(free, free)], rhs)
+        low, high = free & (d < lb), free & (d > ub)
+        if low.any() or high.any():
+            at[low], at[high] = lb[low], ub[high]
+            fixed |= low | high
+            continue
+        grad = H @ d + g
+        wrong = fixed & (((at == lb) & (grad < 0)) | ((at == ub) & (grad > 0)))
+        if not wrong.any():
+            return d, True
+        fixed[np.flatnonzero(wrong)[np.argmax(np.abs(grad[wrong]))]] = False
+    return np.clip(d, lb, ub), False
 
 
 class CondensedSQP:
-    """The condensed Gauss–Newton SQP of a transcription (see the module): called as a
-    CasADi ``nlpsol`` is, ``solve(x0=..., p=..., lbx=..., ubx=..., lbg=..., ubg=...)``, it
-    returns the solution's ``x, f, g`` (multipliers zero) or None when it did not converge
-    (:meth:`stats` says why)."""
+    """The condensed Gauss–Newton SQP of a model, horizon, resolved cost and input bounds
+    (see the module). :meth:`solve` from a previous plan; :meth:`stats` as CasADi's."""
 
-    def __init__(self, tr: Any, model: Any, *, max_iter: int, tol: float) -> None:
-        nlp, L = tr.nlp, tr.layout
-        self.max_iter, self.tol, self.layout = max_iter, tol, L
-        w, p = nlp["x"], nlp["p"]
-        g = nlp["g"]
-        self.eq = np.flatnonzero(tr.lbg == tr.ubg)
-        self.ineq = np.flatnonzero(tr.lbg != tr.ubg)
-        self.y = np.sort(np.concatenate([L.x.ravel(), L.z.ravel()]))  # eliminated
-        self.v = np.sort(np.concatenate([L.u.ravel(), L.s.ravel()]))  # kept
-        if self.eq.size != self.y.size or np.isfinite(np.r_[tr.lbw[self.y], tr.ubw[self.y]]).any():
-            raise InputError(
-                "solver='condensed' cannot solve this problem: it eliminates the states by "
-                f"the equality rows, which must be as many as the states ({self.y.size}, got "
-                f"{self.eq.size}), and takes no bounds on the states"
-            )
-        lam_g = ca.MX.zeros(g.numel())
-        H = tr.gauss_newton(w, p, 1.0, lam_g)
-        J = ca.jacobian(g, w)
-        X = ca.reshape(w[L.x[1:].ravel().tolist()], model.nx, L.x.shape[0] - 1)
-        phi = (
-            ca.vec(model.constraint.map(X.shape[1])(X))
-            if model.constraint is not None
-            else ca.MX(0, 1)
-        )
-        outs = [nlp["f"], ca.gradient(nlp["f"], w), g, J, H, phi]
-        fn = ca.Function("condensed_linearization", [w, p], outs)
-        if tr.expandable:
-            fn = fn.expand()
-        self._fn = fn
-        self._buffer, self._evaluate = fn.buffer()
-        self._args = [np.zeros(fn.nnz_in(i)) for i in range(fn.n_in())]
-        self._res = [np.zeros(fn.nnz_out(i)) for i in range(fn.n_out())]
-        for i, a in enumerate(self._args):
-            self._buffer.set_arg(i, memoryview(a))
-        for i, r in enumerate(self._res):
-            self._buffer.set_res(i, memoryview(r))
-        self._J, self._H = _Sparse(fn.sparsity_out(3)), _Sparse(fn.sparsity_out(4))
-        self._grad_sp = fn.sparsity_out(1)
-        self._Ey, self._Ey_sp = self._J.block(self.eq, self.y)
-        self._Ev, self._Ev_sp = self._J.block(self.eq, self.v)
-        self._I, self._I_sp = self._J.block(self.ineq, np.arange(self._J.shape[1]))
-        n_v, n_i = self.v.size, self.ineq.size
-        self._qp = ca.conic(
-            "condensed_qp", "daqp",
-            {"h": ca.Sparsity.dense(n_v, n_v), "a": ca.Sparsity.dense(n_i, n_v)},
-            {"error_on_fail": False},
-        )  # fmt: skip
+    def __init__(
+        self,
+        model: DiscreteModel,
+        horizon: int,
+        cost: Any,
+        u_min: np.ndarray,
+        u_max: np.ndarray,
+        *,
+        max_iter: int,
+        tol: float,
+    ) -> None:
+        m, N = model, horizon
+        nx, nu = m.nx, m.nu
+        self.nx, self.nu, self.N = nx, nu, N
+        self.max_iter, self.tol = max_iter, tol
+        self.lb, self.ub = np.tile(u_min, N), np.tile(u_max, N)
+        X, U = ca.MX.sym("X", nx, N + 1), ca.MX.sym("U", nu, N)
+        u_prev, R = ca.MX.sym("u_prev", nu), ca.MX.sym("R", m.nobs, N + 1)
+        P = ca.MX.sym("p", m.np)
+        x, u, u1 = ca.SX.sym("x", nx), ca.SX.sym("u", nu), ca.SX.sym("u_prev", nu)
+        ref = ca.SX.sym("ref", m.nobs)
+        obs = m.to_obs(x)
+        rho = cost.stage_residual(obs, ref, u, u1)
+        rho_N = cost.terminal_residual(obs, ref)
+        self.n_rho = rho.numel()
+        stage = ca.Function(
+            "stage", [x, u, u1, ref],
+            [rho, ca.jacobian(rho, x), ca.jacobian(rho, u), ca.jacobian(rho, u1)],
+        ).map(N)  # fmt: skip
+        terminal = ca.Function("terminal", [x, ref], [rho_N, ca.jacobian(rho_N, x)])
+        U_prev = ca.horzcat(u_prev, U[:, :-1])
+        r, J = _residual_jacobian(m).map(N)(X[:, :-1], U, X[:, 1:], P)
+        # the predicted states only: the measured one need not be on the constraints (a model
+        # whose from_obs does not project a noisy observation onto them)
+        constraint = m.constraint.map(N)(X[:, 1:]) if m.constraint is not None else ca.MX(1, N)
+        rh, Rx, Ru, Rp = stage(X[:, :-1], U, U_prev, R[:, :N])
+        rN, RxN = terminal(X[:, N], R[:, N])
+        cost_value = ca.sumsqr(rh) + ca.sumsqr(rN)
+        self._linearization = _Buffered(ca.Function(
+            "condensed_linearization", [X, U, u_prev, R, P],
+            [r, constraint, J, rh, Rx, Ru, Rp, rN, RxN, cost_value],
+        ))  # fmt: skip
+        r_alone = m.residual.map(N)(X[:, :-1], U, X[:, 1:], P)
+        self._check = _Buffered(ca.Function(
+            "condensed_check", [X, U, u_prev, R, P], [r_alone, constraint, cost_value]
+        ))  # fmt: skip
         self._stats: dict[str, Any] = {}
 
-    def _linearize(self, w: np.ndarray, p: np.ndarray) -> list[np.ndarray]:
-        self._args[0][:] = w
-        self._args[1][:] = p
-        self._evaluate()
-        f, grad, g, J, H, phi = (r.copy() for r in self._res)
-        full = np.zeros(self._grad_sp.size1())  # the gradient's structural zeros
-        full[np.asarray(self._grad_sp.row(), dtype=np.int64)] = grad
-        return [f, full, g, J, H, phi]
+    def _step(self, U: np.ndarray, out: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The full Gauss–Newton step ``(dX, dU)`` at the linearisation ``out``."""
+        N, nx, nu, nr = self.N, self.nx, self.nu, self.n_rho
+        r, _, J, rho, Rx, Ru, Rp, rN, RxN, _ = out
+        r = r.reshape(N, nx)
+        J = J.reshape(N, 2 * nx + nu, nx).transpose(0, 2, 1)
+        rhs = np.concatenate([J[:, :, : nx + nu], r[:, :, None]], axis=2)
+        sol = -np.linalg.solve(J[:, :, nx + nu :], rhs)
+        A, B, c = sol[:, :, :nx], sol[:, :, nx : nx + nu], sol[:, :, -1]
+        # dX_k = S_k dU + s_k
+        S, s = np.zeros((N + 1, nx, N * nu)), np.zeros((N + 1, nx))
+        for k in range(N):
+            S[k + 1] = A[k] @ S[k]
+            S[k + 1][:, k * nu : (k + 1) * nu] += B[k]
+            s[k + 1] = A[k] @ s[k] + c[k]
+        Rx = Rx.reshape(N, nx, nr).transpose(0, 2, 1)
+        Ru = Ru.reshape(N, nu, nr).transpose(0, 2, 1)
+        Rp = Rp.reshape(N, nu, nr).transpose(0, 2, 1)
+        G = Rx @ S[:N]
+        for k in range(N):
+            G[k][:, k * nu : (k + 1) * nu] += Ru[k]
+            if k > 0:
+                G[k][:, (k - 1) * nu : k * nu] += Rp[k]
+        h = rho.reshape(N, nr) + np.einsum("kij,kj->ki", Rx, s[:N])
+        RxN = RxN.reshape(nx, -1).T
+        G = np.concatenate([G.reshape(-1, N * nu), RxN @ S[N]])
+        h = np.concatenate([h.reshape(-1), rN + RxN @ s[N]])
+        Uf = U.reshape(-1)
+        d, converged = box_qp(G.T @ G, G.T @ h, self.lb - Uf, self.ub - Uf)
+        if not converged:
+            raise np.linalg.LinAlgError("the box QP did not converge")
+        return np.einsum("kij,j->ki", S, d) + s, d.reshape(N, nu)
 
-    def _step(self, w, lin, lbx, ubx, lbg, ubg) -> np.ndarray:
-        """The full Gauss–Newton step ``dw`` of the condensed QP at ``w``."""
-        _, grad, g, J, Hnz, _ = lin
-        y, v = self.y, self.v
-        Ey = self._Ey_sp.copy()
-        Ey.data = J[self._Ey]
-        Ev = self._Ev_sp.copy()
-        Ev.data = J[self._Ev]
-        lu = scipy.sparse.linalg.splu(Ey)
-        c = g[self.eq] - lbg[self.eq]
-        rhs = np.column_stack([c, Ev.toarray()])
-        sol = -lu.solve(rhs)
-        Z = np.zeros((w.size, v.size))  # dw = Z dv + z
-        Z[y] = sol[:, 1:]
-        Z[v, np.arange(v.size)] = 1.0
-        z = np.zeros(w.size)
-        z[y] = sol[:, 0]
-        H = self._H.matrix(Hnz)
-        HZ = H @ Z
-        h = Z.T @ HZ
-        q = Z.T @ (grad + H @ z)
-        A = self._I_sp.copy()
-        A.data = J[self._I]
-        AZ = A @ Z
-        Az = A @ z
-        gi = g[self.ineq]
-        out = self._qp(
-            h=0.5 * (h + h.T), g=q, a=AZ,
-            lba=lbg[self.ineq] - gi - Az, uba=ubg[self.ineq] - gi - Az,
-            lbx=lbx[v] - w[v], ubx=ubx[v] - w[v],
-        )  # fmt: skip
-        if not self._qp.stats().get("success", False):
-            raise np.linalg.LinAlgError(
-                f"the condensed QP failed ({self._qp.stats().get('return_status')})"
-            )
-        dv = np.asarray(out["x"]).ravel()
-        return Z @ dv + z
-
-    def _warm(self, w: np.ndarray) -> np.ndarray:
-        """The shifted plan with its last state extrapolated linearly (the shift repeats
-        it), the next-state copy of the last stage with it."""
-        L = self.layout
-        w = w.copy()
-        if L.x.shape[0] > 2:
-            last = 2 * w[L.x[-2]] - w[L.x[-3]]
-            w[L.x[-1]] = last
-            w[L.z[-1]] = last
-        return w
-
-    def solve(self, x0, p, lbx, ubx, lbg, ubg, **_) -> dict | None:
+    def solve(
+        self,
+        X_prev: np.ndarray,
+        U_prev: np.ndarray,
+        x0: np.ndarray,
+        refs: np.ndarray,
+        u_prev: np.ndarray,
+        p: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """From the previous plan ``(X_prev (N + 1, nx), U_prev (N, nu))`` shifted by one
+        stage, the initial state ``x0``, the references ``refs (N + 1, nobs)``, the input
+        applied last ``u_prev`` and parameters ``p``: ``(X, U, cost)``, or None when it did
+        not converge (:meth:`stats` says why)."""
         start = time.perf_counter()
-        dense = (np.asarray(a, dtype=np.float64).ravel() for a in (x0, p, lbx, ubx, lbg, ubg))
-        w, p, lbx, ubx, lbg, ubg = dense
-        w = self._warm(w)
+        X = np.vstack([X_prev[1:], 2 * X_prev[-1:] - X_prev[-2:-1]])
+        X[0] = x0
+        U = np.vstack([U_prev[1:], U_prev[-1:]])
+        args = (u_prev, refs, p)
+        du = dx = np.inf
         status = f"no convergence in {self.max_iter} iterations"
-        step = np.inf
+        evaluations = 0
         for it in range(self.max_iter + 1):
-            lin = self._linearize(w, p)
-            f, _, g, _, _, phi = lin
-            if not (np.all(np.isfinite(g)) and np.all(np.isfinite(lin[3]))):
-                status = "a non-finite row or Jacobian"
+            small = du <= self.tol and dx <= CHECK_STEP
+            if small:  # the residual alone is enough to stop
+                r, phi, f = self._check(X, U, *args)
+                evaluations += 1
+                if self._converged(r, phi):
+                    return self._done(X, U, f, it, start, evaluations)
+            out = self._linearization(X, U, *args)
+            evaluations += 1
+            r, phi, f = out[0], out[1], out[-1]
+            if not (np.all(np.isfinite(r)) and np.all(np.isfinite(phi))):
+                status = "a non-finite residual"
                 break
-            if step <= max(self.tol, QP_ACCURACY) and self._converged(g, phi, lbg, ubg):
-                self._stats = {
-                    "success": True, "return_status": "Solve_Succeeded", "iter_count": it,
-                    "t_wall_total": time.perf_counter() - start,
-                }  # fmt: skip
-                return {"x": w, "f": float(f[0]), "g": g, "lam_g": np.zeros(g.size),
-                        "lam_x": np.zeros(w.size)}  # fmt: skip
+            if du <= self.tol and self._converged(r, phi):
+                return self._done(X, U, f, it, start, evaluations)
             if it == self.max_iter:
                 break
             try:
-                dw = self._step(w, lin, lbx, ubx, lbg, ubg)
-            except (np.linalg.LinAlgError, RuntimeError) as exc:
+                dX, dU = self._step(U, out)
+            except np.linalg.LinAlgError as exc:
                 status = f"a failed step ({exc})"
                 break
-            if not np.all(np.isfinite(dw)):
+            if not (np.all(np.isfinite(dX)) and np.all(np.isfinite(dU))):
                 status = "a non-finite step"
                 break
-            w = w + dw
-            step = float(np.abs(dw[self.v]).max(initial=0.0))
+            X, U = X + dX, U + dU
+            du, dx = float(np.abs(dU).max()), float(np.abs(dX).max())
         self._stats = {
             "success": False, "return_status": status, "iter_count": it,
-            "t_wall_total": time.perf_counter() - start,
+            "evaluations": evaluations, "t_wall_total": time.perf_counter() - start,
         }  # fmt: skip
         return None
 
-    def _converged(self, g, phi, lbg, ubg) -> bool:
-        eq = np.abs(g[self.eq] - lbg[self.eq]).max(initial=0.0)
-        gi = g[self.ineq]
-        over = np.maximum(lbg[self.ineq] - gi, gi - ubg[self.ineq]).max(initial=0.0)
-        return bool(
-            eq <= RESIDUAL_TOL
-            and over <= ROW_TOL
-            and np.abs(phi).max(initial=0.0) <= CONSTRAINT_TOL
-        )
+    @staticmethod
+    def _converged(r: np.ndarray, phi: np.ndarray) -> bool:
+        return bool(np.abs(r).max() <= RESIDUAL_TOL and np.abs(phi).max() <= CONSTRAINT_TOL)
+
+    def _done(self, X, U, f, it, start, evaluations):
+        self._stats = {
+            "success": True, "return_status": "Solve_Succeeded", "iter_count": it,
+            "evaluations": evaluations, "t_wall_total": time.perf_counter() - start,
+        }  # fmt: skip
+        return X, U, float(f[0])
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)
 
 
-def condensing_refusal(transcription: str, hessian: str) -> str | None:
+def condensing_refusal(
+    transcription: str, n_slack: int, cost: Any, n_safety: int, tightened: bool, hessian: str
+) -> str | None:
     """Why ``solver = "condensed"`` cannot solve this problem, or None."""
     if hessian != "gauss-newton":
         return f"it uses the Gauss–Newton Hessian (hessian='gauss-newton'), got {hessian!r}"
     if transcription != "implicit":
         return f"it needs transcription='implicit', got {transcription!r}"
+    if n_slack or n_safety or tightened:
+        return "it takes input bounds only (no observation bounds, path constraints or tube)"
+    if cost.energy is not None:
+        return "it does not take energy shaping"
     return None

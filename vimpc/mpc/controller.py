@@ -82,11 +82,10 @@ class MPC:
             stopped after one iteration, unsplit), or ``"condensed"``
             (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
             ``sqpmethod`` on the implicit transcription with the states eliminated, to
-            convergence, its QPs over the inputs and slacks solved by daqp; ``tol`` is
-            then its last step of the inputs and slacks (at least 1e-6), and every
-            predicted state solves the model's step equations to 1e-8 and its holonomic
-            constraints to 1e-11; cold starts and the solves it does not finish are
-            ``sqpmethod``'s, to ``min(tol, 1e-6)``).
+            convergence, from the shifted plan; ``tol`` is then its last input step, and
+            every predicted state solves the model's step equations to 1e-8 and its
+            holonomic constraints to 1e-11; input bounds only; cold starts and the solves it
+            does not finish are ``sqpmethod``'s, to ``min(tol, 1e-6)``).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -399,7 +398,9 @@ class MPC:
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
         self._tube_shape = (self.horizon + 1, n_safety)
         if solver == "condensed":
-            refusal = condensing_refusal(transcription, hessian)
+            refusal = condensing_refusal(
+                transcription, self._tr.layout.s.shape[1], self._cost, n_safety, tightened, hessian
+            )
             if refusal is not None:
                 raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
         plugin, opts = nlpsol_options(
@@ -455,7 +456,10 @@ class MPC:
         L = self._tr.layout
         self._condensed: CondensedSQP | None = None
         if solver == "condensed":
-            self._condensed = CondensedSQP(self._tr, model, max_iter=self.max_iter, tol=self.tol)
+            self._condensed = CondensedSQP(
+                model, self.horizon, self._cost, self._cons.u_min, self._cons.u_max,
+                max_iter=self.max_iter, tol=self.tol,
+            )  # fmt: skip
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         self._constraint_map = (
@@ -603,7 +607,7 @@ class MPC:
                     if self._split:
                         sol = self._real_time_step(args, x0, t, p)
                     elif self._condensed is not None and self._w0 is not None:
-                        sol = self._condensed_step(args)
+                        sol = self._condensed_step(args, x0, refs, p)
                     else:
                         sol = self._solver(**args)
                 error = None
@@ -668,16 +672,25 @@ class MPC:
         )
 
     # -- helpers --------------------------------------------------------------------------
-    def _condensed_step(self, args: dict) -> dict:
-        """``solver = "condensed"``: the condensed SQP from the shifted plan; where it does
-        not converge, ``sqpmethod`` from the same start, as the other solvers."""
-        self._stepper = self._condensed
-        sol = self._condensed.solve(**args)
-        if sol is None:
+    def _condensed_step(self, args: dict, x0: np.ndarray, refs: np.ndarray, p) -> dict:
+        """``solver = "condensed"``: the condensed SQP from the previous plan; where it does
+        not converge, ``sqpmethod`` from the shifted plan (``args``), as the other solvers."""
+        L, cond = self._layout, self._condensed
+        self._stepper = cond
+        found = cond.solve(self._w0[L.x], self._w0[L.u], x0, refs.T, self._u_prev, p)
+        if found is None:
             self._stepper = self._solver
             args = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
             return self._solver(**args)
-        return sol
+        X, U, f = found
+        w = np.zeros(L.n_w)
+        w[L.x], w[L.u] = X, U
+        if L.z.size:
+            w[L.z] = X[1:]
+        n_g = self._tr.lbg.size
+        # the rows hold to the tolerances: the constraint values are their bounds
+        return {"x": w, "f": f, "g": self._tr.lbg.copy(), "lam_x": np.zeros(L.n_w),
+                "lam_g": np.zeros(n_g)}  # fmt: skip
 
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
         """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation

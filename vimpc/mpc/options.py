@@ -38,9 +38,9 @@ SETTINGS: dict[str, Setting] = {
     "solver": Setting(
         str,
         "sqpmethod",
-        "NLP solver; `condensed`: Gauss–Newton SQP with the states eliminated (implicit "
-        "transcription; cold starts and failed solves by `sqpmethod`, `tol` its step of "
-        "the inputs and slacks)",
+        "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs "
+        "(implicit transcription, input bounds only; cold starts and failed solves by "
+        "`sqpmethod`, `tol` its input step [input units])",
         choices=SOLVERS,
     ),
     "transcription": Setting(
