@@ -134,7 +134,7 @@ def episode_metrics(
     ``min_margin`` (smallest margin over the episode: the margin the controller really
     had; ``inf`` if the task has no safety constraint). ``max_plan_constraint_residual``:
     the largest holonomic constraint residual of the controller's model over its plans'
-    predicted states (NaN for a model without constraints). Solve times in milliseconds;
+    predicted states (absent for a model without constraints). Solve times in milliseconds;
     ``failed_solves`` (fell back: failed, infeasible or stopped at the time budget),
     ``time_limit_solves`` (stopped at the time budget, a share of ``failed_solves``),
     ``over_budget_solves`` (converged, but past the time budget) and
@@ -182,7 +182,6 @@ def episode_metrics(
         "max_violation": float(max(0.0, -worst.min())),
         "min_margin": float(worst.min()),
         "max_constraint_residual": float(traj.constraint_residual.max()),
-        "max_plan_constraint_residual": _finite_max(traj.plan_constraint),
         "solve_time_median_ms": float(np.median(times_ms)),
         "solve_time_p95_ms": float(np.percentile(times_ms, 95)),
         "solve_time_max_ms": float(times_ms.max()),
@@ -227,6 +226,9 @@ def episode_metrics(
         out["min_planned_margin"] = float(planned[finite].min()) if finite.any() else math.nan
         tube = rows["tube"][np.isfinite(rows["tube"])]  # inf: a tube that was not computed
         out["max_tube"] = float(tube.max()) if tube.size else 0.0
+    plan = _finite_max(traj.plan_constraint)
+    if np.isfinite(plan):  # a model with holonomic constraints (NaN would not compare equal)
+        out["max_plan_constraint_residual"] = plan
     return out
 
 
@@ -424,9 +426,11 @@ def summarize(
         if np.any(np.isfinite(per_horizon)):  # NaN: every episode shorter than the horizon
             out["horizon_coverage_min"] = float(np.nanmin(per_horizon))
     out["max_constraint_residual"] = float(max(m["max_constraint_residual"] for m in per_episode))
-    out["max_plan_constraint_residual"] = _finite_max(
+    plan = _finite_max(
         np.array([m.get("max_plan_constraint_residual", np.nan) for m in per_episode])
     )
+    if np.isfinite(plan):  # a model with holonomic constraints
+        out["max_plan_constraint_residual"] = plan
     out["solve_time_median_ms"] = float(np.median(times_ms))
     out["solve_time_p95_ms"] = float(np.percentile(times_ms, 95))
     out["solve_time_max_ms"] = float(times_ms.max())
