@@ -29,12 +29,13 @@ class Trajectory:
     model over each plan's predicted states (``MPCResult.plan_constraint``; NaN for a model
     without constraints, a fallback, or a record made before it existed); ``handed_over
     (T,)``: the calls ``solver = "condensed"`` handed to its ``sqpmethod``
-    (``MPCResult.handed_over``; empty for a record made before it existed); ``plan_obs (T, N + 1, nobs)``: the observations the plan of step ``k``
-    predicts for steps ``k .. k + N`` (NaN when the controller fell back); ``tube (T, N + 1,
-    m)``: the tightening that plan applied to each of the controller's ``m`` safety rows at
-    each stage (zeros without tightening). ``planned_obs`` and ``planned_tube`` give their
-    stage 1: the prediction of the next step. ``empty_tube (T,)``: how many stages of each
-    step's tightened set were empty (``MPCResult.empty_tube_stages``; empty for records made
+    (``MPCResult.handed_over``; empty for a record made before it existed); ``plan_obs (T,
+    N + 1, nobs)``: the observations the plan of step ``k`` predicts for steps ``k .. k +
+    N`` (NaN when the controller fell back); ``tube (T, N + 1, m)``: the tightening that
+    plan applied to each of the controller's ``m`` safety rows at each stage (zeros without
+    tightening). ``planned_obs`` and ``planned_tube`` give their stage 1: the prediction of
+    the next step. ``empty_tube (T,)``: how many stages of each step's tightened set were
+    empty (``MPCResult.empty_tube_stages``; empty for records made
     before it existed). ``call_times (T,)`` [s]: the wall time of each controller call
     (``MPCResult.call_time``: tube, solve and Python work; NaN where the controller does not
     say); ``late (T,)``: whether that call took longer than the controller's sampling

@@ -38,6 +38,7 @@ import casadi as ca
 import numpy as np
 
 from vimpc.dynamics import DiscreteModel
+from vimpc.mpc.tube import residual_jacobian
 
 #: the residual of the model's step equations every predicted stage must reach
 RESIDUAL_TOL = 1e-8
@@ -46,18 +47,6 @@ CONSTRAINT_TOL = 1e-11
 #: the largest state step (max norm) after which convergence is tested on the residual
 #: alone: the residual then is quadratic in the step, ~1e-12 on the four-bar CLNN
 CHECK_STEP = 1e-4
-
-
-def _residual_jacobian(model: DiscreteModel) -> ca.Function:
-    """``(x, u, x_next, p) -> (r, [dr/dx, dr/du, dr/dx_next])``: the model's own, or the
-    derivative of its residual."""
-    if model.residual_jacobian is not None:
-        return model.residual_jacobian
-    x, u = ca.MX.sym("x", model.nx), ca.MX.sym("u", model.nu)
-    z, p = ca.MX.sym("x_next", model.nx), ca.MX.sym("p", model.np)
-    r = model.residual(x, u, z, p)
-    J = ca.jacobian(r, ca.vertcat(x, u, z))
-    return ca.Function("residual_jacobian", [x, u, z, p], [r, J])
 
 
 class _Buffered:
@@ -145,7 +134,7 @@ class CondensedSQP:
         ).map(N)  # fmt: skip
         terminal = ca.Function("terminal", [x, ref], [rho_N, ca.jacobian(rho_N, x)])
         U_prev = ca.horzcat(u_prev, U[:, :-1])
-        r, J = _residual_jacobian(m).map(N)(X[:, :-1], U, X[:, 1:], P)
+        r, J = residual_jacobian(m).map(N)(X[:, :-1], U, X[:, 1:], P)
         # the predicted states only: the measured one need not be on the constraints (a model
         # whose from_obs does not project a noisy observation onto them)
         constraint = m.constraint.map(N)(X[:, 1:]) if m.constraint is not None else ca.MX(1, N)
@@ -264,15 +253,15 @@ class CondensedSQP:
         return dict(self._stats)
 
 
-def condensing_refusal(
-    transcription: str, n_slack: int, cost: Any, n_safety: int, tightened: bool, hessian: str
-) -> str | None:
-    """Why ``solver = "condensed"`` cannot solve this problem, or None."""
+def condensing_refusal(transcription: str, n_safety: int, cost: Any, hessian: str) -> str | None:
+    """Why ``solver = "condensed"`` cannot solve this problem, or None (``n_safety``: the
+    safety rows of observation bounds and path constraints, which bring the slacks and the
+    tube's tightening with them)."""
     if hessian != "gauss-newton":
         return f"it uses the Gauss–Newton Hessian (hessian='gauss-newton'), got {hessian!r}"
     if transcription != "implicit":
         return f"it needs transcription='implicit', got {transcription!r}"
-    if n_slack or n_safety or tightened:
+    if n_safety:
         return "it takes input bounds only (no observation bounds, path constraints or tube)"
     if cost.energy is not None:
         return "it does not take energy shaping"

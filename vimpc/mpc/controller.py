@@ -398,9 +398,7 @@ class MPC:
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
         self._tube_shape = (self.horizon + 1, n_safety)
         if solver == "condensed":
-            refusal = condensing_refusal(
-                transcription, self._tr.layout.s.shape[1], self._cost, n_safety, tightened, hessian
-            )
+            refusal = condensing_refusal(transcription, n_safety, self._cost, hessian)
             if refusal is not None:
                 raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
         plugin, opts = nlpsol_options(

@@ -117,36 +117,49 @@ def residual_function(model: DiscreteModel) -> ca.Function:
     )  # fmt: skip
 
 
+def residual_jacobian(model: DiscreteModel) -> ca.Function:
+    """``(x, u, x_next, p) -> (r, J)`` with ``J = [dr/dx, dr/du, dr/dx_next]`` for a model with
+    a residual: its own ``residual_jacobian`` where it has one, else the derivative of its
+    ``residual`` (on SX where the residual expands)."""
+    if model.residual_jacobian is not None:
+        return model.residual_jacobian
+    expanded = None if keeps_mx(model) else expanded_or_none(model.residual)
+    sym = ca.MX if expanded is None else ca.SX
+    fn = model.residual if expanded is None else expanded
+    nx, nu = model.nx, model.nu
+    x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
+    r = fn(x, u, z, p)
+    return ca.Function(
+        "residual_jacobian", [x, u, z, p], [r, ca.jacobian(r, ca.vertcat(x, u, z))],
+        ["x", "u", "x_next", "p"], ["r", "J"],
+    )  # fmt: skip
+
+
 def step_jacobians(model: DiscreteModel) -> ca.Function:
     """``(x, u, x_next, p) -> (A, B)``, the derivatives of ``step`` by ``x`` and ``u``: for a
     model with a residual ``-(dr/dx_next)^{-1} (dr/dx, dr/du)`` at ``(x, u, x_next)`` (exact
-    when ``x_next`` is the step's solution; no Newton solve), else the Jacobians of ``step``
-    (``x_next`` unused)."""
-    if model.residual_jacobian is not None:  # the blocks [dr/dx, dr/du, dr/dx_next] given
-        x, u, z = ca.MX.sym("x", model.nx), ca.MX.sym("u", model.nu), ca.MX.sym("x_next", model.nx)
-        p = ca.MX.sym("p", model.np)
+    when ``x_next`` is the step's solution; no Newton solve; :func:`residual_jacobian`),
+    else the Jacobians of ``step`` (``x_next`` unused)."""
+    nx, nu = model.nx, model.nu
+    if model.residual is not None:
+        jac = residual_jacobian(model)
+        sym = ca.SX if jac.class_name() == "SXFunction" else ca.MX
+        x, u, z = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx)
+        p = sym.sym("p", model.np)
         # inlined, so that only J's part of the function is evaluated
-        J, nx = model.residual_jacobian.call([x, u, z, p], True, False)[1], model.nx
-        AB = -ca.solve(J[:, nx + model.nu :], J[:, : nx + model.nu])
+        J = jac.call([x, u, z, p], True, False)[1]
+        AB = -ca.solve(J[:, nx + nu :], J[:, : nx + nu])
         return ca.Function("step_jacobians", [x, u, z, p], [AB[:, :nx], AB[:, nx:]],
                            ["x", "u", "x_next", "p"], ["A", "B"])  # fmt: skip
-    fn = model.residual if model.residual is not None else model.step
-    expanded = None if keeps_mx(model) else expanded_or_none(fn)
+    expanded = None if keeps_mx(model) else expanded_or_none(model.step)
     sym = ca.MX if expanded is None else ca.SX
-    fn = fn if expanded is None else expanded
-    nx, nu = model.nx, model.nu
+    fn = model.step if expanded is None else expanded
     x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
-    if model.residual is not None:
-        r = fn(x, u, z, p)
-        dz = ca.jacobian(r, z)
-        A = -ca.solve(dz, ca.jacobian(r, x))
-        B = -ca.solve(dz, ca.jacobian(r, u))
-    else:
-        A = ca.jacobian(fn(x, u, p), x)
-        B = ca.jacobian(fn(x, u, p), u)
     return ca.Function(
-        "step_jacobians", [x, u, z, p], [A, B], ["x", "u", "x_next", "p"], ["A", "B"]
-    )
+        "step_jacobians", [x, u, z, p],
+        [ca.jacobian(fn(x, u, p), x), ca.jacobian(fn(x, u, p), u)],
+        ["x", "u", "x_next", "p"], ["A", "B"],
+    )  # fmt: skip
 
 
 def state_jacobian(model: DiscreteModel) -> ca.Function:

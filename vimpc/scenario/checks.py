@@ -239,8 +239,8 @@ def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> Non
         if max(lo, first) <= min(hi, first + count - 1):
             raise ConfigError(
                 f"fit {k}'s calibration episodes (seeds {lo} to {hi}) overlap the episodes' "
-                f"seeds ({first} to {first + count - 1}), so the bound would be calibrated on the episodes it is "
-                "measured on; move data.calibration_seed or episodes.seed"
+                f"seeds ({first} to {first + count - 1}), so the bound would be calibrated on "
+                "the episodes it is measured on; move data.calibration_seed or episodes.seed"
             )
 
 
