@@ -230,6 +230,17 @@ def test_short_data_and_use_before_fit_are_refused():
         HamelModel(DISK, DT, **{**SETTINGS, "window": 3}).fit(disk_data(2, 4, 15))
 
 
+def test_nan_data_are_refused_naming_where():
+    data = disk_data(4, 3, 16)
+    obs = data.obs.copy()
+    obs[2, 1, 3] = np.nan
+    # the data a fit takes are a Dataset, whose arrays are read-only once checked
+    with pytest.raises(InputError, match="obs must be finite, got nan at trajectory 2, step 1"):
+        Dataset(data.t, obs, data.states, data.inputs, data.dt, data.metadata)
+    with pytest.raises(ValueError, match="read-only"):
+        data.obs[2, 1, 3] = np.nan
+
+
 def test_constraint_error_checks_its_configurations(fitted):
     with pytest.raises(InputError, match=r"shape \(n, 4\), got \(3,\)"):
         fitted.constraint_error(np.zeros(3))

@@ -9,7 +9,7 @@ within 5 cm of the origin, heading and rates within 0.1) against the true disk o
 scenario (masses and inertias within 10 %, ``param_seed`` 0, observation noise 1e-3):
 
 - ``hamel``: as written: the connection learned from the scenario's ``[data]``, a conformal
-  bound, the open-loop tube on the keep-out circle;
+  bound, the feedback tube on the keep-out circle;
 - ``nominal``: the ``[model]`` table replaced by the nominal midpoint model (the true
   constraint, nominal inertias) with the same conformal bound (:data:`NOMINAL_MODEL`);
 - ``free rigid body``: the disk without its rolling constraint (the system's Lagrangian,
@@ -29,6 +29,7 @@ trajectories (``QUICK_SETS``).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -254,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         f"disk (masses and inertias within {kw['perturbation']:.0%}, param_seed "
         f"{kw['param_seed']}, observation noise {kw['obs_noise']:g}). Controller: horizon "
         f"{cfg['controller']['horizon']}, {cfg['controller']['solver']} on the "
-        f"{cfg['controller']['transcription']} transcription, at most "
+        f"{cfg['controller']['transcription']} transcription (jit {cfg['controller']['jit']}: "
+        "the model's residual compiled), at most "
         f"{cfg['controller']['max_iter']} iterations, the {cfg['controller']['tube']} tube of "
         f"the bound on the keep-out circle (radius {circle['radius']:g} m about "
         f"{circle['center']}, soft, weight {circle['weight']:g}). Success: x, y within "
@@ -263,8 +265,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{met['success_window']:g} s (true state). Touching: the true contact point inside "
         "the obstacle at some step. Rates: Wilson 95 % intervals; final errors (true state at "
         f"the last step): mean with a percentile-bootstrap 95 % interval ({BOOTSTRAP} "
-        "resamples). Solve times: the NLP solver call, pooled over all steps, one episode at "
-        "a time on a shared 2-core machine; a failed solve (including the iteration limit) "
+        "resamples). Solve times: the NLP solver call, pooled over all steps, "
+        f"{args.workers} episode process(es) at a time on a shared 2-core machine (load "
+        f"average {os.getloadavg()[0]:.1f} at the end); a failed solve (including the "
+        "iteration limit) "
         "applies the controller's fallback input (the shifted previous plan)."
     )
     hamel, nominal = rows[0], rows[1]
