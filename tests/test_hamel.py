@@ -241,6 +241,20 @@ def test_nan_data_are_refused_naming_where():
         data.obs[2, 1, 3] = np.nan
 
 
+def test_a_periodic_heading_makes_the_connection_periodic_and_the_raw_one_does_not(fitted):
+    # the default: the network sees (theta, cos phi, sin phi, x, y), in torch and in CasADi
+    Q = _configurations(8, 7)
+    turned = Q + np.array([0.0, 2 * np.pi, 0.0, 0.0])
+    A = fitted.connection().map(len(Q))
+    np.testing.assert_allclose(np.asarray(A(turned.T)), np.asarray(A(Q.T)), atol=1e-12)
+    raw = HamelModel(DISK, DT, **{**SETTINGS, "epochs": 1, "heading": "raw"})
+    raw.fit(disk_data(12, 3, 17))
+    B = raw.connection().map(len(Q))
+    assert np.abs(np.asarray(B(turned.T)) - np.asarray(B(Q.T))).max() > 1e-3
+    with pytest.raises(InputError, match="heading"):
+        HamelModel(DISK, DT, heading="angle")
+
+
 def test_constraint_error_checks_its_configurations(fitted):
     with pytest.raises(InputError, match=r"shape \(n, 4\), got \(3,\)"):
         fitted.constraint_error(np.zeros(3))
@@ -266,7 +280,7 @@ def test_elu_alpha_sets_the_slope_below_zero_of_the_exported_network():
 
     for alpha in (0.5, 1.0):
         # one hidden unit: Linear(4, 1) (bias 0), ELU(alpha), Linear(1, 3)
-        net = HamelModel(DISK, DT, hidden=[1], elu_alpha=alpha).untrained_network()
+        net = HamelModel(DISK, DT, hidden=[1], elu_alpha=alpha, heading="raw").untrained_network()
         assert net[1].alpha == alpha
         fn = casadi_function(net, name="connection")
         q = ca.MX.sym("q", 4)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from vimpc.errors import InputError
-from vimpc.models._torch_casadi import Sine, casadi_function, mlp
+from vimpc.models._torch_casadi import PeriodicInput, Sine, casadi_function, mlp
 
 TOL = 1e-10
 ACTIVATIONS = {
@@ -85,6 +85,24 @@ def test_softplus_threshold_branches(kind):
     pre = points @ chain[0].weight.detach().numpy().T + chain[0].bias.detach().numpy()
     assert np.any(3.0 * pre > 2.0) and np.any(3.0 * pre <= 2.0)
     _compare(chain, kind, points, hessian=True)
+
+
+@pytest.mark.parametrize("kind", ["sx", "mx"])
+def test_periodic_input_matches_torch_and_is_periodic(kind):
+    torch.manual_seed(1)
+    net = nn.Sequential(PeriodicInput(3, [0, 2]), nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 1))
+    net = net.double()
+    points = np.random.default_rng(6).normal(size=(6, 3))
+    _compare(net, kind, points, hessian=True)
+    f = casadi_function(net, kind=kind)
+    assert f.size_in(0) == (3, 1)
+    turned = points + 2 * np.pi * np.array([1.0, 0.0, -1.0])
+    np.testing.assert_allclose(
+        np.asarray(f.map(6)(turned.T)), np.asarray(f.map(6)(points.T)), atol=1e-12
+    )
+    for n_in, indices in ((3, [3]), (3, []), (0, [0])):
+        with pytest.raises(InputError, match="PeriodicInput"):
+            PeriodicInput(n_in, indices)
 
 
 @pytest.mark.parametrize("kind", ["sx", "mx"])

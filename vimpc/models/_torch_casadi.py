@@ -42,7 +42,15 @@ from torch import nn
 
 from vimpc.errors import InputError
 
-__all__ = ["SUPPORTED", "Sine", "casadi_expression", "casadi_function", "load_weights", "mlp"]
+__all__ = [
+    "SUPPORTED",
+    "PeriodicInput",
+    "Sine",
+    "casadi_expression",
+    "casadi_function",
+    "load_weights",
+    "mlp",
+]
 
 
 class Sine(nn.Module):
@@ -62,6 +70,47 @@ class Sine(nn.Module):
 
     def extra_repr(self) -> str:
         return f"omega={self.omega}"
+
+
+class PeriodicInput(nn.Module):
+    """Angles of the input replaced by their cosine and sine: input entry ``i`` in
+    ``indices`` becomes the two entries ``(cos x_i, sin x_i)`` in its place, so a network
+    behind it is ``2 pi``-periodic in those entries (the input grows by ``len(indices)``).
+    The first input layer; ``n_in`` is the input's size."""
+
+    def __init__(self, n_in: int, indices: Sequence[int]) -> None:
+        super().__init__()
+        if isinstance(n_in, bool) or not isinstance(n_in, int) or n_in < 1:
+            raise InputError(f"PeriodicInput's n_in must be a positive integer, got {n_in!r}")
+        idx = sorted({int(i) for i in indices})
+        if not idx or idx[0] < 0 or idx[-1] >= n_in:
+            raise InputError(
+                f"PeriodicInput's indices must be entries of an input of {n_in}, got "
+                f"{list(indices)!r}"
+            )
+        self.n_in, self.indices = n_in, tuple(idx)
+
+    def columns(self, x, cos, sin, cat):
+        """The features of ``x`` (rows are entries) with the library's ``cos``, ``sin``
+        and row concatenation ``cat``."""
+        parts = []
+        for i in range(self.n_in):
+            parts += [cos(x[i : i + 1]), sin(x[i : i + 1])] if i in self.indices else [x[i : i + 1]]
+        return cat(parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 1:  # one input
+            return self.columns(x, torch.cos, torch.sin, torch.cat)
+        return self.columns(x.T, torch.cos, torch.sin, torch.cat).T  # a batch (b, n_in)
+
+    def extra_repr(self) -> str:
+        return f"n_in={self.n_in}, indices={self.indices}"
+
+
+def _periodic(x, layer: PeriodicInput):
+    if x.shape != (layer.n_in, 1):
+        raise InputError(f"PeriodicInput takes a column of {layer.n_in}, got shape {x.shape}")
+    return layer.columns(x, ca.cos, ca.sin, lambda parts: ca.vertcat(*parts))
 
 
 def _softplus(x, layer: nn.Softplus):
@@ -88,6 +137,7 @@ SUPPORTED = {
     nn.ELU: _elu,
     Sine: lambda x, layer: ca.sin(layer.omega * x),
     nn.Identity: lambda x, layer: x,
+    PeriodicInput: _periodic,
 }
 _ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "elu": nn.ELU, "sine": Sine}
 
@@ -190,9 +240,12 @@ def casadi_function(
     layers = _check_network(module)
     linear = [layer for _, layer in layers if type(layer) is nn.Linear]
     if n_in is None:
-        if not linear:
+        if type(layers[0][1]) is PeriodicInput:
+            n_in = layers[0][1].n_in
+        elif not linear:
             raise InputError("the network has no Linear layer; pass n_in (its input size)")
-        n_in = linear[0].in_features
+        else:
+            n_in = linear[0].in_features
     if isinstance(n_in, bool) or not isinstance(n_in, int) or n_in < 1:
         raise InputError(f"n_in must be a positive integer, got {n_in!r}")
     x = (ca.SX if kind == "sx" else ca.MX).sym("x", n_in)

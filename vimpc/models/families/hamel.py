@@ -14,7 +14,13 @@ system's own constraint is used for one thing only: to warn of data that violate
 **Learned connection.** ``A~(q)``, ``g``-valued (3 components), a multilayer perceptron on
 all of ``q`` (reference: 3 hidden layers of 20 with sine activations and an ELU with
 ``alpha = 0.5`` before the output layer; weights ``N(0, init_std^2)``, biases 0; no input
-scaling). The horizontal field is eq. 23, ``u~1 = d_theta - A~^a u_{1+a}``.
+scaling). With ``heading = "periodic"`` (the default) the network sees the heading through
+its cosine and sine, ``(theta, cos phi, sin phi, x, y)``: ``phi`` is the angle of ``SE(2)``'s
+rotation, so the connection is ``2 pi``-periodic in it and defined at every heading a motion
+turns to; the authors' network sees ``phi`` itself (``heading = "raw"``), and a heading
+outside the data's range is then an extrapolation (a disk turning at 1 rad/s leaves
+``[-pi, pi]`` within seconds). The horizontal field is eq. 23,
+``u~1 = d_theta - A~^a u_{1+a}``.
 
 **The distribution and the frame.** The learned constraint distribution is
 ``D~ = span{u~1, d_phi}`` (on the disk the heading turns freely; the true ``D`` is the
@@ -99,6 +105,7 @@ ELU_ALPHA = 0.5
 CONSTANT_TOL = 1e-12
 #: Configuration indices of the split: r = theta, g = (phi, x, y).
 R_INDEX, PHI, X, Y = 0, 1, 2, 3
+HEADINGS = ("periodic", "raw")
 
 SETTINGS: dict[str, Setting] = {
     "hidden": Setting(list, [20, 20, 20], "widths of the connection network's hidden layers "
@@ -110,6 +117,9 @@ SETTINGS: dict[str, Setting] = {
                          "authors' 0.5 has a kink, its slope jumps from 0.5 to 1 at 0; 1: "
                          "continuously differentiable, for Newton-type MPC solvers)",
                          rule=POSITIVE),
+    "heading": Setting(str, "periodic", "how the connection network sees the heading phi: "
+                       "`periodic` (its cosine and sine: the connection is 2 pi-periodic in "
+                       "phi) or `raw` (phi itself, as the authors)", choices=HEADINGS),
     "init_std": Setting(float, 0.1, "standard deviation of the initial weights (biases 0)",
                         rule=POSITIVE),
     "window": Setting(int, 20, "steps per training rollout (authors: 20)", rule=POSITIVE),
@@ -319,18 +329,29 @@ class LearnedConstraintSystem(NaturalSystem):
 # -- torch (training and checks) -----------------------------------------------------------------
 
 
-def _network(sizes: list[int], activation: str, std: float, seed: int, alpha: float = ELU_ALPHA):
+def _network(
+    sizes: list[int],
+    activation: str,
+    std: float,
+    seed: int,
+    alpha: float = ELU_ALPHA,
+    heading: str = "raw",
+):
     """``Linear, act, ..., Linear, ELU(alpha), Linear`` (the authors' layout, alpha 0.5),
-    float64, weights ``N(0, std^2)``, biases 0."""
+    float64, weights ``N(0, std^2)``, biases 0; with ``heading = "periodic"`` behind a
+    :class:`~vimpc.models._torch_casadi.PeriodicInput` of the heading."""
     import torch
     from torch import nn
 
-    from vimpc.models._torch_casadi import Sine
+    from vimpc.models._torch_casadi import PeriodicInput, Sine
 
     acts = {"sine": Sine, "tanh": nn.Tanh, "softplus": nn.Softplus, "elu": nn.ELU}
     gen = torch.Generator().manual_seed(seed)
     layers: list = []
     n_hidden = len(sizes) - 2
+    if heading == "periodic":
+        layers.append(PeriodicInput(sizes[0], [PHI]))
+        sizes = [sizes[0] + 1, *sizes[1:]]
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         lin = nn.Linear(a, b, dtype=torch.float64)
         with torch.no_grad():
@@ -523,7 +544,8 @@ class HamelModel(ModelFamily):
 
     def untrained_network(self):
         """The network before training (torch; its weights depend on ``seed`` only)."""
-        return _network(self.sizes, self.activation, self.init_std, self.seed, self.elu_alpha)
+        return _network(self.sizes, self.activation, self.init_std, self.seed, self.elu_alpha,
+                        self.heading)  # fmt: skip
 
     def _train(self, Xw: np.ndarray, Uw: np.ndarray) -> None:
         import torch
