@@ -79,15 +79,18 @@ class kept_interrupts:  # noqa: N801  (used like a function: ``with kept_interru
         self._caught = False
         self._previous = None
         if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGINT, self._record)
-            if _ours(previous):
+            previous = signal.getsignal(signal.SIGINT)
+            if _ours(previous):  # else someone else's handler: leave it in charge
                 self._previous = previous
-            else:  # someone else's handler: leave it in charge
-                signal.signal(signal.SIGINT, previous)
+                signal.signal(signal.SIGINT, self._record)
 
     def _record(self, signum, frame) -> None:
         global _pending
         self._caught = True
+        # the previous handler is back at once: a SIGINT that lands before the body starts
+        # raises out of __enter__, and __exit__ never runs to restore it (this handler, left
+        # in place, would then keep every later SIGINT from the next kept_interrupts)
+        signal.signal(signal.SIGINT, self._previous)
         if self._previous is _latch:
             _pending = True
         raise KeyboardInterrupt
