@@ -328,8 +328,8 @@ def test_many_trajectories_pin_the_hamel_connection_where_one_orbit_does_not():
     import hamel_disk
 
     args = argparse.Namespace(
-        epochs=600, orbit_steps=hamel_disk.ORBIT_STEPS, steps=20, window=1, heading="periodic", hidden=[20, 20, 20],
-        rollout_steps=300, rollout_starts=4,
+        epochs=600, orbit_steps=hamel_disk.ORBIT_STEPS, steps=20, window=1, heading="periodic",
+        hidden=[20, 20, 20], rollout_steps=300, rollout_starts=4,
     )  # fmt: skip
     many, _ = hamel_disk.experiment(args, "many", 400, 7)
     orbit, _ = hamel_disk.experiment(args, "orbit", 0, 8)

@@ -57,7 +57,6 @@ network, 2 epochs, one seed, 0.1 s rollouts.
 from __future__ import annotations
 
 import argparse
-import os
 import warnings
 from pathlib import Path
 
@@ -134,11 +133,14 @@ def many(n: int, steps: int, seed: int):
     return rollout_env(_env(), n, steps, inputs, seed, initial_states=x0)
 
 
-def rollout_starts(n: int) -> np.ndarray:
-    """The orbit's start and ``n`` held-out consistent starts for the 10 s rollouts."""
+def truth_rollouts(n: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The orbit's start and ``n`` held-out consistent starts for the unforced rollouts
+    ``(n + 1, 8)``, and the env's states from them ``(n + 1, steps + 1, 8)``."""
     lo = np.array([-ROLLOUT_BOX[0], -np.pi, -ROLLOUT_BOX[1], -ROLLOUT_BOX[2]])
     held = starts(n, np.random.default_rng(ROLLOUT_SEED), lo, -lo, ROLLOUT_RATES)
-    return np.vstack([orbit_start()[None], held])
+    x0 = np.vstack([orbit_start()[None], held])
+    zero = np.zeros((len(x0), steps, 2))
+    return x0, rollout_env(_env(), len(x0), steps, zero, 0, initial_states=x0).states
 
 
 def momenta(X: np.ndarray) -> np.ndarray:
@@ -156,8 +158,9 @@ def momentum_error(pred: np.ndarray, truth: np.ndarray) -> tuple[float, np.ndarr
     and its RMS over the starts at each step."""
     if not np.all(np.isfinite(pred)):
         return float("nan"), np.full(truth.shape[1], np.nan)
-    err = np.sum((momenta(pred) - momenta(truth)) ** 2, -1)
-    scale = np.sqrt(np.mean(np.sum(momenta(truth) ** 2, -1)))
+    p_true = momenta(truth)
+    err = np.sum((momenta(pred) - p_true) ** 2, -1)
+    scale = np.sqrt(np.mean(np.sum(p_true**2, -1)))
     return float(np.sqrt(err.mean()) / scale), np.sqrt(err.mean(0)) / scale
 
 
@@ -213,10 +216,9 @@ def experiment(args, data_name: str, n_traj: int, seed: int) -> tuple[dict, dict
         fam.fit(data)
     heldout = starts(HELDOUT, np.random.default_rng(HELDOUT_SEED), *WORKSPACE, RATES)[:, :4]
     held = fam.constraint_error(heldout)
-    on_orbit = fam.constraint_error(orbit(args.orbit_steps).states[0, :, :4])
-    x0 = rollout_starts(args.rollout_starts)
-    truth = rollout_env(_env(), len(x0), args.rollout_steps,
-                        np.zeros((len(x0), args.rollout_steps, 2)), 0, initial_states=x0).states  # fmt: skip
+    orbit_data = data if n_traj == 0 else orbit(args.orbit_steps)
+    on_orbit = fam.constraint_error(orbit_data.states[0, :, :4])
+    x0, truth = truth_rollouts(args.rollout_starts, args.rollout_steps)
     ode = ode_rollout(fam, x0, args.rollout_steps)
     vi, constraint = model_rollout(fam.discrete_model(), x0, args.rollout_steps)
     orbit_err, _ = momentum_error(ode[:1], truth[:1])
@@ -245,14 +247,11 @@ def experiment(args, data_name: str, n_traj: int, seed: int) -> tuple[dict, dict
 
 def _work(item):
     args, data_name, n_traj, seed = item
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     return (data_name, seed), experiment(args, data_name, n_traj, seed)
 
 
 def nominal_row(args) -> tuple[dict, np.ndarray]:
-    x0 = rollout_starts(args.rollout_starts)
-    truth = rollout_env(_env(), len(x0), args.rollout_steps,
-                        np.zeros((len(x0), args.rollout_steps, 2)), 0, initial_states=x0).states  # fmt: skip
+    x0, truth = truth_rollouts(args.rollout_starts, args.rollout_steps)
     model = NominalModel(DISK, DT, integrator="midpoint").discrete_model()
     vi, constraint = model_rollout(model, x0, args.rollout_steps)
     orbit_err, _ = momentum_error(vi[:1], truth[:1])
