@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):  # lines appear as they are printed, also in a pipe
         sys.stdout.reconfigure(line_buffering=True)
+    _show_progress_notes()
     with interrupt_latch():
         try:
             return args.func(args)
@@ -278,6 +280,17 @@ def main(argv: list[str] | None = None) -> int:
             if interrupted():
                 return _interrupted()
             raise
+
+
+def _show_progress_notes() -> None:
+    """The library's notes on long one-off work (compiling a controller, once per problem)
+    printed to stderr as they happen."""
+    logger = logging.getLogger("vimpc")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("vimpc: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def _interrupted() -> int:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vimpc import __version__
+from vimpc._jit import cache_root
 from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, VimpcError, WorkerError
@@ -146,11 +147,8 @@ class ModelSource:
 
 def cache_dir() -> Path:
     """Where fitted models are cached: ``$VIMPC_CACHE``, else ``$XDG_CACHE_HOME/vimpc``, else
-    ``~/.cache/vimpc``."""
-    if os.environ.get("VIMPC_CACHE"):
-        return Path(os.environ["VIMPC_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "vimpc"
+    ``~/.cache/vimpc`` (compiled controllers go to its ``compiled`` folder)."""
+    return cache_root()
 
 
 def _file_digest(path: str) -> str:

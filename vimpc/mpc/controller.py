@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import difflib
 import inspect
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from vimpc.mpc.condensed import CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
     MATRICES,
+    NLPSOL_SOLVERS,
     SETTINGS,
     check_obs_names,
     check_option,
@@ -124,16 +126,26 @@ class MPC:
             ``qpsol_options`` table, or a value of the wrong type raises
             :class:`~vimpc.errors.InputError` naming it, when the controller is built.
         jit: compile to C with the system's C compiler when the controller is built:
-            ``"none"`` (default; building takes well under a second), ``"model"``
-            (the model's stage function, ``residual`` or ``step``, and its
-            derivatives as the solver asks for them, once per stage function; the NLP
-            around it stays interpreted and unexpanded: worth it for a heavy model
-            such as a GP with 100 support points, about 2x faster there for ~15 s of
-            compiling, slower for a light one) or ``"nlp"`` (all of the NLP's
-            functions: the fastest solves, and the longest compile, which grows
-            with the horizon and the model). A stage function with no SX form (a
+            ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
+            where a C compiler runs, else ``"none"`` (no compiler: said once per
+            process; the environment variable ``VIMPC_JIT=none`` also keeps ``"auto"``
+            interpreted, as the test suite does); ``"none"``: CasADi's interpreter;
+            ``"model"``: the model's stage function, ``residual`` or ``step``, and its
+            derivatives as the solver asks for them (the NLP around it interpreted and
+            unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
+            functions, the fastest solves. For ``fatrop``, ``ipopt`` and ``sqpmethod``
+            the NLP is compiled once per problem: the library is cached on disk by a hash
+            of its C source (the model and the problem) and loaded in milliseconds by
+            later runs and worker processes (:func:`vimpc._jit.cached_library`; the
+            first compile takes seconds for a nominal model, ~30 s for a GP-VI model with
+            100 support points). The NLP is expanded to scalar operations when the
+            model's stage function has at most :data:`EXPAND_LIMIT` of them, else its
+            stages call the (expanded) stage function, which compiles ~10x faster for a
+            heavy model and solves faster too. ``"nlp"`` with ``rti`` or ``condensed``
+            compiles its functions in each process. A stage function with no SX form (a
             Newton loop inside) or a missing compiler leaves ``"model"`` interpreted
-            (:attr:`model_compiled` says which).
+            (:attr:`model_compiled` says which); a compile that fails leaves ``"nlp"``
+            interpreted, with a warning (:attr:`nlp_compiled` says which).
         tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
             ``1..N`` by the model's ``bound`` propagated along the plan (below).
         tube: with ``"tube"``, how the bound is propagated: ``"open_loop"`` (default; the
@@ -294,7 +306,8 @@ class MPC:
             )
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
-        self.tightening, self.jit = tightening, jit = checked["tightening"], checked["jit"]
+        self.tightening = tightening = checked["tightening"]
+        self.jit = _resolved_jit(checked["jit"], solver)
         if tightening == "tube" and model.bound is None:
             raise InputError(
                 "tightening='tube' needs the model's one-step error bound, but the model has "
@@ -386,6 +399,11 @@ class MPC:
         staged, self.model_compiled = (
             _compiled_stage(model, transcription) if self.jit == "model" else (model, False)
         )
+        # a compiled NLP of a heavy model keeps its stages as calls of the expanded stage
+        # function (the expanded NLP compiles ~10x longer and solves no faster)
+        self.nlp_compiled, stage_calls = False, False
+        if self.jit == "nlp" and solver in NLPSOL_SOLVERS:
+            staged, stage_calls = _called_stage(model, transcription)
         self._tr = transcribe(
             staged,
             self.horizon,
@@ -406,13 +424,13 @@ class MPC:
             max_iter=self.max_iter,
             tol=self.tol,
             qpsol=qpsol,
-            expand=self._tr.expandable and not self.model_compiled,
+            expand=self._tr.expandable and not (self.model_compiled or stage_calls),
             equality=(self._tr.lbg == self._tr.ubg).tolist(),
             hessian=hessian,
             gauss_newton=self._tr.gauss_newton,
             structure=self._tr.layout.ocp_structure(),
         )
-        if self.jit == "nlp":
+        if self.jit == "nlp" and solver not in NLPSOL_SOLVERS:
             opts.update(_jit.options())
         self._deadline = None
         budget_opts: dict[str, Any] = {}
@@ -442,7 +460,7 @@ class MPC:
                 if self._real_time(solver, hessian, given_options):
                     self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
-                    self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                    self._solver = self._nlp_solver(plugin, opts)
                 self._split = isinstance(self._solver, (RealTimeIteration, SparseRealTimeIteration))
                 self._stepper = self._solver  # the solver of the current call (stats)
         except RuntimeError as exc:
@@ -703,6 +721,33 @@ class MPC:
             and set(given) <= {"qpsol_options"}
             and self._condensing_obstacle() is None
         )
+
+    def _nlp_solver(self, plugin: str, opts: dict[str, Any]) -> ca.Function:
+        """The ``nlpsol`` of the transcription; with ``jit="nlp"`` loaded from its compiled
+        library (from the compile cache, or compiled now), the interpreted one where no
+        library could be made (:attr:`nlp_compiled`)."""
+        solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+        if self.jit != "nlp":
+            return solver
+        library = _jit.cached_library(
+            lambda folder: solver.generate_dependencies("vimpc_nlp.c"), "controller's NLP"
+        )
+        if library is None:
+            return solver
+        try:
+            compiled = ca.nlpsol(
+                "mpc", plugin, str(library), {k: v for k, v in opts.items() if k != "expand"}
+            )
+        except RuntimeError as exc:
+            warnings.warn(
+                f"jit='nlp': the compiled NLP {str(library)!r} could not be loaded "
+                f"({str(exc).splitlines()[-1]}); the controller solves it interpreted",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return solver
+        self.nlp_compiled = True
+        return compiled
 
     def _condensing_obstacle(self) -> str | None:
         """Why the real-time iteration cannot condense this transcription onto the inputs
@@ -972,6 +1017,40 @@ def _stages_text(stages: np.ndarray) -> str:
             runs.append(f"{start}" if start == k else f"{start}-{k}")
             start = None
     return ("stage " if len(stages) == 1 else "stages ") + ", ".join(runs)
+
+
+#: A compiled NLP is expanded to scalar operations when the model's stage function has at
+#: most this many (the nominal models: 110-659; GP-VI models with 100 support points:
+#: 5,806-13,902); a heavier stage is compiled once and called per stage. On the GP-VI
+#: cart-pole the expanded NLP took 310 s to compile and solved in 7.5 ms (median), the
+#: called one 30 s and 6.5 ms; on the nominal cart-pole the expanded one solves in 0.71 ms
+#: against 0.91 ms.
+EXPAND_LIMIT = 2000
+
+
+def _resolved_jit(jit: str, solver: str) -> str:
+    """``jit`` with ``"auto"`` made concrete for ``solver`` (see :class:`MPC`)."""
+    if jit != "auto":
+        return jit
+    if os.environ.get("VIMPC_JIT", "").strip().lower() == "none" or solver not in NLPSOL_SOLVERS:
+        return "none"
+    return "nlp" if _jit.compiler() is not None else "none"
+
+
+def _called_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:
+    """``model`` with its stage function expanded to SX and marked to stay a call in the
+    NLP, when it is heavier than :data:`EXPAND_LIMIT` operations; whether it was."""
+    name = "step" if transcription == "step" else "residual"
+    fn = getattr(model, name)
+    try:
+        sx = fn.expand()
+    except RuntimeError:  # a Newton loop inside: the NLP is not expanded anyway
+        return model, False
+    if sx.n_instructions() <= EXPAND_LIMIT:
+        return model, False
+    args = sx.sx_in()
+    called = ca.Function(fn.name(), args, sx.call(args), fn.name_in(), fn.name_out())
+    return dataclasses.replace(model, **{name: called}), True
 
 
 def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:

@@ -19,7 +19,9 @@ from vimpc.mpc.solvers import HESSIANS, QP_SOLVERS, SOLVERS
 from vimpc.mpc.tube import ERRORS
 
 TIGHTENINGS = ("none", "tube")
-JITS = ("none", "model", "nlp")
+JITS = ("auto", "none", "model", "nlp")
+#: the solvers that are one CasADi ``nlpsol``, whose NLP ``jit`` compiles once per problem
+NLPSOL_SOLVERS = ("sqpmethod", "fatrop", "ipopt")
 #: the solvers of the SQP presets, and the options that only they read
 SQP_SOLVERS = ("sqpmethod", "rti", "condensed")
 SQP_OPTIONS = ("qpsol", "hessian")
@@ -94,9 +96,11 @@ SETTINGS: dict[str, Setting] = {
     ),
     "jit": Setting(
         str,
-        "none",
-        "compile to C when the controller is built: `model` (the model's stage function; "
-        "pays off for heavy models such as GPs) or `nlp` (the whole NLP; long compile)",
+        "auto",
+        "compile to C when the controller is built: `nlp` (the whole NLP, compiled once per "
+        "problem and cached on disk), `model` (the model's stage function, in each process), "
+        "`none`; `auto`: `nlp` for `fatrop`, `ipopt` and `sqpmethod` where a C compiler runs "
+        "(and `VIMPC_JIT` is not `none`), else `none`",
         choices=JITS,
     ),
     "tightening": Setting(

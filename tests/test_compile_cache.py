@@ -1,0 +1,120 @@
+"""Compiled controllers: the NLP compiled once per problem and cached on disk, refused and
+compiled again when its library no longer matches its record, and the interpreter where no
+compiler runs or the cache cannot be written."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+from vimpc import _jit
+from vimpc.mechanics import Pendulum
+from vimpc.models import NominalModel
+from vimpc.mpc import MPC, Constraints, Cost
+
+MODEL = NominalModel(Pendulum(), 0.05).discrete_model()
+COST = Cost(Q=[1.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
+CONS = Constraints(u_min=[-2.0], u_max=[2.0])
+STARTS = ([0.1, 0.0], [2.5, -1.0])
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh compile cache, ``jit = "auto"`` compiling, nothing said yet in the process."""
+    monkeypatch.setenv("VIMPC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("VIMPC_JIT", raising=False)
+    monkeypatch.setattr(_jit, "_SAID", set())
+    monkeypatch.setattr(_jit, "_COMPILER", [])
+    return tmp_path / "cache" / "compiled"
+
+
+def _plans(ctrl: MPC) -> np.ndarray:
+    return np.array([ctrl(np.array(x0)).u_plan for x0 in STARTS])
+
+
+def _compiles(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
+
+
+@pytest.mark.parametrize("solver", ["fatrop", "ipopt", "sqpmethod"])
+def test_a_compiled_nlp_is_cached_and_solves_the_interpreted_ones_problem(solver, cache, caplog):
+    caplog.set_level(logging.INFO, logger="vimpc")
+    interpreted = _plans(MPC(MODEL, 6, COST, CONS, solver=solver, jit="none", tol=1e-10))
+    first = MPC(MODEL, 6, COST, CONS, solver=solver, tol=1e-10)  # jit = "auto"
+    assert (first.jit, first.nlp_compiled) == ("nlp", True)
+    assert len(_compiles(caplog)) == 1
+    second = MPC(MODEL, 6, COST, CONS, solver=solver, tol=1e-10)
+    assert second.nlp_compiled and len(_compiles(caplog)) == 1  # loaded, not compiled again
+    assert sorted(p.suffix for p in cache.iterdir() if p.suffix != ".lock") == [".json", ".so"]
+    np.testing.assert_allclose(_plans(first), interpreted, atol=1e-8)
+    np.testing.assert_allclose(_plans(second), interpreted, atol=1e-8)
+    # another problem is another library
+    MPC(MODEL, 7, COST, CONS, solver=solver, tol=1e-10)
+    assert len(_compiles(caplog)) == 2 and len(list(cache.glob("*.so"))) == 2
+
+
+def test_a_changed_library_is_refused_and_compiled_again(cache, caplog):
+    caplog.set_level(logging.INFO, logger="vimpc")
+    reference = _plans(MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10))
+    (library,) = cache.glob("*.so")
+    library.write_bytes(library.read_bytes()[:-100])  # truncated
+    with pytest.warns(RuntimeWarning, match="refusing the compiled controller's NLP.*do not match"):
+        ctrl = MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10)
+    assert ctrl.nlp_compiled and len(_compiles(caplog)) == 2
+    np.testing.assert_allclose(_plans(ctrl), reference, atol=1e-12)
+    # a record that names another library's digest is refused the same way
+    (record,) = cache.glob("*.json")
+    record.write_text(record.read_text().replace('"sha256": "', '"sha256": "0'))
+    with pytest.warns(RuntimeWarning, match="refusing"):
+        MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10)
+    assert len(_compiles(caplog)) == 3
+    with warnings.catch_warnings():  # and the rebuilt one is taken as it is
+        warnings.simplefilter("error")
+        MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10)
+    assert len(_compiles(caplog)) == 3
+
+
+def test_auto_is_interpreted_without_a_compiler_and_says_so_once(cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gcc, no cc
+    monkeypatch.setenv("CC", "no-such-compiler")
+    with pytest.warns(RuntimeWarning, match=r"no C compiler runs here \(\$CC, gcc or cc\)"):
+        ctrl = MPC(MODEL, 6, COST, CONS, solver="fatrop")
+    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        again = MPC(MODEL, 6, COST, CONS, solver="fatrop", jit="nlp")
+    assert not again.nlp_compiled and not cache.exists()
+    np.testing.assert_allclose(_plans(again), _plans(ctrl), atol=1e-12)
+
+
+def test_an_unwritable_cache_is_said_and_the_controller_still_compiled(monkeypatch, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("VIMPC_CACHE", str(blocker))  # its compiled/ cannot be made
+    monkeypatch.delenv("VIMPC_JIT", raising=False)
+    monkeypatch.setattr(_jit, "_SAID", set())
+    with pytest.warns(RuntimeWarning, match="compile cache .*a_file/compiled.* cannot be written"):
+        ctrl = MPC(MODEL, 6, COST, CONS, solver="fatrop")
+    assert ctrl.nlp_compiled  # compiled for this process alone
+    assert np.isfinite(_plans(ctrl)).all()
+
+
+def test_auto_leaves_the_real_time_iteration_and_the_environments_choice(cache, monkeypatch):
+    assert MPC(MODEL, 6, COST, CONS, solver="rti").jit == "none"
+    assert MPC(MODEL, 6, COST, CONS, solver="condensed").jit == "none"
+    monkeypatch.setenv("VIMPC_JIT", "none")
+    ctrl = MPC(MODEL, 6, COST, CONS, solver="fatrop")
+    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False) and not cache.exists()
+
+
+def test_a_heavy_stage_stays_one_called_function_in_the_compiled_nlp(cache, monkeypatch):
+    # above EXPAND_LIMIT operations the stage function is compiled once and called per stage:
+    # another library (its source differs from the expanded NLP's), the same plans
+    expanded = _plans(MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10))
+    monkeypatch.setattr("vimpc.mpc.controller.EXPAND_LIMIT", 10)
+    called = MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10)
+    assert called.nlp_compiled and len(list(cache.glob("*.so"))) == 2
+    np.testing.assert_allclose(_plans(called), expanded, atol=1e-8)
