@@ -2,7 +2,8 @@
 
 CasADi's JIT runs the compiler through ``system()``, which ignores SIGINT in the caller
 while it waits: a Ctrl-C then was lost, or killed only the compiler and the run went on
-interpreted. :func:`vimpc._jit.compiled_now` runs the compiler as a Python subprocess.
+interpreted. :func:`vimpc._jit.compiled_now` runs the compiler as a Python subprocess (and
+keeps the library in the compile cache).
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ def test_compiled_now_keeps_name_ports_and_bits():
             assert np.array_equal(np.asarray(got), np.asarray(want))
 
 
-def test_a_compiler_stopped_by_ctrl_c_raises_keyboard_interrupt(monkeypatch):
+def test_a_compiler_stopped_by_ctrl_c_raises_keyboard_interrupt(monkeypatch, tmp_path):
     # a Ctrl-C to the process group kills the compiler too: that is an interrupt, not a
     # failed compile to fall back from
-    monkeypatch.setattr(shutil, "which", lambda name: "/bin/true")
+    monkeypatch.setattr(_jit, "_COMPILER", [("/bin/true", "a compiler")])
+    monkeypatch.setenv("VIMPC_CACHE", str(tmp_path))
     monkeypatch.setattr(
         subprocess,
         "run",
@@ -58,15 +60,18 @@ def test_a_compiler_stopped_by_ctrl_c_raises_keyboard_interrupt(monkeypatch):
         _jit.compiled_now(ca.Function("g", [x], [2 * x]))
 
 
-def test_a_failed_compile_falls_back(monkeypatch):
-    monkeypatch.setattr(shutil, "which", lambda name: "/bin/false")
+def test_a_failed_compile_falls_back(monkeypatch, tmp_path):
+    monkeypatch.setattr(_jit, "_COMPILER", [("/bin/false", "a compiler that fails")])
+    monkeypatch.setenv("VIMPC_CACHE", str(tmp_path))
     x = ca.SX.sym("x")
-    assert _jit.compiled_now(ca.Function("g", [x], [2 * x])) is None
+    with pytest.warns(RuntimeWarning, match="function 'g' did not compile .*exit 1"):
+        assert _jit.compiled_now(ca.Function("g", [x], [2 * x])) is None
+    assert not list((tmp_path / "compiled").glob("*.so"))
 
 
 @needs_cc
 @pytest.mark.parametrize("group", [False, True], ids=["to the process", "to its group"])
-def test_ctrl_c_during_the_compile_stops_the_program(group):
+def test_ctrl_c_during_the_compile_stops_the_program(group, tmp_path):
     # a function whose C takes the compiler a second or more; SIGINT 0.3 s after the
     # compile starts
     child = textwrap.dedent(
@@ -93,6 +98,7 @@ def test_ctrl_c_during_the_compile_stops_the_program(group):
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env={**os.environ, "VIMPC_CACHE": str(tmp_path)},  # nothing compiled before
     )
     try:
         assert proc.stdout.readline().strip() == "compiling"

@@ -8,9 +8,10 @@ exit handlers).
 CasADi's JIT runs the compiler through C's ``system()``, which ignores SIGINT in the
 calling process while it waits: a Ctrl-C during the compile is lost (or kills only the
 compiler, and the caller falls back to the interpreter and carries on). A function that
-needs no derivatives is therefore compiled by :func:`compiled_now` instead: CasADi writes
-the C source, Python runs the compiler as a subprocess (a Ctrl-C stops it and raises
-``KeyboardInterrupt`` as anywhere else) and CasADi loads the library.
+needs no derivatives is therefore compiled by :func:`compiled_now` instead, and an NLP by
+:func:`cached_library`: CasADi writes the C source, Python runs the compiler as a
+subprocess (a Ctrl-C stops it and raises ``KeyboardInterrupt`` as anywhere else) and CasADi
+loads the library.
 
 A controller's NLP is compiled once per problem, not once per process: :func:`cached_library`
 writes the C source of a solver's functions, names it by a hash of that source (which
@@ -268,32 +269,34 @@ def compiled(fn: ca.Function, derivatives: int = 0) -> ca.Function | None:
         return None
 
 
-def compiled_now(fn: ca.Function) -> ca.Function | None:
+def compiled_now(fn: ca.Function, what: str | None = None) -> ca.Function | None:
     """``fn`` (no derivatives needed) as compiled C with the same name, inputs and
-    outputs, or None when no C compiler works. The compiler runs as a Python subprocess, so
-    a Ctrl-C (to the process or its group) raises ``KeyboardInterrupt`` here rather than
-    being ignored by ``system()`` or turned into a fallback to the interpreter."""
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        return None
-    # a unique base name per compile: a loaded library is never overwritten
-    base = os.path.join(directory(), f"{fn.name()}_{os.getpid()}_{next(_COUNTER)}")
-    generator = ca.CodeGenerator(os.path.basename(base) + ".c", {"with_header": False})
-    generator.add(fn)
-    generator.generate(directory())
+    outputs, from the compile cache or compiled now (:func:`cached_library`), or None when no
+    C compiler works. The compiler runs as a Python subprocess, so a Ctrl-C (to the process
+    or its group) raises ``KeyboardInterrupt`` here rather than being ignored by
+    ``system()`` or turned into a fallback to the interpreter. ``what`` names it in
+    messages (default: its name)."""
+
+    def write_source(folder: str) -> str:
+        generator = ca.CodeGenerator("vimpc_function.c", {"with_header": False})
+        generator.add(fn)
+        generator.generate()
+        return "vimpc_function.c"
+
+    what = what or f"function {fn.name()!r}"
     try:
-        done = subprocess.run(
-            [compiler, "-fPIC", "-shared", *FLAGS, base + ".c", "-o", base + ".so"],
-            capture_output=True,
-            check=False,
+        library = cached_library(write_source, what)
+    except RuntimeError as exc:  # CasADi cannot generate C for it
+        warnings.warn(
+            f"the {what} has no C code generation ({str(exc).splitlines()[-1][:200]}); it "
+            "runs interpreted",
+            RuntimeWarning,
+            stacklevel=2,
         )
-    except OSError:
         return None
-    if done.returncode == -signal.SIGINT:  # a Ctrl-C to the process group stopped it
-        raise KeyboardInterrupt
-    if done.returncode != 0:
+    if library is None:
         return None
     try:
-        return ca.external(fn.name(), base + ".so")
+        return ca.external(fn.name(), str(library))
     except RuntimeError:
         return None

@@ -414,6 +414,9 @@ class MPC:
             soft_input_tube=soft_inputs,
         )
         self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
+        if self._tube_fn is not None and self.jit == "nlp":
+            # the tube is recomputed every call (~3 ms interpreted for a GP-VI cart-pole)
+            self._tube_fn = _jit.compiled_now(self._tube_fn, "controller's tube") or self._tube_fn
         self._tube_shape = (self.horizon + 1, n_safety)
         if solver == "condensed":
             refusal = condensing_refusal(transcription, n_safety, self._cost, hessian)

@@ -1,0 +1,155 @@
+"""Every shipped scenario at its default settings: solve times against its sampling period,
+and late solves, over many seeds.
+
+Run from the repository root::
+
+    python tests/benchmarks/bench_scenarios.py [--episodes 50] [--seed 1000] [--workers 1]
+        [--only NAME ...]
+
+Each ``scenarios/*.toml`` runs as a user runs it, ``vimpc run <scenario>`` with only the
+number of episodes and the first seed set (``episodes.count``, ``episodes.seed``), into a
+temporary folder; its ``metrics.json`` gives the solve times (``MPCResult.solve_time``,
+pooled over every step of every episode), the late solves (a call, tube and solve and the
+Python around them, longer than the period) and the failed ones. A fit the scenario needs
+comes from the fit cache or is made first (not timed). The controller is then built once
+more in this process from the cached model, to record what ``jit = "auto"`` chose
+(``nlp``: the whole NLP compiled, ``none``: interpreted) and the build time with a warm
+compile cache. Goals (issue): median <= dt/10, p95 <= dt/2, no late solve.
+
+Each scenario's table goes to ``results/benchmarks/scenarios/<name>.md`` and ``.csv``, all
+of them to ``results/benchmarks/scenarios.md``. ``--quick --out DIR``: the pendulum
+swing-up, 2 episodes of its default length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import OUT, ROOT, add_options, met, parse, write_results
+
+from vimpc import pipeline
+from vimpc.scenario import load_scenario
+
+COLUMNS = [
+    ("scenario", "scenario", ""),
+    ("solver", "solver / transcription", ""),
+    ("jit", "jit (auto chose)", ""),
+    ("dt_ms", "dt [ms]", ".0f"),
+    ("episodes", "episodes", "d"),
+    ("solves", "solves", "d"),
+    ("median_ms", "median [ms]", ".3g"),
+    ("p95_ms", "p95 [ms]", ".3g"),
+    ("max_ms", "max [ms]", ".3g"),
+    ("call_max_ms", "slowest call [ms]", ".3g"),
+    ("late", "late solves", "d"),
+    ("failed", "failed solves", "d"),
+    ("success", "success", ".2f"),
+    ("workers", "episode processes", "d"),
+    ("load", "load average (start, end)", ""),
+    ("build_s", "controller build, warm cache [s]", ".3f"),
+    ("median_goal", "median <= dt/10", ""),
+    ("p95_goal", "p95 <= dt/2", ""),
+    ("late_goal", "no late solve", ""),
+]
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def measure(path: Path, episodes: int, seed: int, workers: int) -> dict:
+    """Run one scenario through the CLI and read its metrics; build its controller again."""
+    name = path.stem
+    with tempfile.TemporaryDirectory(prefix="vimpc_bench_") as out:
+        load_start = _load()
+        cmd = [
+            sys.executable, "-m", "vimpc.cli", "run", str(path), "--quiet", "--no-plots",
+            "--out", out, "--workers", str(workers),
+            "--set", f"episodes.count={episodes}", "--set", f"episodes.seed={seed}",
+        ]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode not in (0, 3):
+            raise RuntimeError(f"{name}: vimpc run failed ({done.returncode}):\n{done.stderr}")
+        (run,) = (Path(out) / name).iterdir()
+        metrics = json.loads((run / "metrics.json").read_text())
+        load_end = _load()
+    cfg = load_scenario(path)
+    env = pipeline.build_env(cfg)
+    model = pipeline.obtain_model(cfg, env, log=lambda s: None).model
+    t0 = time.perf_counter()
+    ctrl = pipeline.build_controller(cfg, model, env)
+    build = time.perf_counter() - t0
+    dt_ms = 1e3 * model.dt
+    ccfg = cfg["controller"]
+    jit = ctrl.jit + (" (compiled)" if ctrl.nlp_compiled or ctrl.model_compiled else "")
+    median, p95 = metrics["solve_time_median_ms"], metrics["solve_time_p95_ms"]
+    return {
+        "scenario": name,
+        "solver": f"{ccfg['solver']} / {ctrl.transcription}",
+        "jit": jit,
+        "dt_ms": dt_ms,
+        "episodes": metrics["episodes"],
+        "solves": metrics["solves"],
+        "median_ms": median,
+        "p95_ms": p95,
+        "max_ms": metrics["solve_time_max_ms"],
+        "call_max_ms": metrics["call_time_max_ms"],
+        "late": metrics["late_solves"],
+        "failed": metrics["failed_solves"],
+        "success": metrics["success_rate"],
+        "workers": metrics["workers"],
+        "load": f"{load_start}, {load_end}",
+        "build_s": build,
+        "median_goal": met(median <= dt_ms / 10),
+        "p95_goal": met(p95 <= dt_ms / 2),
+        "late_goal": met(metrics["late_solves"] == 0),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=None, help="scenario names")
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick={"episodes": 2, "only": ["pendulum_swingup"]})
+    paths = sorted((ROOT / "scenarios").glob("*.toml"))
+    if args.only:
+        unknown = set(args.only) - {p.stem for p in paths}
+        if unknown:
+            parser.error(f"--only: no shipped scenario named {sorted(unknown)}")
+        paths = [p for p in paths if p.stem in args.only]
+    notes = (
+        f"`vimpc run <scenario>` at the scenario's defaults, {args.episodes} episodes from seed "
+        f"{args.seed} ({args.workers} episode process(es) at once on this 2-core machine), "
+        "solve times pooled over every step; late: calls longer than the period; goals "
+        '(issue): median <= dt/10, p95 <= dt/2, no late solve. `jit`: what `jit = "auto"` '
+        "chose (`nlp (compiled)`: the whole NLP compiled once and cached; `none`: the "
+        "real-time iteration and the condensed SQP, interpreted)."
+    )
+    rows = []
+    for path in paths:
+        print(f"{path.stem}: {args.episodes} episodes ...", flush=True)
+        row = measure(path, args.episodes, args.seed, args.workers)
+        rows.append(row)
+        write_results(
+            row["scenario"], f"{row['scenario']}: solve times at the default settings", [row],
+            COLUMNS, notes, out=Path(args.out or OUT) / "scenarios",
+        )  # fmt: skip
+    if not args.only or args.quick:
+        write_results(
+            "scenarios", "Every shipped scenario: solve times at the default settings", rows,
+            COLUMNS, notes, out=Path(args.out or OUT),
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
