@@ -194,7 +194,8 @@ BAD = [
     ("max_iter", 0, "positive integer"),
     ("max_iter", 2.5, "integer"),
     ("tol", -1.0, "positive"),
-    ("time_budget", -0.5, "non-negative"),
+    ("time_budget", -0.5, "positive"),
+    ("time_budget", 0.0, "positive"),
     ("time_budget", float("nan"), "finite"),
     ("period", 0.0, "positive"),
     ("period", float("inf"), "finite"),
@@ -245,5 +246,8 @@ def test_mpc_keeps_its_python_forms_of_the_options(pendulum):
     assert (mpc.horizon, mpc.max_iter, mpc.tol) == (4, 3, 1e-5)
     assert MPC(pendulum, 4, cost, transcription=None).transcription == "implicit"
     assert math.isclose(MPC(pendulum, 4, cost, period=3, time_budget=2).time_budget, 2.0)
-    # 0 is no budget, as an absent key is
-    assert MPC(pendulum, 4, cost, time_budget=0).time_budget is None
+    # no budget is None; a budget of 0 s or less is refused, not read as none
+    assert MPC(pendulum, 4, cost, time_budget=None).time_budget is None
+    for bad in (0, -0.01):
+        with pytest.raises(InputError, match=rf"time_budget must be a positive .*got {bad}"):
+            MPC(pendulum, 4, cost, time_budget=bad)

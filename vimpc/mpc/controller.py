@@ -110,7 +110,7 @@ class MPC:
             the controller is called once per model step). A call whose wall time (tube,
             solve and the Python work around them: what a robot waits for) exceeds it is
             ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
-        time_budget: wall time [s] a solve may take (``None`` or ``0``: no budget), at most
+        time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is refused), at most
             ``period``. The solver keeps it: ipopt through its ``max_wall_time``,
             ``sqpmethod``/``rti`` through an iteration callback that stops the solve at the
             first iteration past the budget (both check between iterations, so a solve ends

@@ -91,8 +91,8 @@ SETTINGS: dict[str, Setting] = {
         "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
         "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`; `fatrop` has no time "
         "limit and is refused): a solve stopped by it reports `TIME_LIMIT` and applies the "
-        "fallback input; 0 or not set: none",
-        rule=NONNEGATIVE,
+        "fallback input; not set: none",
+        rule=POSITIVE,
     ),
     "jit": Setting(
         str,
@@ -175,18 +175,19 @@ def check_option(key: str, value: Any) -> Any:
 
 
 def _time_budget(value: Any) -> float | None:
-    """The time budget in seconds, None for none (``0``), or an InputError naming it."""
+    """The time budget in seconds (None: none), or an InputError naming it."""
     bad = isinstance(value, (bool, np.bool_, str, bytes))
     try:
         budget = math.nan if bad else float(value)
     except (TypeError, ValueError):
         budget = math.nan
-    if not math.isfinite(budget) or budget < 0.0:
+    if not math.isfinite(budget) or budget <= 0.0:
         raise InputError(
-            "time_budget must be a positive number (seconds of wall time per solve), or 0 or "
-            f"None for no budget: a non-negative finite number, got {value!r}"
+            "time_budget must be a positive finite number of seconds (the wall time a solve "
+            f"may take), got {value!r}: no solve ends within no time; leave time_budget unset "
+            "(None) for no budget"
         )
-    return budget if budget > 0.0 else None
+    return budget
 
 
 def check_within_period(

@@ -344,7 +344,7 @@ def check_timed(
             f"{prefix}time_budget = {budget!r} s cannot be kept by {prefix}solver = {solver!r}: "
             f"in CasADi {ca.__version__} it has no wall-time option and does not call an "
             "iteration callback; use solver 'ipopt' or 'sqpmethod' with a time budget, or "
-            f"bound {solver}'s solves by max_iter and set {prefix}time_budget = 0 (none)"
+            f"bound {solver}'s solves by max_iter and leave {prefix}time_budget unset"
         )
 
 

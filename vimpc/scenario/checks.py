@@ -247,7 +247,7 @@ def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> Non
 def _check_timing(ctrl: dict[str, Any], env_dt: float) -> None:
     """A time budget the solver can keep, within the sampling period (``controller.period``,
     else ``env.dt``)."""
-    budget = ctrl["time_budget"] or None  # 0: none
+    budget = ctrl["time_budget"]
     check_timed(ctrl["solver"], budget, ConfigError, "controller.")
     period, where = (ctrl["period"], "controller.period") if ctrl["period"] else (env_dt, "env.dt")
     check_within_period(budget, period, where, ConfigError, "controller.")
