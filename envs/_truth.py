@@ -105,7 +105,8 @@ def step_function(
     # compiled by a subprocess a Ctrl-C can stop (CasADi's own JIT ignores it while the
     # compiler runs); no C compiler, or a failed compile: fall back to the interpreter
     compiled = _jit.compiled_now(
-        ca.Function(f"{system.name}_env_step_c", [x, u], function(x, u), *names)
+        ca.Function(f"{system.name}_env_step_c", [x, u], function(x, u), *names),
+        f"{system.name} environment's true step",
     )
     if compiled is None:
         return function, False

@@ -154,6 +154,7 @@ def cached_library(write_source: Callable[[str], str], what: str) -> Path | None
         state = _verified(library, record, key)
         if state:
             source.unlink(missing_ok=True)
+            _LOG.info("the %s runs compiled, from the compile cache (%s)", what, library.name)
             return library
         if state is False:
             warnings.warn(
