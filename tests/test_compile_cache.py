@@ -114,7 +114,7 @@ def test_a_heavy_stage_stays_one_called_function_in_the_compiled_nlp(cache, monk
     # above EXPAND_LIMIT operations the stage function is compiled once and called per stage:
     # another library (its source differs from the expanded NLP's), the same plans
     expanded = _plans(MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10))
-    monkeypatch.setattr("vimpc.mpc.controller.EXPAND_LIMIT", 10)
+    monkeypatch.setattr("vimpc.mpc.compiling.EXPAND_LIMIT", 10)
     called = MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10)
     assert called.nlp_compiled and len(list(cache.glob("*.so"))) == 2
     np.testing.assert_allclose(_plans(called), expanded, atol=1e-8)

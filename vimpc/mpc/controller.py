@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import inspect
-import os
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -20,6 +17,7 @@ from vimpc._interrupt import kept_interrupts
 from vimpc._settings import Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
+from vimpc.mpc.compiling import called_stage, compiled_nlpsol, compiled_stage, resolved_jit
 from vimpc.mpc.condensed import CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
@@ -139,7 +137,8 @@ class MPC:
             later runs and worker processes (:func:`vimpc._jit.cached_library`; the
             first compile takes seconds for a nominal model, ~30 s for a GP-VI model with
             100 support points). The NLP is expanded to scalar operations when the
-            model's stage function has at most :data:`EXPAND_LIMIT` of them, else its
+            model's stage function has at most
+            :data:`~vimpc.mpc.compiling.EXPAND_LIMIT` of them, else its
             stages call the (expanded) stage function, which compiles ~10x faster for a
             heavy model and solves faster too. ``"nlp"`` with ``rti`` or ``condensed``
             compiles its functions in each process. A stage function with no SX form (a
@@ -307,7 +306,7 @@ class MPC:
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
         self.tightening = tightening = checked["tightening"]
-        self.jit = _resolved_jit(checked["jit"], solver)
+        self.jit = resolved_jit(checked["jit"], solver)
         if tightening == "tube" and model.bound is None:
             raise InputError(
                 "tightening='tube' needs the model's one-step error bound, but the model has "
@@ -397,13 +396,13 @@ class MPC:
             n_slacks(self.safety_rows, soft_inputs),
         )
         staged, self.model_compiled = (
-            _compiled_stage(model, transcription) if self.jit == "model" else (model, False)
+            compiled_stage(model, transcription) if self.jit == "model" else (model, False)
         )
         # a compiled NLP of a heavy model keeps its stages as calls of the expanded stage
         # function (the expanded NLP compiles ~10x longer and solves no faster)
         self.nlp_compiled, stage_calls = False, False
         if self.jit == "nlp" and solver in NLPSOL_SOLVERS:
-            staged, stage_calls = _called_stage(model, transcription)
+            staged, stage_calls = called_stage(model, transcription)
         self._tr = transcribe(
             staged,
             self.horizon,
@@ -463,7 +462,11 @@ class MPC:
                 if self._real_time(solver, hessian, given_options):
                     self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
-                    self._solver = self._nlp_solver(plugin, opts)
+                    self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                    if self.jit == "nlp":
+                        compiled = compiled_nlpsol(self._solver, plugin, opts)
+                        self.nlp_compiled = compiled is not None
+                        self._solver = compiled or self._solver
                 self._split = isinstance(self._solver, (RealTimeIteration, SparseRealTimeIteration))
                 self._stepper = self._solver  # the solver of the current call (stats)
         except RuntimeError as exc:
@@ -724,33 +727,6 @@ class MPC:
             and set(given) <= {"qpsol_options"}
             and self._condensing_obstacle() is None
         )
-
-    def _nlp_solver(self, plugin: str, opts: dict[str, Any]) -> ca.Function:
-        """The ``nlpsol`` of the transcription; with ``jit="nlp"`` loaded from its compiled
-        library (from the compile cache, or compiled now), the interpreted one where no
-        library could be made (:attr:`nlp_compiled`)."""
-        solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
-        if self.jit != "nlp":
-            return solver
-        library = _jit.cached_library(
-            lambda folder: solver.generate_dependencies("vimpc_nlp.c"), "controller's NLP"
-        )
-        if library is None:
-            return solver
-        try:
-            compiled = ca.nlpsol(
-                "mpc", plugin, str(library), {k: v for k, v in opts.items() if k != "expand"}
-            )
-        except RuntimeError as exc:
-            warnings.warn(
-                f"jit='nlp': the compiled NLP {str(library)!r} could not be loaded "
-                f"({str(exc).splitlines()[-1]}); the controller solves it interpreted",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            return solver
-        self.nlp_compiled = True
-        return compiled
 
     def _condensing_obstacle(self) -> str | None:
         """Why the real-time iteration cannot condense this transcription onto the inputs
@@ -1020,57 +996,6 @@ def _stages_text(stages: np.ndarray) -> str:
             runs.append(f"{start}" if start == k else f"{start}-{k}")
             start = None
     return ("stage " if len(stages) == 1 else "stages ") + ", ".join(runs)
-
-
-#: A compiled NLP is expanded to scalar operations when the model's stage function has at
-#: most this many (the nominal models: 110-659; GP-VI models with 100 support points:
-#: 5,806-13,902); a heavier stage is compiled once and called per stage. On the GP-VI
-#: cart-pole the expanded NLP took 310 s to compile and solved in 7.5 ms (median), the
-#: called one 30 s and 6.5 ms; on the nominal cart-pole the expanded one solves in 0.71 ms
-#: against 0.91 ms.
-EXPAND_LIMIT = 2000
-
-
-def _resolved_jit(jit: str, solver: str) -> str:
-    """``jit`` with ``"auto"`` made concrete for ``solver`` (see :class:`MPC`)."""
-    if jit != "auto":
-        return jit
-    if os.environ.get("VIMPC_JIT", "").strip().lower() == "none" or solver not in NLPSOL_SOLVERS:
-        return "none"
-    return "nlp" if _jit.compiler() is not None else "none"
-
-
-def _called_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:
-    """``model`` with its stage function expanded to SX and marked to stay a call in the
-    NLP, when it is heavier than :data:`EXPAND_LIMIT` operations; whether it was."""
-    name = "step" if transcription == "step" else "residual"
-    fn = getattr(model, name)
-    try:
-        sx = fn.expand()
-    except RuntimeError:  # a Newton loop inside: the NLP is not expanded anyway
-        return model, False
-    if sx.n_instructions() <= EXPAND_LIMIT:
-        return model, False
-    args = sx.sx_in()
-    called = ca.Function(fn.name(), args, sx.call(args), fn.name_in(), fn.name_out())
-    return dataclasses.replace(model, **{name: called}), True
-
-
-def _compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteModel, bool]:
-    """``model`` with the stage function of ``transcription`` compiled (derivatives up to
-    the Hessian's on demand), and whether that worked."""
-    name = "step" if transcription == "step" else "residual"
-    fn = _jit.compiled(getattr(model, name), derivatives=2)
-    if fn is None:
-        warnings.warn(
-            f"jit='model': the model's {name} function was not compiled (it has no SX form, "
-            "such as a step with a Newton loop inside, or the C compiler failed or was "
-            "stopped); the controller evaluates it interpreted, which is slower",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return model, False
-    return dataclasses.replace(model, **{name: fn}), True
 
 
 def _check_stabilizable(model: DiscreteModel, cost) -> None:
