@@ -249,5 +249,5 @@ def test_mpc_keeps_its_python_forms_of_the_options(pendulum):
     # no budget is None; a budget of 0 s or less is refused, not read as none
     assert MPC(pendulum, 4, cost, time_budget=None).time_budget is None
     for bad in (0, -0.01):
-        with pytest.raises(InputError, match=rf"time_budget must be a positive .*got {bad}"):
+        with pytest.raises(InputError, match=rf"time_budget must be a positive .*got {bad};"):
             MPC(pendulum, 4, cost, time_budget=bad)

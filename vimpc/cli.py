@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):  # lines appear as they are printed, also in a pipe
         sys.stdout.reconfigure(line_buffering=True)
-    _show_progress_notes()
+    if not getattr(args, "quiet", False):
+        _show_progress_notes()
     with interrupt_latch():
         try:
             return args.func(args)
@@ -282,12 +283,25 @@ def main(argv: list[str] | None = None) -> int:
             raise
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler that writes to whatever ``sys.stderr`` is when a record comes."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _show_progress_notes() -> None:
-    """The library's notes on long one-off work (compiling a controller, once per problem)
-    printed to stderr as they happen."""
+    """The library's notes on one-off work (compiling a controller once per problem, or
+    loading it from the compile cache) printed to stderr as they happen (not with
+    ``--quiet``)."""
     logger = logging.getLogger("vimpc")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("vimpc: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -183,9 +183,8 @@ def _time_budget(value: Any) -> float | None:
         budget = math.nan
     if not math.isfinite(budget) or budget <= 0.0:
         raise InputError(
-            "time_budget must be a positive finite number of seconds (the wall time a solve "
-            f"may take), got {value!r}: no solve ends within no time; leave time_budget unset "
-            "(None) for no budget"
+            "time_budget must be a positive number: the finite wall time [s] a solve may "
+            f"take, got {value!r}; leave time_budget unset (None) for no budget"
         )
     return budget
 
