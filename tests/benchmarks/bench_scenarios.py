@@ -17,13 +17,15 @@ more in this process from the cached model, to record what ``jit = "auto"`` chos
 compile cache. Goals (issue): median <= dt/10, p95 <= dt/2, no late solve.
 
 Each scenario's table goes to ``results/benchmarks/scenarios/<name>.md`` and ``.csv``, all
-of them to ``results/benchmarks/scenarios.md``. ``--quick --out DIR``: the pendulum
+of them to ``results/benchmarks/scenarios.md`` (rebuilt from the per-scenario tables, so
+``--only`` re-measures some and keeps the others, each row dated). ``--quick --out DIR``: the pendulum
 swing-up, 2 episodes of its default length.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -144,11 +146,33 @@ def main(argv: list[str] | None = None) -> None:
             row["scenario"], f"{row['scenario']}: solve times at the default settings", [row],
             COLUMNS, notes, out=Path(args.out or OUT) / "scenarios",
         )  # fmt: skip
-    if not args.only or args.quick:
-        write_results(
-            "scenarios", "Every shipped scenario: solve times at the default settings", rows,
-            COLUMNS, notes, out=Path(args.out or OUT),
-        )  # fmt: skip
+    summary(Path(args.out or OUT), notes)
+
+
+def summary(out: Path, notes: str) -> None:
+    """``<out>/scenarios.md`` and ``.csv`` from every per-scenario table in
+    ``<out>/scenarios/``, each row with the date and sources of the run that measured it
+    (``--only`` re-measures some scenarios and keeps the others' rows)."""
+    rows = []
+    for table in sorted((out / "scenarios").glob("*.csv")):
+        lines = table.read_text().splitlines()
+        meta = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
+        row = next(csv.DictReader([line for line in lines if not line.startswith("#")]))
+        for key, _, spec in COLUMNS:
+            if spec.endswith("f") or spec.endswith("g"):
+                row[key] = float(row[key])
+            elif spec == "d":
+                row[key] = int(row[key])
+        row["measured"] = meta["date"]
+        row["sources"] = meta["machine"].rsplit("sources sha256 ", 1)[-1]
+        rows.append(row)
+    write_results(
+        "scenarios", "Every shipped scenario: solve times at the default settings", rows,
+        [*COLUMNS, ("measured", "measured", ""), ("sources", "vimpc sources", "")],
+        notes + " Each row comes from its scenario's table in `scenarios/` (the date and the "
+        "sources' hash of the run that measured it).",
+        out=out,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
