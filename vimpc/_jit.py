@@ -90,8 +90,9 @@ def compiler() -> tuple[str, str] | None:
         _say_once(
             "compiler",
             "no C compiler runs here ($CC, gcc or cc): controllers solve with CasADi's "
-            "interpreter, which is slower (about 1.5x for the nominal cart-pole, 4x for a "
-            "GP-VI model); install gcc to compile them",
+            "interpreter, which is slower (median solves 1.5x longer for the nominal "
+            "cart-pole, 1.7x for the GP-VI cart-pole: results/benchmarks/gpvi.md); install "
+            "gcc to compile them",
         )
     return _COMPILER[0]
 
