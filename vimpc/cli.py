@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from vimpc._interrupt import interrupt_latch, interrupted
@@ -257,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):  # lines appear as they are printed, also in a pipe
         sys.stdout.reconfigure(line_buffering=True)
+    # the library's warnings (no compiler, a refused compiled library, ...) read as vimpc's
+    warnings.formatwarning = _format_warning
     if not getattr(args, "quiet", False):
         _show_progress_notes()
     with interrupt_latch():
@@ -281,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
             if interrupted():
                 return _interrupted()
             raise
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return f"vimpc: warning: {message}\n"
 
 
 class _StderrHandler(logging.StreamHandler):
