@@ -108,14 +108,14 @@ class MPC:
             the controller is called once per model step). A call whose wall time (tube,
             solve and the Python work around them: what a robot waits for) exceeds it is
             ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
-        time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is refused), at most
-            ``period``. The solver keeps it: ipopt through its ``max_wall_time``,
-            ``sqpmethod``/``rti`` through an iteration callback that stops the solve at the
-            first iteration past the budget (both check between iterations, so a solve ends
-            at most one iteration late); ``fatrop`` has no time limit and is refused. A solve
-            it stops reports ``Status.TIME_LIMIT`` and applies the fallback input, as a
-            failed solve does; one that converged in its last iteration past the budget
-            reports ``Status.LATE`` and is used.
+        time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is
+            refused), at most ``period``. The solver keeps it: ipopt through its
+            ``max_wall_time``, ``sqpmethod``/``rti`` through an iteration callback that
+            stops the solve at the first iteration past the budget (both check between
+            iterations, so a solve ends at most one iteration late); ``fatrop`` has no time
+            limit and is refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
+            the fallback input, as a failed solve does; one that converged in its last
+            iteration past the budget reports ``Status.LATE`` and is used.
         safe_input: the input applied when a solve fails and no previous plan
             exists (default: zero clipped to the input bounds).
         solver_options: CasADi ``nlpsol`` options merged over the preset (nested
