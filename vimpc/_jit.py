@@ -27,7 +27,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -47,7 +46,6 @@ import casadi as ca
 # compiled arithmetic identical to CasADi's interpreter.
 FLAGS = ["-O1", "-ffp-contract=off"]
 _DIRECTORY: str | None = None
-_COUNTER = itertools.count()
 _LOG = logging.getLogger("vimpc")
 #: what has been said once in this process (no compiler, an unwritable cache folder)
 _SAID: set[str] = set()
@@ -97,14 +95,20 @@ def compiler() -> tuple[str, str] | None:
     return _COMPILER[0]
 
 
+def check_writable(folder: Path) -> None:
+    """Make ``folder`` if needed and write a file there (permissions are not the whole
+    story: root, read-only mounts), or raise the ``OSError`` that stopped it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+        pass
+
+
 def _cache_folder() -> Path:
     """``<cache>/compiled``, or this process's temporary directory (said once) when that
     cannot be written: the library is then compiled for this process alone."""
     folder = cache_root() / "compiled"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        check_writable(folder)
     except OSError as exc:
         _say_once(
             "cache",
@@ -135,17 +139,18 @@ def _verified(library: Path, record: Path, key: str) -> bool | None:
         return False
 
 
-def cached_library(write_source: Callable[[str], str], what: str) -> Path | None:
-    """The shared library compiled from the C source ``write_source(directory)`` writes
-    there (returning its file name), from the compile cache when it holds it, else compiled
-    now (logged, with its time) and cached; None when no C compiler runs or it fails.
-    ``what`` names the code in messages."""
+def cached_library(write_source: Callable[[], str], what: str) -> Path | None:
+    """The shared library compiled from the C source ``write_source()`` writes to the
+    working directory (returning its file name), from the compile cache when it holds it,
+    else compiled now (logged, with its time) and cached; None (with a warning where the
+    compiler failed) when no C compiler runs or it fails. ``what`` names the code in
+    messages."""
     found = compiler()
     if found is None:
         return None
     cc, version = found
     with contextlib.chdir(directory()):  # CasADi writes generated code to the working directory
-        source = Path(directory()) / write_source(directory())
+        source = Path(directory()) / write_source()
     text = source.read_bytes()
     identity = json.dumps([cc, version, FLAGS, ca.__version__]).encode()
     key = hashlib.sha256(identity + b"\0" + text).hexdigest()[:32]
@@ -181,8 +186,7 @@ def cached_library(write_source: Callable[[str], str], what: str) -> Path | None
                 check=False,
             )
         except OSError as exc:
-            _LOG.warning("the %s did not compile (%s)", what, exc)
-            return None
+            done = subprocess.CompletedProcess([cc], 1, "", f"could not run it: {exc}")
         finally:
             source.unlink(missing_ok=True)
         if done.returncode == -signal.SIGINT:
@@ -279,7 +283,7 @@ def compiled_now(fn: ca.Function, what: str | None = None) -> ca.Function | None
     ``system()`` or turned into a fallback to the interpreter. ``what`` names it in
     messages (default: its name)."""
 
-    def write_source(folder: str) -> str:
+    def write_source() -> str:
         generator = ca.CodeGenerator("vimpc_function.c", {"with_header": False})
         generator.add(fn)
         generator.generate()

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vimpc import __version__
-from vimpc._jit import cache_root
+from vimpc._jit import cache_root, check_writable
 from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, VimpcError, WorkerError
@@ -174,12 +174,7 @@ def check_cache_writable() -> Path:
             "Point VIMPC_CACHE at a writable folder"
         )
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        # permissions are not the whole story (root, read-only mounts): write a file
-        import tempfile
-
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        check_writable(folder)
     except OSError as exc:
         raise ConfigError(
             f"{where} {str(folder)!r} cannot be written ({exc.strerror or exc}); fitted models "

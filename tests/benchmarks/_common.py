@@ -81,6 +81,16 @@ def _sources_note() -> str:
     return f"{now} (CHANGED during the run; {_SOURCES_AT_START} at the start)"
 
 
+def vimpc_run(scenario: Path | str, out: Path | str, *sets: str, workers: int = 1) -> list[str]:
+    """The command line of ``vimpc run <scenario>`` as a user runs it, without progress bars
+    or plots, into ``out``, with ``--set`` overrides ``sets`` (``"episodes.count=1"``)."""
+    cmd = [sys.executable, "-m", "vimpc.cli", "run", str(scenario), "--quiet", "--no-plots"]
+    cmd += ["--out", str(out), "--workers", str(workers)]
+    for item in sets:
+        cmd += ["--set", item]
+    return cmd
+
+
 def ms_stats(seconds: Sequence[float]) -> dict[str, float]:
     """Median, p95 and max of durations given in seconds, in milliseconds."""
     t = np.asarray(seconds, dtype=float) * 1e3

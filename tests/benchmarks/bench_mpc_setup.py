@@ -29,12 +29,21 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
-from _common import CARTPOLE, OUT, PENDULUM, SOLVER_CONFIGS, add_options, met, parse, write_results
+from _common import (
+    CARTPOLE,
+    OUT,
+    PENDULUM,
+    SOLVER_CONFIGS,
+    add_options,
+    met,
+    parse,
+    vimpc_run,
+    write_results,
+)
 
 from vimpc.pipeline import build_controller, build_env, build_model
 from vimpc.scenario import load_scenario
@@ -48,11 +57,9 @@ def process_times(scenario, reps: int) -> tuple[float, list[float]]:
     the first with an empty compile cache, then ``reps`` with it warm."""
     with tempfile.TemporaryDirectory(prefix="vimpc_setup_") as folder:
         env = {**os.environ, "VIMPC_CACHE": os.path.join(folder, "cache")}
-        cmd = [
-            sys.executable, "-m", "vimpc.cli", "run", str(scenario), "--quiet", "--no-plots",
-            "--out", os.path.join(folder, "runs"),
-            "--set", "episodes.count=1", "--set", "episodes.steps=1",
-        ]  # fmt: skip
+        cmd = vimpc_run(
+            scenario, os.path.join(folder, "runs"), "episodes.count=1", "episodes.steps=1"
+        )
         times = []
         for _ in range(reps + 1):
             t0 = time.perf_counter()

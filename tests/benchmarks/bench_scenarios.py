@@ -29,12 +29,11 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import OUT, ROOT, add_options, met, parse, write_results
+from _common import OUT, ROOT, add_options, met, parse, vimpc_run, write_results
 
 from vimpc import pipeline
 from vimpc.scenario import load_scenario
@@ -71,11 +70,9 @@ def measure(path: Path, episodes: int, seed: int, workers: int) -> dict:
     name = path.stem
     with tempfile.TemporaryDirectory(prefix="vimpc_bench_") as out:
         load_start = _load()
-        cmd = [
-            sys.executable, "-m", "vimpc.cli", "run", str(path), "--quiet", "--no-plots",
-            "--out", out, "--workers", str(workers),
-            "--set", f"episodes.count={episodes}", "--set", f"episodes.seed={seed}",
-        ]  # fmt: skip
+        cmd = vimpc_run(
+            path, out, f"episodes.count={episodes}", f"episodes.seed={seed}", workers=workers
+        )
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode not in (0, 3):
             raise RuntimeError(f"{name}: vimpc run failed ({done.returncode}):\n{done.stderr}")

@@ -72,7 +72,7 @@ def compiled_nlpsol(solver: ca.Function, plugin: str, opts: dict[str, Any]) -> c
     compiled library, from the compile cache or compiled now; None (with a warning where
     something failed) when no library could be made or loaded."""
     library = _jit.cached_library(
-        lambda folder: solver.generate_dependencies("vimpc_nlp.c"), "controller's NLP"
+        lambda: solver.generate_dependencies("vimpc_nlp.c"), "controller's NLP"
     )
     if library is None:
         return None

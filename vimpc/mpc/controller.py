@@ -400,8 +400,11 @@ class MPC:
         )
         # a compiled NLP of a heavy model keeps its stages as calls of the expanded stage
         # function (the expanded NLP compiles ~10x longer and solves no faster)
+        # "nlp": one cached library for an nlpsol, CasADi's per-process JIT for rti/condensed
+        cached_nlp = self.jit == "nlp" and solver in NLPSOL_SOLVERS
+        casadi_jit = self.jit == "nlp" and not cached_nlp
         self.nlp_compiled, stage_calls = False, False
-        if self.jit == "nlp" and solver in NLPSOL_SOLVERS:
+        if cached_nlp:
             staged, stage_calls = called_stage(model, transcription)
         self._tr = transcribe(
             staged,
@@ -432,7 +435,7 @@ class MPC:
             gauss_newton=self._tr.gauss_newton,
             structure=self._tr.layout.ocp_structure(),
         )
-        if self.jit == "nlp" and solver not in NLPSOL_SOLVERS:
+        if casadi_jit:
             opts.update(_jit.options())
         self._deadline = None
         budget_opts: dict[str, Any] = {}
@@ -453,9 +456,7 @@ class MPC:
                     opts[key] = value
         # an NLP's JIT also writes its C source to the working directory: keep it in the
         # JIT directory, which the process removes at exit
-        where = (
-            contextlib.chdir(_jit.directory()) if self.jit == "nlp" else contextlib.nullcontext()
-        )
+        where = contextlib.chdir(_jit.directory()) if casadi_jit else contextlib.nullcontext()
         try:
             with where:
                 self._start, self._rti_qp = None, None
@@ -463,7 +464,7 @@ class MPC:
                     self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
                     self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
-                    if self.jit == "nlp":
+                    if cached_nlp:
                         compiled = compiled_nlpsol(self._solver, plugin, opts)
                         self.nlp_compiled = compiled is not None
                         self._solver = compiled or self._solver
