@@ -4,6 +4,7 @@ compiler runs or the cache cannot be written."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 
@@ -105,9 +106,14 @@ def test_an_unwritable_cache_is_said_and_the_controller_still_compiled(monkeypat
 def test_auto_leaves_the_real_time_iteration_and_the_environments_choice(cache, monkeypatch):
     assert MPC(MODEL, 6, COST, CONS, solver="rti").jit == "none"
     assert MPC(MODEL, 6, COST, CONS, solver="condensed").jit == "none"
+    # a network's dense products run on a BLAS interpreted, on CasADi's loops compiled
+    network = dataclasses.replace(MODEL, info={**MODEL.info, "dense_products": "blasfeo"})
+    ctrl = MPC(network, 6, COST, CONS, solver="fatrop")
+    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False) and not cache.exists()
     monkeypatch.setenv("VIMPC_JIT", "none")
     ctrl = MPC(MODEL, 6, COST, CONS, solver="fatrop")
     assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False) and not cache.exists()
+    assert MPC(network, 6, COST, CONS, solver="fatrop", jit="nlp").nlp_compiled  # if asked
 
 
 def test_a_heavy_stage_stays_one_called_function_in_the_compiled_nlp(cache, monkeypatch):

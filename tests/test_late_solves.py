@@ -257,3 +257,79 @@ def test_a_scenario_with_bad_timing_is_refused_on_load(tmp_path, overrides, mess
     assert (ok["controller"]["time_budget"], ok["controller"]["period"]) == (0.08, 0.1)
     with pytest.raises(ConfigError, match="controller.time_budget must be a positive number"):
         scenario.load_scenario(path, ["controller.time_budget=0"])
+
+
+# -- the first plan, before the clock --------------------------------------------------------
+
+#: 40 stages to the top from 0.75 rad below it: a cold start takes several iterations
+TILTED = np.array([0.0, np.pi - 0.75, 0.0, 0.0])
+FIRST_PLAN = dict(horizon=40, cost=SWING_UP, constraints=Constraints(u_min=[-20.0], u_max=[20.0]))
+
+
+@pytest.mark.parametrize(
+    "solver, transcription",
+    [("sqpmethod", "step"), ("fatrop", "implicit"), ("rti", "step"), ("condensed", "implicit")],
+)
+def test_the_first_plan_is_the_warm_start_of_the_call_at_the_same_state(
+    cartpole, solver, transcription
+):
+    mpc = MPC(cartpole, **FIRST_PLAN, solver=solver, transcription=transcription)
+    cold = mpc(TILTED)
+    first = mpc.start(TILTED)
+    assert first.status.ok and np.isfinite(first.call_time)
+    assert first.iterations == cold.iterations  # start forgets the plan of the call before
+    # the call at that state and time starts from that plan, unshifted: it is already solved
+    # (the SQPs in one iteration at most; fatrop's interior point restarts its barrier, and
+    # the real-time iteration has made one iteration from a cold start either way)
+    call = mpc(TILTED)
+    assert call.status.ok and not call.handed_over
+    if solver in ("sqpmethod", "condensed"):
+        assert call.iterations <= 1 < cold.iterations
+    elif solver == "fatrop":
+        assert call.iterations < cold.iterations
+    if solver != "rti":  # solved to convergence twice: the same plan
+        assert call.u == pytest.approx(first.u, abs=1e-6)
+        assert call.u_plan == pytest.approx(first.u_plan, abs=1e-5)
+    # the next call shifts as usual: without a solve (a failure) it applies the plan's next
+    # input, and so does a call after start that fails
+    assert mpc._fallback() == pytest.approx(np.clip(call.u_plan[1], -20.0, 20.0))
+    mpc.start(TILTED)
+    assert mpc._fallback() == pytest.approx(first.u)
+
+
+def test_the_first_plan_is_made_without_the_time_budget(cartpole):
+    mpc = MPC(cartpole, **FIRST_PLAN, solver="sqpmethod", time_budget=1e-4)
+    cold = mpc(TILTED)  # ~8 iterations: stopped by the budget after the first
+    assert cold.status is Status.TIME_LIMIT and cold.fallback
+    first = mpc.start(TILTED)
+    assert first.status is Status.SOLVED and not first.fallback
+    assert first.solve_time > 1e-4 and first.iterations > cold.iterations
+    # the budget holds again for the calls that follow (a swing-up from the bottom needs
+    # many iterations from that plan)
+    assert mpc(BOTTOM).status is Status.TIME_LIMIT
+
+
+def test_run_episode_makes_the_first_plan_before_the_clock_unless_told_not_to(env, pendulum):
+    mpc = MPC(pendulum, 30, PENDULUM_COST, solver="sqpmethod")
+    planned = run_episode(env, mpc, steps=3, seed=3)
+    assert float(planned.start_time) > 0.0
+    cold = run_episode(env, mpc, steps=3, seed=3, initial_plan=False)
+    assert np.isnan(cold.start_time)
+    # the first call of the loop found its problem solved; without the first plan it solves
+    # it from a cold start
+    assert planned.iterations[0] <= 1 < cold.iterations[0]
+    assert planned.inputs[0] == pytest.approx(cold.inputs[0], abs=1e-5)
+    # its time is recorded apart from the loop's, and the summary names it
+    first_ms = float(planned.start_time) * 1e3
+    metrics = [episode_metrics(planned), episode_metrics(cold)]
+    assert metrics[0]["first_plan_time_ms"] == pytest.approx(first_ms)
+    assert math.isnan(metrics[1]["first_plan_time_ms"])
+    summary = summarize(metrics, [planned, cold])
+    assert summary["first_plan_time_median_ms"] == summary["first_plan_time_max_ms"] == first_ms
+    assert f"slowest {first_ms:.2f} ms" in report.summary_table(summary)
+    assert "first plans" not in report.summary_table(summarize(metrics[1:], [cold]))
+    # a controller without start() (a function) plans in its first call
+    plain = run_episode(env, lambda obs, t: mpc(obs, t), steps=2, seed=3)
+    assert np.isnan(plain.start_time)
+    with pytest.raises(InputError, match="initial_plan must be True or False, got 'yes'"):
+        run_episode(env, mpc, steps=2, seed=3, initial_plan="yes")

@@ -218,6 +218,15 @@ def summary_table(
                 f"{summary['period_ms']:.3g} ms (slowest call {summary['call_time_max_ms']:.2f} ms)",
             )
         )
+    if np.isfinite(summary.get("first_plan_time_max_ms", np.nan)):
+        rows.append(
+            (
+                "first plans",
+                "made before each episode's first step, outside the loop's clock: median "
+                f"{summary['first_plan_time_median_ms']:.2f} ms, slowest "
+                f"{summary['first_plan_time_max_ms']:.2f} ms",
+            )
+        )
     return "\n".join(f"  {k:<{KEY_WIDTH}}  {v}" for k, v in rows)
 
 

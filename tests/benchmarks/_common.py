@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from vimpc.closedloop.episode import WALL_CLOCK
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "benchmarks"
 sys.path.insert(0, str(ROOT / "tests" / "experiments"))
@@ -207,7 +209,7 @@ SOLVER_CONFIGS = {
 # -- episodes and processes (the Ray benchmarks and tests) -----------------------------------------
 
 #: episode arrays that hold measured times, or what they decide (a call later than the period)
-TIMING = ("solve_times", "call_times", "late")
+TIMING = WALL_CLOCK
 
 
 def timeless(value):

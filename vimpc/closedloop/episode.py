@@ -41,7 +41,8 @@ class Trajectory:
     say); ``late (T,)``: whether that call took longer than the controller's sampling
     period (``MPCResult.late``); ``period ()`` [s]: that period (``MPC.period``; NaN for a
     controller without one). The three are empty (``period`` NaN) for records made before
-    they existed.
+    they existed. ``start_time ()`` [s]: the wall time of the first plan, made before the
+    first step and outside the loop's clock (``MPC.start``; NaN when there was none).
     """
 
     t: np.ndarray
@@ -66,6 +67,7 @@ class Trajectory:
     period: np.ndarray = field(default_factory=lambda: np.array(np.nan))
     plan_constraint: np.ndarray = field(default_factory=lambda: np.zeros(0))
     handed_over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    start_time: np.ndarray = field(default_factory=lambda: np.array(np.nan))
 
     @property
     def planned_obs(self) -> np.ndarray:
@@ -87,6 +89,10 @@ class Trajectory:
 
 
 _INFO_KEYS = ("state", "safety_margin", "constraint_residual")
+
+#: the Trajectory arrays that hold measured wall times, or what they decide (a call later than
+#: the period): the only ones that differ between two runs of the same episode
+WALL_CLOCK = ("solve_times", "call_times", "late", "start_time")
 
 
 def _env_dt(env) -> float:
@@ -112,13 +118,18 @@ def run_episode(
     *,
     reset_options: dict[str, Any] | None = None,
     on_step: Callable[[int], None] | None = None,
+    initial_plan: bool = True,
 ) -> Trajectory:
     """Run ``controller`` on ``env`` for ``steps`` steps from ``env.reset(seed=seed)``.
 
     The controller is called as ``controller(obs, t)`` and must return an object
     with ``u``, ``status``, ``solve_time``, ``iterations`` and ``slack`` (an
     :class:`~vimpc.mpc.MPCResult`; its ``call_time`` and ``late`` are recorded where it
-    has them); a ``reset()`` method, if present, is called first; a ``prepare(t)`` method, if
+    has them); a ``reset()`` method, if present, is called first. With ``initial_plan``, a
+    ``start(obs, t)`` method, if present, makes the first plan from the reset observation
+    before the first step (:meth:`vimpc.mpc.MPC.start`: outside the loop's clock, as a
+    robot plans at its start; its time is ``Trajectory.start_time``); without it, the first
+    call plans from a cold start. A ``prepare(t)`` method, if
     present, right after each input is applied, with the time of the next call (the
     real-time iteration's preparation phase, :meth:`vimpc.mpc.MPC.prepare`); its ``period`` (the
     sampling period ``late`` refers to) is recorded where it has one. ``on_step(k)`` is called after each step (progress bars).
@@ -146,6 +157,8 @@ def run_episode(
         )
     if on_step is not None and not callable(on_step):
         raise InputError(f"on_step must be callable as on_step(k) or None, got {on_step!r:.80}")
+    if not isinstance(initial_plan, (bool, np.bool_)):
+        raise InputError(f"initial_plan must be True or False, got {initial_plan!r}")
     dt = _env_dt(env)
     if hasattr(controller, "reset"):
         controller.reset()
@@ -196,6 +209,11 @@ def run_episode(
         )
 
     record_state(obs, info, 0.0)
+    start = getattr(controller, "start", None)
+    start_time = np.nan
+    if initial_plan and callable(start):
+        first = start(obs, 0.0)
+        start_time = float(getattr(first, "call_time", np.nan))
     for k in range(steps):
         t = k * dt
         result = controller(obs, t)
@@ -232,6 +250,7 @@ def run_episode(
         late=np.array(rec["late"], dtype=bool),
         handed_over=np.array(rec["handed_over"], dtype=bool),
         period=np.array(period, dtype=np.float64),
+        start_time=np.array(start_time, dtype=np.float64),
         status=np.array(rec["status"], dtype=str),
         seed=int(seed),
     )

@@ -142,6 +142,8 @@ def episode_metrics(
     ``late_solves``: the steps whose controller call (tube, solve and Python work) took
     longer than the sampling period ``period_ms`` (:func:`late_steps`), with
     ``late_solve_fraction`` and ``call_time_max_ms`` (NaN where calls were not timed).
+    ``first_plan_time_ms``: the first plan, made before the first step and outside the
+    loop's clock (``Trajectory.start_time``; NaN where there was none).
 
     ``nonfinite_plans``: steps whose plan predicts a NaN or inf without a fallback.
 
@@ -191,6 +193,7 @@ def episode_metrics(
         "late_solve_fraction": float(late_steps(traj).mean()) if len(traj.status) else 0.0,
         "period_ms": _period_ms([traj]),
         "call_time_max_ms": _max_ms(traj.call_times),
+        "first_plan_time_ms": float(traj.start_time) * 1e3,
         "time_limit_solves": int(np.count_nonzero(traj.status == TIME_LIMIT_STATUS)),
         "over_budget_solves": int(np.count_nonzero(traj.status == LATE_STATUS)),
         "iteration_limit_solves": int(np.count_nonzero(traj.status == ITERATION_LIMIT_STATUS)),
@@ -368,6 +371,8 @@ def summarize(
     ``solver = "condensed"`` handed to its ``sqpmethod``; ``late_solves`` with
     ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
     ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``
+    ``first_plan_time_median_ms`` and ``_max_ms`` (the plans made before each episode's
+    first step, outside the loop's clock; NaN where none was made)
     and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
     and ``horizon_coverage_mean`` (per window of ``coverage_horizon`` steps), each with its
     ``_std`` over episodes and ``_min`` (the worst episode). Intervals across episodes,
@@ -442,6 +447,10 @@ def summarize(
     out["late_solve_fraction"] = float(late.mean()) if late.size else 0.0
     out["period_ms"] = _period_ms(trajectories)
     out["call_time_max_ms"] = _max_ms(np.concatenate([t.call_times for t in trajectories]))
+    first = np.array([float(t.start_time) for t in trajectories]) * 1e3
+    finite = first[np.isfinite(first)]
+    out["first_plan_time_median_ms"] = float(np.median(finite)) if finite.size else math.nan
+    out["first_plan_time_max_ms"] = _finite_max(first)
     out["time_limit_solves"] = int(np.count_nonzero(status == TIME_LIMIT_STATUS))
     out["over_budget_solves"] = int(np.count_nonzero(status == LATE_STATUS))
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))

@@ -192,15 +192,19 @@ class CondensedSQP:
         refs: np.ndarray,
         u_prev: np.ndarray,
         p: np.ndarray,
+        shift: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, float] | None:
         """From the previous plan ``(X_prev (N + 1, nx), U_prev (N, nu))`` shifted by one
-        stage, the initial state ``x0``, the references ``refs (N + 1, nobs)``, the input
+        stage (as it is with ``shift = False``: a plan made for this call), the initial state ``x0``, the references ``refs (N + 1, nobs)``, the input
         applied last ``u_prev`` and parameters ``p``: ``(X, U, cost)``, or None when it did
         not converge (:meth:`stats` says why)."""
         start = time.perf_counter()
-        X = np.vstack([X_prev[1:], 2 * X_prev[-1:] - X_prev[-2:-1]])
+        if shift:
+            X = np.vstack([X_prev[1:], 2 * X_prev[-1:] - X_prev[-2:-1]])
+            U = np.vstack([U_prev[1:], U_prev[-1:]])
+        else:
+            X, U = np.array(X_prev, dtype=np.float64), np.array(U_prev, dtype=np.float64)
         X[0] = x0
-        U = np.vstack([U_prev[1:], U_prev[-1:]])
         args = (u_prev, refs, p)
         du = dx = np.inf
         status = f"no convergence in {self.max_iter} iterations"

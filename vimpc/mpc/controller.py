@@ -125,8 +125,9 @@ class MPC:
             :class:`~vimpc.errors.InputError` naming it, when the controller is built.
         jit: compile to C with the system's C compiler when the controller is built:
             ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
-            where a C compiler runs, else ``"none"`` (no compiler: said once per
-            process; the environment variable ``VIMPC_JIT=none`` also keeps ``"auto"``
+            where a C compiler runs, else ``"none"`` (a model with a network's dense
+            products, whose interpreted products run on a BLAS and beat compiled loops;
+            no compiler: said once per process; the environment variable ``VIMPC_JIT=none`` also keeps ``"auto"``
             interpreted, as the test suite does); ``"none"``: CasADi's interpreter;
             ``"model"``: the model's stage function, ``residual`` or ``step``, and its
             derivatives as the solver asks for them (the NLP around it interpreted and
@@ -306,7 +307,7 @@ class MPC:
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
         self.tightening = tightening = checked["tightening"]
-        self.jit = resolved_jit(checked["jit"], solver)
+        self.jit = resolved_jit(checked["jit"], solver, model)
         if tightening == "tube" and model.bound is None:
             raise InputError(
                 "tightening='tube' needs the model's one-step error bound, but the model has "
@@ -506,6 +507,9 @@ class MPC:
         self._layout = L
         self._diagnosis: tuple[ca.Function, ca.Function] | None = None
         self._ready: tuple[float, bytes] | None = None  # (t, p) of the prepared iteration
+        # the warm start is the plan for the next call's own time (start), not one stage back
+        self._current = False
+        self._unhurried = False  # start: no time budget
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -539,6 +543,27 @@ class MPC:
         self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = None
         self._u_prev = self.safe_input.copy()
         self._ready = None
+        self._current = False
+
+    def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
+        """The first plan, made before the control loop's clock starts (as a robot plans
+        while it waits at its start): forgets any previous plan (:meth:`reset`), solves
+        from ``obs`` at time ``t`` as a call would, without the time budget
+        (``sqpmethod``/``fatrop``/``rti``; ipopt keeps its own wall-time limit), and keeps
+        the plan as the warm start of the call at the same ``obs`` and ``t``, unshifted.
+        The input applied before the first call stays ``safe_input`` (the rate penalty's
+        reference). Returns that solve's :class:`MPCResult` (its ``u`` is not applied;
+        ``call_time`` is how long the robot waited). ``run_episode`` calls it before the
+        first step and records its time apart (``Trajectory.start_time``)."""
+        self.reset()
+        self._unhurried = True
+        try:
+            result = self(obs, t, p)
+        finally:
+            self._unhurried = False
+        self._u_prev = self.safe_input.copy()
+        self._current = result.status.ok
+        return result
 
     def prepare(self, t: float = 0.0, p: Any = None) -> float:
         """The real-time iteration's preparation phase for the call at time ``t`` [s] with
@@ -557,7 +582,8 @@ class MPC:
         )
         m, N, L = self.model, self.horizon, self._layout
         p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
-        w = self._initial_guess(self._w0[L.x[1]])  # the shift; x_0 is the predicted state
+        # the shift (none after start); x_0 is the predicted state
+        w = self._initial_guess(self._w0[L.x[0 if self._current else 1]])
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
         P = np.concatenate([w[L.x[0]], refs.T.reshape(-1), self._u_prev, p])
         elapsed = self._solver.prepare(x0=w, p=P, **self._bounds)
@@ -622,7 +648,7 @@ class MPC:
             sol, error, stats = None, None, {}
         else:
             if self._deadline is not None:
-                self._deadline.arm(self.time_budget)
+                self._deadline.arm(np.inf if self._unhurried else self.time_budget)
             if not self._split:
                 self._stepper = self._solver  # the condensed step may change it
             try:
@@ -659,6 +685,7 @@ class MPC:
             slack, cost, fallback = float("nan"), float("nan"), True
             self._w0 = self._lam_g0 = self._lam_x0 = None
         self._u_prev = u
+        self._current = False
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
         plan_constraint = float("nan")
         if self._constraint_map is not None and not fallback:
@@ -700,7 +727,9 @@ class MPC:
         not converge, ``sqpmethod`` from the shifted plan (``args``), as the other solvers."""
         L, cond = self._layout, self._condensed
         self._stepper = cond
-        found = cond.solve(self._w0[L.x], self._w0[L.u], x0, refs.T, self._u_prev, p)
+        found = cond.solve(
+            self._w0[L.x], self._w0[L.u], x0, refs.T, self._u_prev, p, shift=not self._current
+        )
         if found is None:
             self._stepper = self._solver
             args = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
@@ -903,8 +932,11 @@ class MPC:
                 w[L.z] = x0
             w[L.u] = self.safe_input if self._plan_u is None else self._plan_u[0]
             return w
-        # shift the previous solution one stage, repeat the last stage
         w = self._w0.copy()
+        if self._current:  # the plan of start, for this very call
+            w[L.x[0]] = x0
+            return w
+        # shift the previous solution one stage, repeat the last stage
         w[L.x[:-1]] = self._w0[L.x[1:]]
         w[L.u[:-1]] = self._w0[L.u[1:]]
         if L.z.size:
@@ -915,6 +947,8 @@ class MPC:
         return w
 
     def _fallback(self) -> np.ndarray:
+        if self._plan_u is not None and self._current:  # start's plan is for this call
+            return np.clip(self._plan_u[0], self._cons.u_min, self._cons.u_max)
         if self._plan_u is not None and len(self._plan_u) > 1:
             u = self._plan_u[1]
             self._plan_u = np.vstack([self._plan_u[1:], self._plan_u[-1:]])
@@ -941,7 +975,7 @@ class MPC:
             result = Status.ITERATION_LIMIT
         else:
             return Status.FAILED
-        if self.time_budget is not None and elapsed > self.time_budget:
+        if self.time_budget is not None and elapsed > self.time_budget and not self._unhurried:
             return Status.LATE
         return result
 
@@ -952,7 +986,7 @@ class MPC:
     def _stopped_by_budget(self, stats: dict) -> bool:
         """Whether the time budget stopped the solve: ipopt's wall-clock limit, or the
         iteration callback's request (``sqpmethod``, ``rti``)."""
-        if self.time_budget is None or stats.get("success", False):
+        if self.time_budget is None or stats.get("success", False) or self._unhurried:
             return False
         if self._deadline is not None:
             return self._deadline.stopped

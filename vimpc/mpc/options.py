@@ -100,7 +100,8 @@ SETTINGS: dict[str, Setting] = {
         "compile to C when the controller is built: `nlp` (the whole NLP, compiled once per "
         "problem and cached on disk), `model` (the model's stage function, in each process), "
         "`none`; `auto`: `nlp` for `fatrop`, `ipopt` and `sqpmethod` where a C compiler runs "
-        "(and `VIMPC_JIT` is not `none`), else `none`",
+        "(and `VIMPC_JIT` is not `none`), else `none` (and for a model with a network's dense "
+        "products, which run faster interpreted, on a BLAS)",
         choices=JITS,
     ),
     "tightening": Setting(
