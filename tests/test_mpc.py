@@ -578,3 +578,52 @@ def test_hpipm_takes_the_stages_as_laid_out_and_agrees_with_qrqp(transcription):
     soft = Constraints(u_min=[-0.5], u_max=[0.5], obs_max=[0.6, np.inf], soft_bounds=True)
     with pytest.raises(InputError, match="qpsol='hpipm' cannot solve this problem: it has soft"):
         MPC(model, 10, cost, soft, qpsol="hpipm", transcription=transcription)
+
+
+class _BoundThatFails(ca.Callback):
+    """A bound of 0.01 per entry that fails to evaluate (an error, not a NaN) where s > 0.5,
+    as a model's function can (a linear solve on a singular matrix)."""
+
+    def __init__(self) -> None:
+        ca.Callback.__init__(self)
+        self.construct("bound_that_fails", {})
+
+    def get_n_in(self) -> int:
+        return 3
+
+    def get_sparsity_in(self, i: int) -> ca.Sparsity:
+        return ca.Sparsity.dense((2, 1, 0)[i], 1)
+
+    def get_sparsity_out(self, i: int) -> ca.Sparsity:
+        return ca.Sparsity.dense(2, 1)
+
+    def eval(self, arg):
+        if float(arg[0][0]) > 0.5:
+            raise RuntimeError("no bound here")
+        return [ca.DM([0.01, 0.01])]
+
+
+@pytest.mark.parametrize("tube", ["open_loop", "feedback"])
+def test_a_tube_whose_functions_fail_to_evaluate_falls_back_and_says_so(tube):
+    failing = _BoundThatFails()
+    model = dataclasses.replace(_broken_beyond(0.5, bound=False), bound=failing)
+    model = dataclasses.replace(model, residual=None)
+    N = 6
+    ctrl = MPC(
+        model,
+        N,
+        Cost(Q=[1.0, 0.1], R=[0.1]),
+        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-2.0, -np.inf], obs_max=[2.0, np.inf]),
+        transcription="step",
+        tightening="tube",
+        tube=tube,
+    )
+    good = ctrl(np.array([0.0, 0.0]))
+    assert good.status.ok and good.failed_tube_stages == 0
+    ctrl.reset()
+    bad = ctrl(np.array([1.0, 0.0]))  # the guess holds s = 1 at every stage
+    assert bad.status is Status.INFEASIBLE and bad.fallback and bad.iterations == 0
+    assert bad.failed_tube_stages == N + 1 and np.all(np.isinf(bad.tube))
+    assert "a function along the plan failed to evaluate (CasADi: " in bad.tube_failure
+    again = ctrl(np.array([0.0, 0.0]))
+    assert again.status.ok and again.failed_tube_stages == 0

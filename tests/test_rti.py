@@ -134,12 +134,33 @@ def test_run_episode_prepares_after_each_input_with_the_next_time():
             calls.append(("call", t))
             return self.inner(obs, t)
 
-    run_episode(env, Spy(_pendulum_controller()), 4, seed=0)
+    traj = run_episode(env, Spy(_pendulum_controller()), 4, seed=0)
     assert calls == [
         ("call", 0.0), ("prepare", 0.05), ("call", 0.05), ("prepare", 0.1),
         ("call", 0.1), ("prepare", 0.15000000000000002), ("call", 0.15000000000000002),
         ("prepare", 0.2),
     ]  # fmt: skip
+    # each preparation's time is recorded with the step whose input it followed
+    assert traj.preparation_times.shape == (4,) and np.all(traj.preparation_times > 0.0)
+    assert not traj.late.any()
+
+    # a sample whose call and the preparation after it outlast the period is late, though
+    # the call alone was quick
+    class SlowPreparation(Spy):
+        def prepare(self, t):
+            self.inner.prepare(t)
+            return 0.05 - 1e-9
+
+    slow = run_episode(env, SlowPreparation(_pendulum_controller()), 3, seed=0)
+    assert np.all(slow.call_times < 0.05) and slow.late.all()
+
+    # a controller whose prepare() says nothing records NaN, and its calls alone count
+    class Silent(Spy):
+        def prepare(self, t):
+            self.inner.prepare(t)
+
+    quiet = run_episode(env, Silent(_pendulum_controller()), 2, seed=0)
+    assert np.isnan(quiet.preparation_times).all() and not quiet.late.any()
 
 
 @pytest.mark.parametrize(

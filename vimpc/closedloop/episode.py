@@ -68,6 +68,7 @@ class Trajectory:
     plan_constraint: np.ndarray = field(default_factory=lambda: np.zeros(0))
     handed_over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     start_time: np.ndarray = field(default_factory=lambda: np.array(np.nan))
+    preparation_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def planned_obs(self) -> np.ndarray:
@@ -92,7 +93,7 @@ _INFO_KEYS = ("state", "safety_margin", "constraint_residual")
 
 #: the Trajectory arrays that hold measured wall times, or what they decide (a call later than
 #: the period): the only ones that differ between two runs of the same episode
-WALL_CLOCK = ("solve_times", "call_times", "late", "start_time")
+WALL_CLOCK = ("solve_times", "call_times", "late", "start_time", "preparation_times")
 
 
 def _env_dt(env) -> float:
@@ -189,6 +190,7 @@ def run_episode(
         "plan_obs",
         "tube",
         "call_times",
+        "preparation_times",
         "plan_constraint",  # per step
     )
     rec: dict[str, list] = {
@@ -218,8 +220,11 @@ def run_episode(
         t = k * dt
         result = controller(obs, t)
         obs, reward, terminated, truncated, info = env.step(result.u)
+        prepared = np.nan
         if prepare is not None and not (terminated or truncated):
-            prepare((k + 1) * dt)  # the real-time iteration's preparation, after the input
+            # the real-time iteration's preparation, after the input
+            took = prepare((k + 1) * dt)
+            prepared = float(took) if isinstance(took, (int, float, np.number)) else np.nan
         rec["inputs"].append(info.get("applied_action", result.u))
         rec["rewards"].append(reward)
         rec["solve_times"].append(result.solve_time)
@@ -235,7 +240,11 @@ def run_episode(
         rec["call_times"].append(float(getattr(result, "call_time", np.nan)))
         rec["plan_constraint"].append(float(getattr(result, "plan_constraint", np.nan)))
         rec["handed_over"].append(bool(getattr(result, "handed_over", False)))
-        rec["late"].append(bool(getattr(result, "late", False)))
+        rec["preparation_times"].append(prepared)
+        # late: the input came after the next sample, or the next call's preparation ended
+        # after it
+        work = rec["call_times"][-1] + (prepared if np.isfinite(prepared) else 0.0)
+        rec["late"].append(bool(getattr(result, "late", False)) or bool(work > period))
         record_state(obs, info, (k + 1) * dt)
         check_interrupt()  # a Ctrl-C that CasADi swallowed during the step
         if on_step is not None:

@@ -608,7 +608,13 @@ class MPC:
         bounds = self._bounds
         if self._tube_fn is not None:
             start = time.perf_counter()
-            P, applied, applied_u = self._tube_fn(w0, P)
+            try:
+                P, applied, applied_u = self._tube_fn(w0, P)
+                unevaluated = None
+            except RuntimeError as exc:  # a function along the plan failed to evaluate
+                applied = ca.DM.inf(self._tube_shape[1], N + 1)
+                applied_u = ca.DM.inf(m.nu, N)
+                unevaluated = exc
             tube = applied.full().T
             inputs_empty_at = np.zeros(N, bool)
             if self.tube == "feedback":
@@ -617,7 +623,7 @@ class MPC:
                 inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
             # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
             # it is taken as empty (an infinite margin) and the problem is not solved
-            failed = self._failed_tube(tube, tube_inputs, w0, p)
+            failed = self._failed_tube(tube, tube_inputs, w0, p, unevaluated)
             if failed is not None:
                 failed_obs, failed_u, tube_failure = failed
                 stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
@@ -877,11 +883,17 @@ class MPC:
         return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u])
 
     def _failed_tube(
-        self, tube: np.ndarray, tube_inputs: np.ndarray, w0: ca.DM, p: np.ndarray
+        self,
+        tube: np.ndarray,
+        tube_inputs: np.ndarray,
+        w0: ca.DM,
+        p: np.ndarray,
+        error: RuntimeError | None = None,
     ) -> tuple[np.ndarray, np.ndarray, str] | None:
         """``(stages 0..N whose observation margins failed, stages 0..N-1 whose input margins
-        failed, the message)`` of a tube that cannot be computed, else None (one pass over
-        the margins when they are fine)."""
+        failed, the message)`` of a tube that cannot be computed (``error``: the tube
+        function's evaluation error, every stage failed), else None (one pass over the
+        margins when they are fine)."""
         if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
             return None
         N = self.horizon
@@ -889,7 +901,11 @@ class MPC:
         failed_obs = ~np.all(np.isfinite(tube), axis=1)
         failed_u = ~np.all(np.isfinite(tube_inputs), axis=1)
         stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
-        cause = self._tube_cause(w, p) or _NO_CAUSE
+        if error is not None:
+            last = str(error).strip().splitlines()[-1]
+            cause = f"a function along the plan failed to evaluate (CasADi: {last})"
+        else:
+            cause = self._tube_cause(w, p) or _NO_CAUSE
         return (
             failed_obs,
             failed_u,
