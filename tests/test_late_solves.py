@@ -328,6 +328,11 @@ def test_run_episode_makes_the_first_plan_before_the_clock_unless_told_not_to(en
     assert summary["first_plan_time_median_ms"] == summary["first_plan_time_max_ms"] == first_ms
     assert f"slowest {first_ms:.2f} ms" in report.summary_table(summary)
     assert "first plans" not in report.summary_table(summarize(metrics[1:], [cold]))
+    # sqpmethod prepares nothing between samples: no preparation is summarised
+    assert np.all(planned.preparation_times == 0.0) and math.isnan(
+        summary["preparation_time_median_ms"]
+    )
+    assert "preparations" not in report.summary_table(summary)
     # a controller without start() (a function) plans in its first call
     plain = run_episode(env, lambda obs, t: mpc(obs, t), steps=2, seed=3)
     assert np.isnan(plain.start_time)

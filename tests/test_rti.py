@@ -11,7 +11,8 @@ import pytest
 import scipy.linalg
 from test_mpc import DT, _linear_model  # the double integrator with drag
 
-from vimpc.closedloop import run_episode
+from vimpc import report
+from vimpc.closedloop import episode_metrics, run_episode, summarize
 from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
@@ -143,6 +144,13 @@ def test_run_episode_prepares_after_each_input_with_the_next_time():
     # each preparation's time is recorded with the step whose input it followed
     assert traj.preparation_times.shape == (4,) and np.all(traj.preparation_times > 0.0)
     assert not traj.late.any()
+    # and summarised apart from the calls
+    prepared_ms = np.sort(traj.preparation_times) * 1e3
+    metrics = episode_metrics(traj)
+    assert metrics["preparation_time_median_ms"] == pytest.approx(np.median(prepared_ms))
+    summary = summarize([metrics], [traj])
+    assert summary["preparation_time_max_ms"] == pytest.approx(prepared_ms[-1])
+    assert f"slowest {prepared_ms[-1]:.2f} ms" in report.summary_table(summary)
 
     # a sample whose call and the preparation after it outlast the period is late, though
     # the call alone was quick

@@ -218,6 +218,16 @@ def summary_table(
                 f"{summary['period_ms']:.3g} ms (slowest call {summary['call_time_max_ms']:.2f} ms)",
             )
         )
+    if np.isfinite(summary.get("preparation_time_max_ms", np.nan)):
+        rows.append(
+            (
+                "preparations",
+                "the real-time iteration's, between samples: median "
+                f"{summary['preparation_time_median_ms']:.2f} ms, p95 "
+                f"{summary['preparation_time_p95_ms']:.2f} ms, slowest "
+                f"{summary['preparation_time_max_ms']:.2f} ms",
+            )
+        )
     if np.isfinite(summary.get("first_plan_time_max_ms", np.nan)):
         rows.append(
             (

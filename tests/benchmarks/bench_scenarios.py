@@ -55,6 +55,7 @@ COLUMNS = [
     ("failed", "failed solves", "d"),
     ("success", "success (Wilson 95%)", ""),
     ("first_ms", "first plan, before the clock: median / max [ms]", ""),
+    ("prep_ms", "rti preparation between samples: median / max [ms]", ""),
     ("workers", "episode processes", "d"),
     ("load", "load average (start, end)", ""),
     ("build_s", "controller build, warm cache [s]", ".3f"),
@@ -111,6 +112,9 @@ def measure(path: Path, episodes: int, seed: int, workers: int) -> dict:
         "first_ms": "{:.3g} / {:.3g}".format(
             metrics["first_plan_time_median_ms"], metrics["first_plan_time_max_ms"]
         ),
+        "prep_ms": "{:.3g} / {:.3g}".format(
+            metrics["preparation_time_median_ms"], metrics["preparation_time_max_ms"]
+        ),
         "workers": metrics["workers"],
         "load": f"{load_start}, {load_end}",
         "build_s": build,
@@ -139,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.seed} ({args.workers} episode process(es) at once on this 2-core machine), "
         "solve times pooled over every step; late: calls longer than the period; each "
         "episode's first plan made before its first step, outside the loop's clock (`MPC.start`"
-        ", as `vimpc run` does), and timed apart; goals "
+        ", as `vimpc run` does), and timed apart; `rti`: the median is the feedback phase, the "
+        "preparation between samples a column of its own, and a sample whose call and "
+        "preparation outlast the period is late; goals "
         '(issue): median <= dt/10, p95 <= dt/2, no late solve. `jit`: what `jit = "auto"` '
         "chose (`nlp (compiled)`: the whole NLP compiled once and cached; `none`: the "
         "real-time iteration and the condensed SQP, interpreted)."
@@ -166,7 +172,9 @@ def summary(out: Path, notes: str) -> None:
         meta = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# "))
         row = next(csv.DictReader([line for line in lines if not line.startswith("#")]))
         for key, _, spec in COLUMNS:
-            if spec.endswith("f") or spec.endswith("g"):
+            if key not in row:  # a column added after that run
+                row[key] = "not recorded by that run"
+            elif spec.endswith("f") or spec.endswith("g"):
                 row[key] = float(row[key])
             elif spec == "d":
                 row[key] = int(row[key])

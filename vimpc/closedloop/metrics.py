@@ -113,6 +113,18 @@ def _finite_max(values: np.ndarray) -> float:
     return float(finite.max()) if finite.size else float("nan")
 
 
+def _prepared(seconds: np.ndarray) -> np.ndarray:
+    """The preparations that were made: positive times (0: nothing to prepare; NaN: a
+    controller without a preparation phase)."""
+    return seconds[seconds > 0]
+
+
+def _finite_median(values: np.ndarray) -> float:
+    """The median of the finite values, NaN when there is none."""
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if finite.size else float("nan")
+
+
 def episode_metrics(
     traj: Trajectory,
     success: Callable[[Trajectory], bool] | None = None,
@@ -144,6 +156,8 @@ def episode_metrics(
     ``late_solve_fraction`` and ``call_time_max_ms`` (NaN where calls were not timed).
     ``first_plan_time_ms``: the first plan, made before the first step and outside the
     loop's clock (``Trajectory.start_time``; NaN where there was none).
+    ``preparation_time_median_ms``: the real-time iteration's preparations between samples
+    (the positive ``Trajectory.preparation_times``; NaN where none was made).
 
     ``nonfinite_plans``: steps whose plan predicts a NaN or inf without a fallback.
 
@@ -194,6 +208,7 @@ def episode_metrics(
         "period_ms": _period_ms([traj]),
         "call_time_max_ms": _max_ms(traj.call_times),
         "first_plan_time_ms": float(traj.start_time) * 1e3,
+        "preparation_time_median_ms": _finite_median(_prepared(traj.preparation_times)) * 1e3,
         "time_limit_solves": int(np.count_nonzero(traj.status == TIME_LIMIT_STATUS)),
         "over_budget_solves": int(np.count_nonzero(traj.status == LATE_STATUS)),
         "iteration_limit_solves": int(np.count_nonzero(traj.status == ITERATION_LIMIT_STATUS)),
@@ -370,9 +385,11 @@ def summarize(
     ``over_budget_solves``, ``iteration_limit_solves``; ``handed_over_solves``, the calls
     ``solver = "condensed"`` handed to its ``sqpmethod``; ``late_solves`` with
     ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
-    ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``
+    ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``,
     ``first_plan_time_median_ms`` and ``_max_ms`` (the plans made before each episode's
-    first step, outside the loop's clock; NaN where none was made)
+    first step, outside the loop's clock; NaN where none was made), and
+    ``preparation_time_median_ms``, ``_p95_ms`` and ``_max_ms`` (the real-time iteration's
+    preparations between samples; NaN where none was made)
     and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
     and ``horizon_coverage_mean`` (per window of ``coverage_horizon`` steps), each with its
     ``_std`` over episodes and ``_min`` (the worst episode). Intervals across episodes,
@@ -448,9 +465,14 @@ def summarize(
     out["period_ms"] = _period_ms(trajectories)
     out["call_time_max_ms"] = _max_ms(np.concatenate([t.call_times for t in trajectories]))
     first = np.array([float(t.start_time) for t in trajectories]) * 1e3
-    finite = first[np.isfinite(first)]
-    out["first_plan_time_median_ms"] = float(np.median(finite)) if finite.size else math.nan
+    out["first_plan_time_median_ms"] = _finite_median(first)
     out["first_plan_time_max_ms"] = _finite_max(first)
+    prepared = _prepared(np.concatenate([t.preparation_times for t in trajectories])) * 1e3
+    out["preparation_time_median_ms"] = _finite_median(prepared)
+    out["preparation_time_p95_ms"] = (
+        float(np.percentile(prepared, 95)) if prepared.size else math.nan
+    )
+    out["preparation_time_max_ms"] = _finite_max(prepared)
     out["time_limit_solves"] = int(np.count_nonzero(status == TIME_LIMIT_STATUS))
     out["over_budget_solves"] = int(np.count_nonzero(status == LATE_STATUS))
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))

@@ -127,8 +127,8 @@ class MPC:
             ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
             where a C compiler runs, else ``"none"`` (a model with a network's dense
             products, whose interpreted products run on a BLAS and beat compiled loops;
-            no compiler: said once per process; the environment variable ``VIMPC_JIT=none`` also keeps ``"auto"``
-            interpreted, as the test suite does); ``"none"``: CasADi's interpreter;
+            no compiler: said once per process; the environment variable
+            ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does); ``"none"``: CasADi's interpreter;
             ``"model"``: the model's stage function, ``residual`` or ``step``, and its
             derivatives as the solver asks for them (the NLP around it interpreted and
             unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
