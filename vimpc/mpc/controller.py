@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import inspect
 import time
@@ -552,8 +553,9 @@ class MPC:
         (``sqpmethod``/``fatrop``/``rti``; ipopt keeps its own wall-time limit), and keeps
         the plan as the warm start of the call at the same ``obs`` and ``t``, unshifted.
         The input applied before the first call stays ``safe_input`` (the rate penalty's
-        reference). Returns that solve's :class:`MPCResult` (its ``u`` is not applied;
-        ``call_time`` is how long the robot waited). ``run_episode`` calls it before the
+        reference); the real-time iteration also prepares that call (:meth:`prepare`).
+        Returns that solve's :class:`MPCResult` (its ``u`` is not applied; ``call_time`` is
+        how long the robot waited, the preparation included). ``run_episode`` calls it before the
         first step and records its time apart (``Trajectory.start_time``)."""
         self.reset()
         self._unhurried = True
@@ -563,6 +565,9 @@ class MPC:
             self._unhurried = False
         self._u_prev = self.safe_input.copy()
         self._current = result.status.ok
+        if self._current and self._split:  # the real-time iteration: its first preparation too
+            prepared = self.prepare(t, p)
+            result = dataclasses.replace(result, call_time=result.call_time + prepared)
         return result
 
     def prepare(self, t: float = 0.0, p: Any = None) -> float:
