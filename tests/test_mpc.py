@@ -407,6 +407,19 @@ def _broken_beyond(edge: float, *, bound: bool, w: float = 0.01) -> DiscreteMode
     )
 
 
+def _tube_controller(model: DiscreteModel, N: int, tube: str) -> MPC:
+    """The tube tests' controller on a double integrator: |s| <= 2, |u| <= 1."""
+    return MPC(
+        model,
+        N,
+        Cost(Q=[1.0, 0.1], R=[0.1]),
+        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-2.0, -np.inf], obs_max=[2.0, np.inf]),
+        transcription="step",
+        tightening="tube",
+        tube=tube,
+    )
+
+
 @pytest.mark.parametrize(
     "bound, tube, stages, cause",
     [
@@ -421,15 +434,7 @@ def test_a_tube_that_is_not_finite_is_named_by_stage_and_not_solved_with(
     bound, tube, stages, cause
 ):
     N = 6
-    ctrl = MPC(
-        _broken_beyond(0.5, bound=bound),
-        N,
-        Cost(Q=[1.0, 0.1], R=[0.1]),
-        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-2.0, -np.inf], obs_max=[2.0, np.inf]),
-        transcription="step",
-        tightening="tube",
-        tube=tube,
-    )
+    ctrl = _tube_controller(_broken_beyond(0.5, bound=bound), N, tube)
     good = ctrl(np.array([0.0, 0.0]))
     assert good.status.ok and good.failed_tube_stages == 0 and good.tube_failure == ""
     assert np.all(np.isfinite(good.tube)) and good.empty_tube_stages == 0
@@ -457,15 +462,7 @@ def test_a_tube_that_is_not_finite_is_named_by_stage_and_not_solved_with(
 def test_a_feedback_tube_of_zero_margins_that_is_finite_is_solved_with():
     # a zero bound gives zero margins, as an ellipsoid that is not finite would: the check
     # along the guess finds every recursion finite and the problem is solved
-    ctrl = MPC(
-        _broken_beyond(0.5, bound=True, w=0.0),
-        6,
-        Cost(Q=[1.0, 0.1], R=[0.1]),
-        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-2.0, -np.inf], obs_max=[2.0, np.inf]),
-        transcription="step",
-        tightening="tube",
-        tube="feedback",
-    )
+    ctrl = _tube_controller(_broken_beyond(0.5, bound=True, w=0.0), 6, "feedback")
     result = ctrl(np.array([0.0, 0.0]))
     assert result.status.ok and result.failed_tube_stages == 0 and result.tube_failure == ""
     assert np.all(result.tube == 0.0) and result.empty_tube_stages == 0
@@ -609,15 +606,7 @@ def test_a_tube_whose_functions_fail_to_evaluate_falls_back_and_says_so(tube):
     model = dataclasses.replace(_broken_beyond(0.5, bound=False), bound=failing)
     model = dataclasses.replace(model, residual=None)
     N = 6
-    ctrl = MPC(
-        model,
-        N,
-        Cost(Q=[1.0, 0.1], R=[0.1]),
-        Constraints(u_min=[-1.0], u_max=[1.0], obs_min=[-2.0, -np.inf], obs_max=[2.0, np.inf]),
-        transcription="step",
-        tightening="tube",
-        tube=tube,
-    )
+    ctrl = _tube_controller(model, N, tube)
     good = ctrl(np.array([0.0, 0.0]))
     assert good.status.ok and good.failed_tube_stages == 0
     ctrl.reset()
