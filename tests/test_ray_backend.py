@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 from vimpc import _ray_backend, _run_dir, cli
+from vimpc.closedloop.episode import WALL_CLOCK
 from vimpc.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
-from _common import TIMING, descendants, process_title, timeless  # noqa: E402
+from _common import descendants, process_title, timeless  # noqa: E402
 from test_sweep import _interrupt_after  # noqa: E402  (a Ctrl-C after the k-th episode)
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -82,7 +83,7 @@ def _same_episodes(a: Path, b: Path) -> int:
         with np.load(a / name.replace(".json", ".npz")) as na:
             with np.load(b / name.replace(".json", ".npz")) as nb:
                 assert na.files == nb.files
-                for key in set(na.files) - set(TIMING):
+                for key in set(na.files) - set(WALL_CLOCK):
                     assert np.array_equal(na[key], nb[key], equal_nan=na[key].dtype.kind == "f")
     return len(names)
 

@@ -23,8 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from vimpc.closedloop.episode import WALL_CLOCK
-
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "benchmarks"
 sys.path.insert(0, str(ROOT / "tests" / "experiments"))
@@ -207,9 +205,6 @@ SOLVER_CONFIGS = {
 
 
 # -- episodes and processes (the Ray benchmarks and tests) -----------------------------------------
-
-#: episode arrays that hold measured times, or what they decide (a call later than the period)
-TIMING = WALL_CLOCK
 
 
 def timeless(value):

@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 from _common import (
     OUT,
-    TIMING,
     add_options,
     descendants,
     met,
@@ -46,6 +45,7 @@ from _common import (
 )
 
 from vimpc import cli
+from vimpc.closedloop.episode import WALL_CLOCK
 
 SWEEP = """scenario = "cartpole_safe"
 
@@ -109,7 +109,7 @@ def compare(a: Path, b: Path) -> tuple[int, int]:
         )
         with np.load(a / name.with_suffix(".npz")) as na, np.load(other.with_suffix(".npz")) as nb:
             same = same and na.files == nb.files
-            for key in set(na.files) - set(TIMING) if same else ():
+            for key in set(na.files) - set(WALL_CLOCK) if same else ():
                 f = na[key].dtype.kind == "f"
                 same = same and np.array_equal(na[key], nb[key], equal_nan=f)
         differ += not same
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         f"loopback cluster of {args.workers} CPUs, {ray_s:.0f} s, exit {ray_code}) with one "
         f"worker running an episode SIGKILLed once {killer.kept_then} of {total} episodes "
         f"were kept (pid {killer.killed}). Compared: every field of each episode's JSON and "
-        f"NPZ but the measured times ({', '.join(TIMING)} and the time fields)."
+        f"NPZ but the measured times ({', '.join(WALL_CLOCK)} and the time fields)."
     )
     extra = (
         f"\nA worker killed: {'yes' if killer.killed else 'NO'}; the Ray sweep complete with "

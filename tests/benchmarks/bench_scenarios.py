@@ -20,8 +20,8 @@ compile cache. Goals (issue): median <= dt/10, p95 <= dt/2, no late solve.
 
 Each scenario's table goes to ``results/benchmarks/scenarios/<name>.md`` and ``.csv``, all
 of them to ``results/benchmarks/scenarios.md`` (rebuilt from the per-scenario tables, so
-``--only`` re-measures some and keeps the others, each row dated). ``--quick --out DIR``: the pendulum
-swing-up, 2 episodes of its default length.
+``--only`` re-measures some and keeps the others, each row dated). ``--quick --out DIR``:
+the pendulum swing-up, 2 episodes of its default length.
 """
 
 from __future__ import annotations

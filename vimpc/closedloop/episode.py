@@ -130,10 +130,11 @@ def run_episode(
     ``start(obs, t)`` method, if present, makes the first plan from the reset observation
     before the first step (:meth:`vimpc.mpc.MPC.start`: outside the loop's clock, as a
     robot plans at its start; its time is ``Trajectory.start_time``); without it, the first
-    call plans from a cold start. A ``prepare(t)`` method, if
-    present, right after each input is applied, with the time of the next call (the
-    real-time iteration's preparation phase, :meth:`vimpc.mpc.MPC.prepare`); its ``period`` (the
-    sampling period ``late`` refers to) is recorded where it has one. ``on_step(k)`` is called after each step (progress bars).
+    call plans from a cold start. A ``prepare(t)`` method, if present, is called right
+    after each input is applied, with the time of the next call (the real-time iteration's
+    preparation phase, :meth:`vimpc.mpc.MPC.prepare`); its ``period`` (the sampling period
+    ``late`` refers to) is recorded where it has one. ``on_step(k)`` is called after each
+    step (progress bars).
 
     Every argument is checked before the environment is reset or stepped: an
     :class:`~vimpc.errors.InputError` names the argument that is wrong.

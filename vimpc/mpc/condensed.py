@@ -195,9 +195,10 @@ class CondensedSQP:
         shift: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, float] | None:
         """From the previous plan ``(X_prev (N + 1, nx), U_prev (N, nu))`` shifted by one
-        stage (as it is with ``shift = False``: a plan made for this call), the initial state ``x0``, the references ``refs (N + 1, nobs)``, the input
-        applied last ``u_prev`` and parameters ``p``: ``(X, U, cost)``, or None when it did
-        not converge (:meth:`stats` says why)."""
+        stage (as it is with ``shift = False``: a plan made for this call), the initial
+        state ``x0``, the references ``refs (N + 1, nobs)``, the input applied last
+        ``u_prev`` and parameters ``p``: ``(X, U, cost)``, or None when it did not converge
+        (:meth:`stats` says why)."""
         start = time.perf_counter()
         if shift:
             X = np.vstack([X_prev[1:], 2 * X_prev[-1:] - X_prev[-2:-1]])

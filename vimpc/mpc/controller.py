@@ -129,7 +129,8 @@ class MPC:
             where a C compiler runs, else ``"none"`` (a model with a network's dense
             products, whose interpreted products run on a BLAS and beat compiled loops;
             no compiler: said once per process; the environment variable
-            ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does); ``"none"``: CasADi's interpreter;
+            ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does);
+            ``"none"``: CasADi's interpreter;
             ``"model"``: the model's stage function, ``residual`` or ``step``, and its
             derivatives as the solver asks for them (the NLP around it interpreted and
             unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
@@ -555,8 +556,8 @@ class MPC:
         The input applied before the first call stays ``safe_input`` (the rate penalty's
         reference); the real-time iteration also prepares that call (:meth:`prepare`).
         Returns that solve's :class:`MPCResult` (its ``u`` is not applied; ``call_time`` is
-        how long the robot waited, the preparation included). ``run_episode`` calls it before the
-        first step and records its time apart (``Trajectory.start_time``)."""
+        how long the robot waited, the preparation included). ``run_episode`` calls it
+        before the first step and records its time apart (``Trajectory.start_time``)."""
         self.reset()
         self._unhurried = True
         try:
