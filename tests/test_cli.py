@@ -405,9 +405,10 @@ def test_reserving_fails_clearly_where_the_scenario_folder_is_a_file(tmp_path):
 def test_an_unreadable_cached_fit_is_fitted_again(tmp_path, capsys):
     safe = str(ROOT / "scenarios" / "cartpole_safe.toml")
     small = ["--set", "data.trajectories=5", "--set", "data.heldout_trajectories=50"]
-    small += ["--set", "data.steps=20", "--quiet"]
+    # calibrated on the held-out trajectories, not on 100 closed-loop episodes per fit
+    small += ["--set", "data.steps=20", "--set", 'data.calibration="heldout"', "--quiet"]
     assert cli.main(["fit", safe, "-o", str(tmp_path / "a.vimpc"), *small]) == 0
-    cfg = scenario.load_scenario(safe, [small[k + 1] for k in range(0, 6, 2)])
+    cfg = scenario.load_scenario(safe, [small[k + 1] for k in range(0, 8, 2)])
     cached = pipeline.cache_dir() / f"cartpole_safe-{pipeline.cache_key(cfg)}.vimpc"
     text = cached.read_text()
     cached.write_text(text.replace('"dt"', '"dT"', 1))  # the checksum no longer matches
