@@ -190,6 +190,7 @@ BAD = [
     ("qpsol", "qpx", "one of"),
     ("hessian", "newton", "one of"),
     ("rti_start", "fatropp", "one of"),
+    ("condensed_start", "none", "one of"),
     ("rti_regularization", -1.0, "non-negative"),
     ("max_iter", 0, "positive integer"),
     ("max_iter", 2.5, "integer"),

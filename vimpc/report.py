@@ -205,8 +205,8 @@ def summary_table(
         rows.append(
             (
                 "handed over",
-                f"{summary['handed_over_solves']} solves by sqpmethod instead of the condensed "
-                "SQP (the cold starts and the solves it did not finish)",
+                f"{summary['handed_over_solves']} solves by the cold-start solver "
+                "(condensed_start) instead of the condensed SQP",
             )
         )
     if np.isfinite(summary.get("period_ms", np.nan)):

@@ -28,7 +28,7 @@ class Trajectory:
     constraints); ``plan_constraint (T,)``: the largest holonomic constraint residual of the
     model over each plan's predicted states (``MPCResult.plan_constraint``; NaN for a model
     without constraints, a fallback, or a record made before it existed); ``handed_over
-    (T,)``: the calls ``solver = "condensed"`` handed to its ``sqpmethod``
+    (T,)``: the calls ``solver = "condensed"`` handed to its ``condensed_start`` solver
     (``MPCResult.handed_over``; empty for a record made before it existed); ``plan_obs (T,
     N + 1, nobs)``: the observations the plan of step ``k`` predicts for steps ``k .. k +
     N`` (NaN when the controller fell back); ``tube (T, N + 1, m)``: the tightening that

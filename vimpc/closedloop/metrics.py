@@ -383,7 +383,7 @@ def summarize(
     Solve-time statistics
     and the solve counts (``solves``, ``failed_solves``, ``time_limit_solves``,
     ``over_budget_solves``, ``iteration_limit_solves``; ``handed_over_solves``, the calls
-    ``solver = "condensed"`` handed to its ``sqpmethod``; ``late_solves`` with
+    ``solver = "condensed"`` handed to its ``condensed_start`` solver; ``late_solves`` with
     ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
     ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``,
     ``first_plan_time_median_ms`` and ``_max_ms`` (the plans made before each episode's

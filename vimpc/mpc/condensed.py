@@ -1,4 +1,4 @@
-"""A Gauss–Newton SQP on the implicit transcription, condensed onto the inputs
+"""A Gauss–Newton SQP on the implicit transcription, condensed onto the inputs and slacks
 (``solver = "condensed"``).
 
 Each iteration evaluates, in one CasADi call, the model's residual and its Jacobian at
@@ -6,27 +6,38 @@ every stage (the model's closed-form ``residual_jacobian`` where it has one, els
 derivative of ``residual``), the holonomic constraints at every predicted state
 and the least-squares cost's residuals with their Jacobians; it then eliminates the states
 (``dx_{k+1} = A_k dx_k + B_k du_k + c_k`` with ``[A_k B_k c_k] = -J_z^-1 [J_x J_u r_k]``, the
-implicit transcription's next-state copy being the next state), forms the dense Gauss–Newton
-QP in the ``nu N`` input steps and solves it with the input bounds (a primal active-set
-method on the box). The step is taken in full. This is the same QP as CasADi's
-``sqpmethod`` solves on the implicit transcription with the Gauss–Newton Hessian (there
-with ``N (2 nx + nu)`` variables and the residual as equality rows), in a fraction of the
-time: on the four-bar CLNN (18 states, 8 holonomic constraints, horizon 20) one HPIPM QP of
-``sqpmethod`` took ~1.9 ms and its Jacobian ~1.3 ms, one condensed iteration here ~1.1 ms.
+implicit transcription's next-state copy being the next state) and forms the dense
+Gauss–Newton QP in the ``nu N`` input steps. Without inequality rows it is solved with the
+input bounds by a primal active-set method on the box. With them (observation bounds, path
+constraints, the tube's tightening, the inputs' soft tightened rows: the transcription's
+``inequality``, cheap functions of the stage variables, evaluated with their Jacobian in a
+second call) the slacks join the inputs as variables, their exact L1 penalty and its small
+quadratic (:data:`~vimpc.mpc.transcription.SLACK_QUADRATIC`) as in the NLP, and the rows are
+condensed onto the same variables; the QP is solved by DAQP (a dual active-set method for
+dense QPs). The step is taken in full. This is the same QP as CasADi's ``sqpmethod`` solves
+on the implicit transcription with the Gauss–Newton Hessian (there with ``N (2 nx + nu)``
+variables and the residual as equality rows), in a fraction of the time: on the four-bar
+CLNN (18 states, 8 holonomic constraints, horizon 20) one HPIPM QP of ``sqpmethod`` took
+~1.9 ms and its Jacobian ~1.3 ms, one condensed iteration here ~1.1 ms.
 
-Converged when the last input step is within ``tol`` (max norm), the residual of the
-model's step equations within :data:`RESIDUAL_TOL` and the holonomic constraints within
+Converged when the last input and slack step is within ``tol`` (max norm), the residual of
+the model's step equations within :data:`RESIDUAL_TOL` and the holonomic constraints within
 :data:`CONSTRAINT_TOL` at every predicted state; once the step is small
-(:data:`CHECK_STEP`) the test first evaluates the residual alone, without its Jacobian.
+(:data:`CHECK_STEP`) the test first evaluates the residual alone, without its Jacobian. A
+time budget stops it before an iteration that would end past it (by the longest iteration
+so far).
 
-Warm starts only: the previous plan shifted by one stage, the last state extrapolated
-linearly. The controller solves a cold start, and any solve that does not converge within
-``max_iter`` iterations (or meets a non-finite value, a singular ``J_z`` or a box QP that
-does not converge), with CasADi's ``sqpmethod`` instead.
+Warm starts only: the previous plan shifted by one stage. The controller solves a cold
+start (no plan) with its ``condensed_start`` solver; a warm solve that does not converge
+within ``max_iter`` iterations or the budget (or meets a non-finite value, a singular
+``J_z`` or a QP that fails) gives the fallback input, and the next call starts from the
+plan shifted once more. No line search: one with an exact penalty (the step equations'
+multipliers recovered by a backward recursion) and a filter's acceptance with one entry
+solved none of the CLNN cart-pole's cold starts on its short rail (seeds 1000-1009: no
+decrease along the step, or the iteration limit), and in an episode (seed 1000) the same
+two warm solves failed as with full steps, each iteration one trial evaluation dearer.
 
-Needs: the implicit transcription and input bounds only: no observation bounds or path
-constraints (their slacks and rows would make the condensed QP a general one), no tube
-tightening, no energy shaping (and, as checked with the other options, no time budget).
+Needs: the implicit transcription and no energy shaping.
 """
 
 from __future__ import annotations
@@ -38,7 +49,9 @@ import casadi as ca
 import numpy as np
 
 from vimpc.dynamics import DiscreteModel
-from vimpc.mpc.tube import residual_jacobian
+from vimpc.mpc.solvers import qp_options
+from vimpc.mpc.transcription import SLACK_QUADRATIC, Transcription
+from vimpc.mpc.tube import expanded_or_none, residual_jacobian
 
 #: the residual of the model's step equations every predicted stage must reach
 RESIDUAL_TOL = 1e-8
@@ -47,6 +60,10 @@ CONSTRAINT_TOL = 1e-11
 #: the largest state step (max norm) after which convergence is tested on the residual
 #: alone: the residual then is quadratic in the step, ~1e-12 on the four-bar CLNN
 CHECK_STEP = 1e-4
+#: the status of a solve stopped by its time budget
+BUDGET_STATUS = "time budget"
+#: the solver of the condensed QP with inequality rows (dense: a dual active-set method)
+QP_SOLVER = "daqp"
 
 
 class _Buffered:
@@ -100,25 +117,24 @@ def box_qp(
 
 
 class CondensedSQP:
-    """The condensed Gauss–Newton SQP of a model, horizon, resolved cost and input bounds
-    (see the module). :meth:`solve` from a previous plan; :meth:`stats` as CasADi's."""
+    """The condensed Gauss–Newton SQP of a transcription ``tr`` (implicit) of a model, horizon
+    and resolved cost (see the module). :meth:`solve` from a guess; :meth:`stats` as CasADi's."""
 
     def __init__(
         self,
         model: DiscreteModel,
         horizon: int,
         cost: Any,
-        u_min: np.ndarray,
-        u_max: np.ndarray,
+        tr: Transcription,
         *,
         max_iter: int,
         tol: float,
     ) -> None:
-        m, N = model, horizon
+        m, N, L = model, horizon, tr.layout
         nx, nu = m.nx, m.nu
-        self.nx, self.nu, self.N = nx, nu, N
+        self.nx, self.nu, self.N, self.ns = nx, nu, N, L.s.shape[1]
+        self.layout = L
         self.max_iter, self.tol = max_iter, tol
-        self.lb, self.ub = np.tile(u_min, N), np.tile(u_max, N)
         X, U = ca.MX.sym("X", nx, N + 1), ca.MX.sym("U", nu, N)
         u_prev, R = ca.MX.sym("u_prev", nu), ca.MX.sym("R", m.nobs, N + 1)
         P = ca.MX.sym("p", m.np)
@@ -149,11 +165,30 @@ class CondensedSQP:
         self._check = _Buffered(ca.Function(
             "condensed_check", [X, U, u_prev, R, P], [r_alone, constraint, cost_value]
         ))  # fmt: skip
+        # the slacks' exact L1 penalty and its regularising quadratic (the transcription's)
+        self._slack_weights = np.tile(tr.slack_weights, N + 1) if self.ns else np.zeros(0)
+        # the inequality rows, cheap functions of the stage variables (no model call)
+        self._rows = None
+        if tr.inequality is not None:
+            W, Pn = tr.nlp["x"], tr.nlp["p"]
+            rows = ca.Function(
+                "condensed_rows", [W, Pn], [tr.inequality, ca.jacobian(tr.inequality, W)]
+            )
+            self._rows = _Buffered(expanded_or_none(rows) or rows)
+            ineq = tr.lbg != tr.ubg
+            self._lba, self._uba = tr.lbg[ineq], tr.ubg[ineq]
+            n_i, n_f = int(ineq.sum()), N * nu + L.s.size
+            self._qp = ca.conic(
+                "condensed_qp", QP_SOLVER,
+                {"h": ca.Sparsity.dense(n_f, n_f), "a": ca.Sparsity.dense(n_i, n_f)},
+                qp_options(QP_SOLVER),
+            )  # fmt: skip
         self._stats: dict[str, Any] = {}
 
-    def _step(self, U: np.ndarray, out: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The full Gauss–Newton step ``(dX, dU)`` at the linearisation ``out``."""
-        N, nx, nu, nr = self.N, self.nx, self.nu, self.n_rho
+    def _step(self, w, P, lbw, ubw, out) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The full Gauss–Newton step ``(dX, dU, dS)`` from the guess ``w`` at the
+        linearisation ``out`` (with the NLP's parameters ``P`` and variable bounds)."""
+        N, nx, nu, nr, L = self.N, self.nx, self.nu, self.n_rho, self.layout
         r, _, J, rho, Rx, Ru, Rp, rN, RxN, _ = out
         r = r.reshape(N, nx)
         J = J.reshape(N, 2 * nx + nu, nx).transpose(0, 2, 1)
@@ -178,45 +213,84 @@ class CondensedSQP:
         RxN = RxN.reshape(nx, -1).T
         G = np.concatenate([G.reshape(-1, N * nu), RxN @ S[N]])
         h = np.concatenate([h.reshape(-1), rN + RxN @ s[N]])
-        Uf = U.reshape(-1)
-        d, converged = box_qp(G.T @ G, G.T @ h, self.lb - Uf, self.ub - Uf)
-        if not converged:
-            raise np.linalg.LinAlgError("the box QP did not converge")
-        return np.einsum("kij,j->ki", S, d) + s, d.reshape(N, nu)
+        free = np.concatenate([L.u.ravel(), L.s.ravel()])
+        lbd, ubd = lbw[free] - w[free], ubw[free] - w[free]
+        if self._rows is None:
+            d, converged = box_qp(G.T @ G, G.T @ h, lbd, ubd)
+            if not converged:
+                raise np.linalg.LinAlgError("the box QP did not converge")
+        else:
+            d = self._row_qp(w, P, G.T @ G, G.T @ h, S, s, lbd, ubd)
+        du, ds = d[: N * nu], d[N * nu :]
+        dX = np.einsum("kij,j->ki", S, du) + s
+        return dX, du.reshape(N, nu), ds.reshape(N + 1, self.ns)
+
+    def _row_qp(self, w, P, H_u, g_u, S, s, lbd, ubd) -> np.ndarray:
+        """The condensed QP with the inequality rows: its solution, the input and slack
+        steps."""
+        L, n_u = self.layout, H_u.shape[0]
+        ns_all = L.s.size
+        g_rows, jac = self._rows(w, P)
+        jac = jac.reshape(-1, g_rows.size).T  # (rows, n_w)
+        Jx = jac[:, L.x]  # (rows, N + 1, nx)
+        Jz = jac[:, L.z]  # (rows, N, nx) (the next-state copies are the next states)
+        A_u = np.einsum("ikj,kjm->im", Jx, S) + jac[:, L.u.ravel()]
+        a0 = np.einsum("ikj,kj->i", Jx, s)
+        if Jz.size:
+            A_u += np.einsum("ikj,kjm->im", Jz, S[1:])
+            a0 += np.einsum("ikj,kj->i", Jz, s[1:])
+        A = np.hstack([A_u, jac[:, L.s.ravel()]])
+        H = np.zeros((n_u + ns_all, n_u + ns_all))
+        H[:n_u, :n_u] = H_u
+        H[n_u:, n_u:] = SLACK_QUADRATIC * np.eye(ns_all)
+        g = np.concatenate([g_u, self._slack_weights / 2 + SLACK_QUADRATIC * w[L.s.ravel()]])
+        shift = g_rows + a0
+        qp = self._qp(h=H, g=g, a=A, lba=self._lba - shift, uba=self._uba - shift, lbx=lbd, ubx=ubd)
+        stats = self._qp.stats()
+        if not stats.get("success", False):
+            raise np.linalg.LinAlgError(f"the condensed QP failed ({stats.get('return_status')})")
+        return np.asarray(qp["x"]).reshape(-1)
 
     def solve(
         self,
-        X_prev: np.ndarray,
-        U_prev: np.ndarray,
-        x0: np.ndarray,
+        w: np.ndarray,
+        P: np.ndarray,
+        lbw: np.ndarray,
+        ubw: np.ndarray,
         refs: np.ndarray,
         u_prev: np.ndarray,
         p: np.ndarray,
-        shift: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray, float] | None:
-        """From the previous plan ``(X_prev (N + 1, nx), U_prev (N, nu))`` shifted by one
-        stage (as it is with ``shift = False``: a plan made for this call), the initial
-        state ``x0``, the references ``refs (N + 1, nobs)``, the input applied last
-        ``u_prev`` and parameters ``p``: ``(X, U, cost)``, or None when it did not converge
-        (:meth:`stats` says why)."""
+        budget: float = np.inf,
+    ) -> tuple[np.ndarray, float, np.ndarray] | None:
+        """From the guess ``w`` (the NLP's variables: the previous plan shifted, the measured
+        initial state in it), the NLP's parameters ``P`` and variable bounds, the references
+        ``refs (N + 1, nobs)``, the input applied last ``u_prev`` and the model's parameters
+        ``p``: ``(w, cost, the inequality rows' values)``, or None when it did not converge
+        (:meth:`stats` says why). No iteration begins that would end past ``budget``
+        seconds from the call, by the longest one so far (its status then
+        :data:`BUDGET_STATUS`)."""
         start = time.perf_counter()
-        if shift:
-            X = np.vstack([X_prev[1:], 2 * X_prev[-1:] - X_prev[-2:-1]])
-            U = np.vstack([U_prev[1:], U_prev[-1:]])
-        else:
-            X, U = np.array(X_prev, dtype=np.float64), np.array(U_prev, dtype=np.float64)
-        X[0] = x0
+        L = self.layout
+        w = self._assembled(np.array(w, dtype=np.float64).reshape(-1))
+        P = np.asarray(P, dtype=np.float64).reshape(-1)
+        lbw, ubw = np.asarray(lbw, np.float64).reshape(-1), np.asarray(ubw, np.float64).reshape(-1)
+        X, U, Sl = w[L.x], w[L.u], w[L.s]
         args = (u_prev, refs, p)
         du = dx = np.inf
         status = f"no convergence in {self.max_iter} iterations"
-        evaluations = 0
+        evaluations, longest, begun = 0, 0.0, start
         for it in range(self.max_iter + 1):
-            small = du <= self.tol and dx <= CHECK_STEP
-            if small:  # the residual alone is enough to stop
+            now = time.perf_counter()
+            longest = max(longest, now - begun) if it else 0.0
+            if it and now + longest > start + budget:  # the first iteration always runs
+                status = BUDGET_STATUS
+                break
+            begun = now
+            if du <= self.tol and dx <= CHECK_STEP:  # the residual alone is enough to stop
                 r, phi, f = self._check(X, U, *args)
                 evaluations += 1
                 if self._converged(r, phi):
-                    return self._done(X, U, f, it, start, evaluations)
+                    return self._done(w, P, f, it, start, evaluations)
             out = self._linearization(X, U, *args)
             evaluations += 1
             r, phi, f = out[0], out[1], out[-1]
@@ -224,50 +298,59 @@ class CondensedSQP:
                 status = "a non-finite residual"
                 break
             if du <= self.tol and self._converged(r, phi):
-                return self._done(X, U, f, it, start, evaluations)
+                return self._done(w, P, f, it, start, evaluations)
             if it == self.max_iter:
                 break
             try:
-                dX, dU = self._step(U, out)
-            except np.linalg.LinAlgError as exc:
-                status = f"a failed step ({exc})"
+                dX, dU, dS = self._step(w, P, lbw, ubw, out)
+            except (np.linalg.LinAlgError, RuntimeError) as exc:
+                status = f"a failed step ({str(exc).strip().splitlines()[-1]})"
                 break
             if not (np.all(np.isfinite(dX)) and np.all(np.isfinite(dU))):
                 status = "a non-finite step"
                 break
-            X, U = X + dX, U + dU
-            du, dx = float(np.abs(dU).max()), float(np.abs(dX).max())
+            X, U, Sl = X + dX, U + dU, Sl + dS
+            w[L.x], w[L.u], w[L.s] = X, U, Sl
+            w = self._assembled(w)
+            du = max(np.abs(dU).max(initial=0.0), np.abs(dS).max(initial=0.0))
+            dx = float(np.abs(dX).max())
         self._stats = {
             "success": False, "return_status": status, "iter_count": it,
             "evaluations": evaluations, "t_wall_total": time.perf_counter() - start,
         }  # fmt: skip
         return None
 
+    def _assembled(self, w: np.ndarray) -> np.ndarray:
+        """``w`` with its next-state copies set to the next states."""
+        L = self.layout
+        if L.z.size:
+            w[L.z] = w[L.x[1:]]
+        return w
+
     @staticmethod
     def _converged(r: np.ndarray, phi: np.ndarray) -> bool:
         return bool(np.abs(r).max() <= RESIDUAL_TOL and np.abs(phi).max() <= CONSTRAINT_TOL)
 
-    def _done(self, X, U, f, it, start, evaluations):
+    def _done(self, w, P, f, it, start, evaluations):
         self._stats = {
             "success": True, "return_status": "Solve_Succeeded", "iter_count": it,
             "evaluations": evaluations, "t_wall_total": time.perf_counter() - start,
         }  # fmt: skip
-        return X, U, float(f[0])
+        rows = self._rows(w, P)[0] if self._rows is not None else np.zeros(0)
+        Sl = w[self.layout.s.ravel()]
+        cost = float(f[0]) + float(self._slack_weights @ Sl) + SLACK_QUADRATIC * float(Sl @ Sl)
+        return w, cost, rows
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)
 
 
-def condensing_refusal(transcription: str, n_safety: int, cost: Any, hessian: str) -> str | None:
-    """Why ``solver = "condensed"`` cannot solve this problem, or None (``n_safety``: the
-    safety rows of observation bounds and path constraints, which bring the slacks and the
-    tube's tightening with them)."""
+def condensing_refusal(transcription: str, cost: Any, hessian: str) -> str | None:
+    """Why ``solver = "condensed"`` cannot solve this problem, or None."""
     if hessian != "gauss-newton":
         return f"it uses the Gauss–Newton Hessian (hessian='gauss-newton'), got {hessian!r}"
     if transcription != "implicit":
         return f"it needs transcription='implicit', got {transcription!r}"
-    if n_safety:
-        return "it takes input bounds only (no observation bounds, path constraints or tube)"
     if cost.energy is not None:
         return "it does not take energy shaping"
     return None

@@ -19,7 +19,7 @@ from vimpc._settings import Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.compiling import called_stage, compiled_nlpsol, compiled_stage, resolved_jit
-from vimpc.mpc.condensed import CondensedSQP, condensing_refusal
+from vimpc.mpc.condensed import BUDGET_STATUS, CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
     MATRICES,
@@ -28,7 +28,7 @@ from vimpc.mpc.options import (
     check_obs_names,
     check_option,
     check_within_period,
-    ignored_rti_options,
+    ignored_solver_options,
     ignored_sqp_options,
 )
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
@@ -83,10 +83,11 @@ class MPC:
             stopped after one iteration, unsplit), or ``"condensed"``
             (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
             ``sqpmethod`` on the implicit transcription with the states eliminated, to
-            convergence, from the shifted plan; ``tol`` is then its last input step, and
-            every predicted state solves the model's step equations to 1e-8 and its
-            holonomic constraints to 1e-11; input bounds only; cold starts and the solves it
-            does not finish are ``sqpmethod``'s, to ``min(tol, 1e-6)``).
+            convergence, from the shifted plan; ``tol`` is then its last input and slack
+            step, and every predicted state solves the model's step equations to 1e-8 and
+            its holonomic constraints to 1e-11; a warm solve it does not finish gets the
+            fallback input, its next call starting from the plan shifted; cold starts are
+            ``condensed_start``'s, to ``min(tol, 1e-6)``).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -104,6 +105,9 @@ class MPC:
             50 against 49 with ``"none"``: ``results/rti``).
         rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
             Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
+        condensed_start: for ``condensed``: the solver of a call without a plan to start
+            from (an episode's first plan, :meth:`start`): ``"sqpmethod"`` (default, with
+            ``qpsol``), ``"fatrop"`` or ``"ipopt"``.
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
         period: the sampling period [s], the time between two calls (default ``model.dt``:
             the controller is called once per model step). A call whose wall time (tube,
@@ -113,8 +117,10 @@ class MPC:
             refused), at most ``period``. The solver keeps it: ipopt through its
             ``max_wall_time``, ``sqpmethod``/``rti`` through an iteration callback that
             stops the solve at the first iteration past the budget (both check between
-            iterations, so a solve ends at most one iteration late); ``fatrop`` has no time
-            limit and is refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
+            iterations, so a solve ends at most one iteration late); ``condensed`` begins
+            no iteration that would end past it by its longest one so far (its cold starts,
+            ``condensed_start``'s, are not held to it); ``fatrop`` has no time limit and is
+            refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
             the fallback input, as a failed solve does; one that converged in its last
             iteration past the budget reports ``Status.LATE`` and is used.
         safe_input: the input applied when a solve fails and no previous plan
@@ -245,6 +251,7 @@ class MPC:
         hessian: str = DEFAULTS["hessian"],
         rti_start: str = DEFAULTS["rti_start"],
         rti_regularization: float = DEFAULTS["rti_regularization"],
+        condensed_start: str = DEFAULTS["condensed_start"],
         max_iter: int = DEFAULTS["max_iter"],
         tol: float = DEFAULTS["tol"],
         period: float | None = DEFAULTS["period"],
@@ -300,11 +307,11 @@ class MPC:
                 f"would be ignored with solver={solver!r}; leave {name} at its "
                 f"default {SETTINGS[name].default!r} or choose an SQP solver"
             )
-        for name in ignored_rti_options(solver, checked):
+        for name, reader in ignored_solver_options(solver, checked):
             raise InputError(
-                f"{name}={checked[name]!r} applies only to solver='rti', and would be ignored "
-                f"with solver={solver!r}; leave {name} at its default "
-                f"{SETTINGS[name].default!r} or set solver='rti'"
+                f"{name}={checked[name]!r} applies only to solver={reader!r}, and would be "
+                f"ignored with solver={solver!r}; leave {name} at its default "
+                f"{SETTINGS[name].default!r} or set solver={reader!r}"
             )
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
@@ -424,7 +431,7 @@ class MPC:
             self._tube_fn = _jit.compiled_now(self._tube_fn, "controller's tube") or self._tube_fn
         self._tube_shape = (self.horizon + 1, n_safety)
         if solver == "condensed":
-            refusal = condensing_refusal(transcription, n_safety, self._cost, hessian)
+            refusal = condensing_refusal(transcription, self._cost, hessian)
             if refusal is not None:
                 raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
         plugin, opts = nlpsol_options(
@@ -437,6 +444,7 @@ class MPC:
             hessian=hessian,
             gauss_newton=self._tr.gauss_newton,
             structure=self._tr.layout.ocp_structure(),
+            condensed_start=checked["condensed_start"],
         )
         if casadi_jit:
             opts.update(_jit.options())
@@ -483,9 +491,8 @@ class MPC:
         self._condensed: CondensedSQP | None = None
         if solver == "condensed":
             self._condensed = CondensedSQP(
-                model, self.horizon, self._cost, self._cons.u_min, self._cons.u_max,
-                max_iter=self.max_iter, tol=self.tol,
-            )  # fmt: skip
+                model, self.horizon, self._cost, self._tr, max_iter=self.max_iter, tol=self.tol
+            )
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         self._constraint_map = (
@@ -555,13 +562,28 @@ class MPC:
         the plan as the warm start of the call at the same ``obs`` and ``t``, unshifted.
         The input applied before the first call stays ``safe_input`` (the rate penalty's
         reference); the real-time iteration also prepares that call (:meth:`prepare`).
+        With a tube, whose first tightening follows the cold guess (the measured state
+        held), the plan is solved once more with the tube along it, the plan the first
+        call's tube follows (``solver = "condensed"``: both by ``condensed_start``).
         Returns that solve's :class:`MPCResult` (its ``u`` is not applied; ``call_time`` is
-        how long the robot waited, the preparation included). ``run_episode`` calls it
+        how long the robot waited, the preparation included; ``iterations`` of both
+        solves). ``run_episode`` calls it
         before the first step and records its time apart (``Trajectory.start_time``)."""
         self.reset()
         self._unhurried = True
         try:
             result = self(obs, t, p)
+            if result.status.ok and self._tube_fn is not None:
+                # the tube was computed along the cold guess (the measured state held): solved
+                # once more with the tube along the first plan, the plan the first call's tube
+                # follows
+                self._u_prev, self._current = self.safe_input.copy(), True
+                again = self(obs, t, p)
+                result = dataclasses.replace(
+                    again,
+                    call_time=result.call_time + again.call_time,
+                    iterations=result.iterations + again.iterations,
+                )
         finally:
             self._unhurried = False
         self._u_prev = self.safe_input.copy()
@@ -663,12 +685,13 @@ class MPC:
                 self._deadline.arm(np.inf if self._unhurried else self.time_budget)
             if not self._split:
                 self._stepper = self._solver  # the condensed step may change it
+            warm = not self._unhurried  # start's plans are the cold-start solver's
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                     if self._split:
                         sol = self._real_time_step(args, x0, t, p)
-                    elif self._condensed is not None and self._w0 is not None:
-                        sol = self._condensed_step(args, x0, refs, p)
+                    elif self._condensed is not None and self._w0 is not None and warm:
+                        sol = self._condensed_step(args, refs, p)
                     else:
                         sol = self._solver(**args)
                 error = None
@@ -695,7 +718,11 @@ class MPC:
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
             x_plan = np.tile(x0, (N + 1, 1))
             slack, cost, fallback = float("nan"), float("nan"), True
-            self._w0 = self._lam_g0 = self._lam_x0 = None
+            # the condensed SQP starts its next call from the plan the fallback input follows
+            # (the cold-start solver takes a call without a plan only)
+            warm = self._condensed is not None and self._w0 is not None
+            self._w0 = np.asarray(w0).reshape(-1) if warm else None
+            self._lam_g0 = self._lam_x0 = None
         self._u_prev = u
         self._current = False
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
@@ -734,27 +761,22 @@ class MPC:
         )
 
     # -- helpers --------------------------------------------------------------------------
-    def _condensed_step(self, args: dict, x0: np.ndarray, refs: np.ndarray, p) -> dict:
-        """``solver = "condensed"``: the condensed SQP from the previous plan; where it does
-        not converge, ``sqpmethod`` from the shifted plan (``args``), as the other solvers."""
-        L, cond = self._layout, self._condensed
+    def _condensed_step(self, args: dict, refs: np.ndarray, p) -> dict | None:
+        """``solver = "condensed"``: the condensed SQP from the previous plan shifted
+        (``args``); None where it does not converge (the fallback input)."""
+        cond, tr = self._condensed, self._tr
         self._stepper = cond
+        budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
         found = cond.solve(
-            self._w0[L.x], self._w0[L.u], x0, refs.T, self._u_prev, p, shift=not self._current
+            args["x0"], args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, budget
         )
         if found is None:
-            self._stepper = self._solver
-            args = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
-            return self._solver(**args)
-        X, U, f = found
-        w = np.zeros(L.n_w)
-        w[L.x], w[L.u] = X, U
-        if L.z.size:
-            w[L.z] = X[1:]
-        n_g = self._tr.lbg.size
-        # the rows hold to the tolerances: the constraint values are their bounds
-        return {"x": w, "f": f, "g": self._tr.lbg.copy(), "lam_x": np.zeros(L.n_w),
-                "lam_g": np.zeros(n_g)}  # fmt: skip
+            return None
+        w, f, rows = found
+        # the equality rows hold to the solver's tolerances: their values are their bounds
+        g = tr.lbg.copy()
+        g[tr.lbg != tr.ubg] = rows
+        return {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
 
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
         """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation
@@ -978,8 +1000,10 @@ class MPC:
         return self.safe_input.copy()
 
     def _status(self, sol, stats: dict, elapsed: float, error: Exception | None) -> Status:
-        if error is not None or sol is None:
+        if error is not None:
             return Status.FAILED
+        if sol is None:  # the condensed SQP's unfinished solve
+            return Status.TIME_LIMIT if self._stopped_by_budget(stats) else Status.FAILED
         w = np.asarray(sol["x"]).reshape(-1)
         if not np.all(np.isfinite(w)):
             return Status.FAILED
@@ -1012,6 +1036,8 @@ class MPC:
             return False
         if self._deadline is not None:
             return self._deadline.stopped
+        if self._condensed is not None and self._stepper is self._condensed:
+            return stats.get("return_status") == BUDGET_STATUS
         return stats.get("return_status") == "Maximum_WallTime_Exceeded"
 
     def _violation(self, sol) -> float:

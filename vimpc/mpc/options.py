@@ -28,6 +28,10 @@ SQP_OPTIONS = ("qpsol", "hessian")
 #: the solvers that can start the real-time iteration, and the options only ``rti`` reads
 RTI_STARTS = ("none", "fatrop", "ipopt", "sqpmethod")
 RTI_OPTIONS = ("rti_start", "rti_regularization")
+#: the solvers that can make ``condensed``'s cold starts
+CONDENSED_STARTS = ("sqpmethod", "fatrop", "ipopt")
+#: the options that only one solver reads, and that solver
+SOLVER_OPTIONS = {**dict.fromkeys(RTI_OPTIONS, "rti"), "condensed_start": "condensed"}
 
 #: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
 #: defaults and checks, the scenario's ``[controller]`` table (its schema, its validation, the
@@ -40,9 +44,9 @@ SETTINGS: dict[str, Setting] = {
     "solver": Setting(
         str,
         "sqpmethod",
-        "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs "
-        "(implicit transcription, input bounds only; cold starts and failed solves by "
-        "`sqpmethod`, `tol` its input step [input units])",
+        "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs and slacks "
+        "(implicit transcription; cold starts by `condensed_start`; a warm solve that does not "
+        "converge gets the fallback input; `tol` its step [input units])",
         choices=SOLVERS,
     ),
     "transcription": Setting(
@@ -70,6 +74,13 @@ SETTINGS: dict[str, Setting] = {
         "results/rti)",
         choices=RTI_STARTS,
     ),
+    "condensed_start": Setting(
+        str,
+        "sqpmethod",
+        "`condensed` only: the solver, to convergence (tol at most 1e-6), of a call without a "
+        "plan to start from (an episode's first plan, made before its clock)",
+        choices=CONDENSED_STARTS,
+    ),
     "rti_regularization": Setting(
         float,
         0.0,
@@ -89,9 +100,9 @@ SETTINGS: dict[str, Setting] = {
         float,
         None,
         "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
-        "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`; `fatrop` has no time "
-        "limit and is refused): a solve stopped by it reports `TIME_LIMIT` and applies the "
-        "fallback input; not set: none",
+        "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`, `condensed`'s own "
+        "clock, not for its cold starts; `fatrop` has no time limit and is refused): a solve "
+        "stopped by it reports `TIME_LIMIT` and applies the fallback input; not set: none",
         rule=POSITIVE,
     ),
     "jit": Setting(
@@ -216,12 +227,15 @@ def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
     return [key for key in SQP_OPTIONS if options[key] != SETTINGS[key].default]
 
 
-def ignored_rti_options(solver: str, options: Mapping[str, Any]) -> list[str]:
-    """The options of the real-time iteration (``rti_start``, ``rti_regularization``) that
-    ``options`` sets away from their defaults while ``solver`` is not ``rti``."""
-    if solver == "rti":
-        return []
-    return [key for key in RTI_OPTIONS if options[key] != SETTINGS[key].default]
+def ignored_solver_options(solver: str, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The options that one solver alone reads (:data:`SOLVER_OPTIONS`: ``rti_start``,
+    ``rti_regularization``, ``condensed_start``) that ``options`` sets away from their
+    defaults while ``solver`` is another: ``(option, the solver that reads it)``."""
+    return [
+        (key, reader)
+        for key, reader in SOLVER_OPTIONS.items()
+        if reader != solver and options[key] != SETTINGS[key].default
+    ]
 
 
 def check_obs_names(model: DiscreteModel, names: Sequence[str] | None) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ QP_SOLVERS = ("auto", "qrqp", "osqp", "daqp", "hpipm", "qpoases")
 #: solver for dense QPs) for the real-time iteration's condensed QP, where qrqp took ~17 ms
 #: and 48 iterations against daqp's 0.15 ms on the cart-pole swing-up's (41 variables)
 AUTO_QPSOL = {"sqpmethod": "qrqp", "rti": "daqp"}
-#: the tolerance of the sqpmethod that solves ``solver = "condensed"``'s cold starts (at most)
+#: the tolerance of the solver of ``solver = "condensed"``'s cold starts (at most)
 CONDENSED_FALLBACK_TOL = 1e-6
 
 
@@ -59,6 +59,7 @@ def nlpsol_options(
     hessian: str = "gauss-newton",
     gauss_newton: Any = None,
     structure: dict[str, Any] | None = None,
+    condensed_start: str = "sqpmethod",
 ) -> tuple[str, dict[str, Any]]:
     """CasADi plugin name and options for a solver preset.
 
@@ -77,10 +78,10 @@ def nlpsol_options(
     """
     _checks.one_of("solver", solver, SOLVERS)
     if solver == "condensed":
-        # its cold starts and failed solves go to sqpmethod, to convergence: the condensed
-        # SQP's tol is its input step, and it tests the model's residual and constraints
-        # itself (vimpc.mpc.condensed)
-        solver, tol = "sqpmethod", min(tol, CONDENSED_FALLBACK_TOL)
+        # its cold starts go to condensed_start, to convergence: the condensed SQP's tol is
+        # its step, and it tests the model's residual and constraints itself
+        # (vimpc.mpc.condensed)
+        solver, tol = condensed_start, min(tol, CONDENSED_FALLBACK_TOL)
     qpsol = qp_solver(qpsol)
     common: dict[str, Any] = {"expand": expand, "print_time": False, "error_on_fail": False}
     if solver in ("sqpmethod", "rti"):
@@ -290,6 +291,7 @@ TIME_BUDGET_MECHANISM = {
     "ipopt": "ipopt's max_wall_time",
     "sqpmethod": "an iteration callback that stops the solve past the deadline",
     "rti": "an iteration callback that stops the solve past the deadline",
+    "condensed": "its own clock: no iteration begins that would end past the deadline",
 }
 
 
@@ -376,6 +378,8 @@ def time_budget_options(
     clock); ``sizes`` are the NLP's ``(nx, ng, np)``. Refused as by
     :func:`check_time_budget`."""
     check_time_budget(solver, budget, given)
+    if solver == "condensed":  # kept by the condensed SQP (its cold starts are not timed)
+        return {}, None
     if solver == "ipopt":
         return {"ipopt": {"max_wall_time": budget}}, None
     deadline = Deadline(*sizes)

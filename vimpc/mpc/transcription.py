@@ -39,6 +39,9 @@ from vimpc.mpc.problem import Constraints, SafetyRows, _ResolvedCost
 from vimpc.mpc.tube import expanded_or_none, keeps_mx, residual_function
 
 TRANSCRIPTIONS = ("step", "implicit")
+#: the quadratic penalty ``SLACK_QUADRATIC * s^2`` each slack adds to its exact L1 penalty:
+#: it keeps the Hessian regular in the slacks
+SLACK_QUADRATIC = 1e-3
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,12 @@ class Transcription:
     n_tube: int  # tightening parameters at the end of the NLP's ``p`` (0 without tightening)
     gauss_newton: ca.Function  # (x, p, lam_f, lam_g) -> Gauss–Newton Hessian of the Lagrangian
     soft_input_tube: bool = False  # the inputs' tightening ends the tube parameters, soft rows
+    #: the inequality rows of ``g`` alone (the rows whose bounds differ, in their order in
+    #: ``g``), an expression in the NLP's ``x`` and ``p``: the path constraints of the states,
+    #: the inputs' soft tightened rows
+    inequality: ca.MX | None = None
+    #: each slack's L1 weight, per stage (``ns``)
+    slack_weights: np.ndarray | None = None
 
 
 def _soft_bounds(safety: SafetyRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -187,7 +196,7 @@ def transcribe(
     Z = [ca.MX.sym(f"z{k}", nx) for k in range(N)]
     S = [ca.MX.sym(f"s{k}", ns) for k in range(N + 1)]
     residual = residual_function(model) if implicit else None
-    residuals, J = [], 0
+    residuals, J, inequality = [], 0, []
     for k in range(N + 1):
         add(X[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_x)
         if k < N:
@@ -256,7 +265,7 @@ def transcribe(
         if ns:
             # exact L1 penalty plus a small quadratic that keeps the Hessian regular
             J += ca.dot(slack_weights, S[k])
-            residuals.append(np.sqrt(1e-3) * S[k])
+            residuals.append(np.sqrt(SLACK_QUADRATIC) * S[k])
         energy = model.energy(X[k], p) if cost.energy is not None else None
         if k < N:
             residuals.append(
@@ -267,6 +276,8 @@ def transcribe(
         else:
             residuals.append(cost.terminal_residual(obs, refs[:, k], energy=energy))
         stage_rows.append(sum(len(lb) for lb in rows_lb) - (nx if k < N else 0))
+        rows = zip(rows_g, rows_lb, rows_ub, strict=True)
+        inequality.extend(r for r, lo, hi in rows if np.any(lo != hi))
         g.extend(rows_g)
         lbg.extend(rows_lb)
         ubg.extend(rows_ub)
@@ -316,4 +327,6 @@ def transcribe(
         n_tube=(0 if tube is None else tube.numel()) + (0 if tube_u is None else tube_u.numel()),
         gauss_newton=gauss_newton.expand() if expandable else gauss_newton,
         soft_input_tube=tube_u is not None,
+        inequality=ca.vertcat(*inequality) if inequality else None,
+        slack_weights=slack_weights,
     )

@@ -19,7 +19,7 @@ from typing import Any
 from vimpc._settings import MAX_SEED, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
-from vimpc.mpc.options import check_within_period, ignored_rti_options, ignored_sqp_options
+from vimpc.mpc.options import check_within_period, ignored_solver_options, ignored_sqp_options
 from vimpc.mpc.solvers import check_timed
 from vimpc.scenario.schema import CIRCLE_KEYS
 from vimpc.scenario.specs import (
@@ -149,11 +149,11 @@ def check(cfg: dict[str, Any]) -> None:
             f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
             f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
         )
-    for key in ignored_rti_options(ctrl["solver"], ctrl):
+    for key, reader in ignored_solver_options(ctrl["solver"], ctrl):
         raise ConfigError(
-            f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = 'rti', and "
-            f"would be ignored with controller.solver = {ctrl['solver']!r}; remove "
-            f"controller.{key} or set controller.solver = 'rti'"
+            f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
+            f"{reader!r}, and would be ignored with controller.solver = {ctrl['solver']!r}; "
+            f"remove controller.{key} or set controller.solver = {reader!r}"
         )
     _check_timing(ctrl, cfg["env"]["dt"])
     if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
