@@ -3,6 +3,8 @@ states eliminated (vimpc.mpc.condensed)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import casadi as ca
 import numpy as np
 import pytest
@@ -184,3 +186,62 @@ def test_a_time_budget_stops_it_with_the_fallback_and_the_next_call_starts_warm(
         stats = ctrl._stats()
         assert stats["return_status"] == "time budget" and stats["iter_count"] == 1
         x = np.asarray(model.step(x, result.u, model.p_default)).ravel()
+
+
+@pytest.mark.parametrize("soft", [True, False])
+def test_with_a_tube_and_state_bounds_it_solves_fatrops_problem(soft):
+    """The double integrator (a constant one-step bound of 0.02) steered from s = -0.5 to
+    0.99, near its rail |s| <= 1, with the feedback tube: the rail's rows tightened by the
+    tube (active: the plan runs along the tightened rail), with soft bounds their slacks
+    and the inputs' soft tightened rows, with hard bounds the inputs' tightened box. A
+    convex problem: at every step the condensed SQP (warm) meets the NLP's rows to 1e-8 and
+    reaches fatrop's objective (tol 1e-10) to 1e-6 relative (fatrop's interior slacks, ~-1e-8,
+    set to 0); with hard bounds its plan is fatrop's to 1e-5. The transcription's
+    ``inequality`` is its NLP's rows with differing bounds, in their order."""
+    model, A, B = _linear_model()
+    w = 0.02
+    x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
+    bound = ca.Function("bound", [x_, u_, p_], [ca.DM([w, w])])
+    model = dataclasses.replace(model, bound=bound, delta=0.05)
+    cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
+    bounds = Constraints(
+        u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],
+        soft_bounds=soft, bound_weight=1e3,
+    )  # fmt: skip
+    options = dict(tightening="tube", tube="feedback", transcription="implicit", max_iter=100)
+    reference = MPC(model, 15, cost, bounds, solver="fatrop", tol=1e-10, **options)
+    condensed = MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, **options)
+    tr, L = condensed._tr, condensed._layout
+    nlp = ca.Function("nlp", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["f"], tr.nlp["g"], tr.inequality])
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        _, values, rows = nlp(
+            rng.normal(size=tr.nlp["x"].numel()), rng.normal(size=tr.nlp["p"].numel())
+        )
+        np.testing.assert_array_equal(np.asarray(values)[tr.lbg != tr.ubg], np.asarray(rows))
+    x = np.array([-0.5, 0.0])
+    active = 0
+    for k in range(25):
+        want, got = reference(x), condensed(x)
+        assert want.status.ok and got.status.ok and got.handed_over == (k == 0)
+        np.testing.assert_allclose(got.tube, want.tube, atol=1e-12)
+        P = condensed._tube_fn(condensed._w0, _parameters(condensed, x))[0]
+        f_got, g_got, _ = nlp(condensed._w0, P)
+        w_want = reference._w0.copy()
+        w_want[L.s] = np.maximum(w_want[L.s], 0.0)
+        f_want = float(nlp(w_want, P)[0])
+        g_got = np.asarray(g_got).ravel()
+        assert np.all(g_got >= tr.lbg - 1e-8) and np.all(g_got <= tr.ubg + 1e-8)
+        assert float(f_got) <= f_want + 1e-6 * (1 + f_want), (k, float(f_got), f_want)
+        if not soft:
+            np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-5)
+        active += bool(np.any(got.obs[1:, 0] >= 1.0 - got.tube[1:, 0] - 1e-6))
+        x = A @ x + B @ want.u
+    assert active >= 5, active
+
+
+def _parameters(ctrl: MPC, x0: np.ndarray) -> ca.DM:
+    """The NLP's parameters before the tube's: x0, the references, u_prev, p."""
+    N = ctrl.horizon
+    refs = np.stack([ctrl.cost.reference(k * ctrl.model.dt) for k in range(N + 1)], axis=1)
+    return ca.DM(np.concatenate([x0, refs.T.reshape(-1), ctrl._u_prev, ctrl.model.p_default]))

@@ -64,6 +64,9 @@ CHECK_STEP = 1e-4
 BUDGET_STATUS = "time budget"
 #: the solver of the condensed QP with inequality rows (dense: a dual active-set method)
 QP_SOLVER = "daqp"
+#: its primal feasibility tolerance (DAQP's default 1e-6 left rows of the double integrator
+#: with a tube violated by 1.2e-5)
+QP_PRIMAL_TOL = 1e-9
 
 
 class _Buffered:
@@ -181,7 +184,7 @@ class CondensedSQP:
             self._qp = ca.conic(
                 "condensed_qp", QP_SOLVER,
                 {"h": ca.Sparsity.dense(n_f, n_f), "a": ca.Sparsity.dense(n_i, n_f)},
-                qp_options(QP_SOLVER),
+                {**qp_options(QP_SOLVER), "daqp": {"primal_tol": QP_PRIMAL_TOL}},
             )  # fmt: skip
         self._stats: dict[str, Any] = {}
 
