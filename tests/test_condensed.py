@@ -245,3 +245,22 @@ def _parameters(ctrl: MPC, x0: np.ndarray) -> ca.DM:
     N = ctrl.horizon
     refs = np.stack([ctrl.cost.reference(k * ctrl.model.dt) for k in range(N + 1)], axis=1)
     return ca.DM(np.concatenate([x0, refs.T.reshape(-1), ctrl._u_prev, ctrl.model.p_default]))
+
+
+def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
+    """The cart-pole swing-up's first plan with the cold-start solver stopped after 2
+    iterations (its steps still infeasible: FAILED): the calls after it are the condensed
+    SQP's, from that iterate (not another cold start in the loop), each within its
+    iteration limit (failing too here: the fallback input)."""
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
+    bounds = Constraints(u_min=[-20.0], u_max=[20.0])
+    ctrl = MPC(model, 20, cost, bounds, solver="condensed", max_iter=2, tol=1e-6)
+    x = np.array([0.0, 0.1, 0.0, 0.0])
+    first = ctrl.start(x)
+    assert first.status.name == "FAILED" and first.handed_over
+    for _ in range(5):
+        result = ctrl(x)
+        assert not result.handed_over and result.fallback
+        assert ctrl._stats()["iter_count"] <= 2
+        x = np.asarray(model.step(x, result.u, model.p_default)).ravel()

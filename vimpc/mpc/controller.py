@@ -564,7 +564,8 @@ class MPC:
         reference); the real-time iteration also prepares that call (:meth:`prepare`).
         With a tube, whose first tightening follows the cold guess (the measured state
         held), the plan is solved once more with the tube along it, the plan the first
-        call's tube follows (``solver = "condensed"``: both by ``condensed_start``).
+        call's tube follows (``solver = "condensed"``: both by ``condensed_start``); where
+        that solve fails, the first plan stays.
         Returns that solve's :class:`MPCResult` (its ``u`` is not applied; ``call_time`` is
         how long the robot waited, the preparation included; ``iterations`` of both
         solves). ``run_episode`` calls it
@@ -577,18 +578,23 @@ class MPC:
                 # the tube was computed along the cold guess (the measured state held): solved
                 # once more with the tube along the first plan, the plan the first call's tube
                 # follows
+                kept = (self._w0, self._lam_g0, self._lam_x0, self._plan_u)
                 self._u_prev, self._current = self.safe_input.copy(), True
                 again = self(obs, t, p)
+                if not again.status.ok:  # the first plan stays
+                    self._w0, self._lam_g0, self._lam_x0, self._plan_u = kept
                 result = dataclasses.replace(
-                    again,
+                    again if again.status.ok else result,
                     call_time=result.call_time + again.call_time,
                     iterations=result.iterations + again.iterations,
                 )
         finally:
             self._unhurried = False
         self._u_prev = self.safe_input.copy()
-        self._current = result.status.ok
-        if self._current and self._split:  # the real-time iteration: its first preparation too
+        # the plan (or, for the condensed SQP, a failed cold start's last iterate) is for the
+        # first call itself
+        self._current = self._w0 is not None
+        if result.status.ok and self._split:  # the real-time iteration: its first preparation too
             prepared = self.prepare(t, p)
             result = dataclasses.replace(result, call_time=result.call_time + prepared)
         return result
@@ -718,10 +724,10 @@ class MPC:
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
             x_plan = np.tile(x0, (N + 1, 1))
             slack, cost, fallback = float("nan"), float("nan"), True
-            # the condensed SQP starts its next call from the plan the fallback input follows
-            # (the cold-start solver takes a call without a plan only)
-            warm = self._condensed is not None and self._w0 is not None
-            self._w0 = np.asarray(w0).reshape(-1) if warm else None
+            # the condensed SQP starts its next call from the plan the fallback input follows,
+            # or from the last iterate of a cold start that failed (finite): the cold-start
+            # solver takes a call without either only
+            self._w0 = self._condensed_guess(sol, w0) if self._condensed is not None else None
             self._lam_g0 = self._lam_x0 = None
         self._u_prev = u
         self._current = False
@@ -764,11 +770,14 @@ class MPC:
     def _condensed_step(self, args: dict, refs: np.ndarray, p) -> dict | None:
         """``solver = "condensed"``: the condensed SQP from the previous plan shifted
         (``args``); None where it does not converge (the fallback input)."""
-        cond, tr = self._condensed, self._tr
+        cond, tr, L = self._condensed, self._tr, self._layout
         self._stepper = cond
         budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
+        guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
+        if not self._current:  # shifted: the last state extrapolated linearly, not repeated
+            guess[L.x[-1]] = 2 * self._w0[L.x[-1]] - self._w0[L.x[-2]]
         found = cond.solve(
-            args["x0"], args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, budget
+            guess, args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, budget
         )
         if found is None:
             return None
@@ -777,6 +786,17 @@ class MPC:
         g = tr.lbg.copy()
         g[tr.lbg != tr.ubg] = rows
         return {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
+
+    def _condensed_guess(self, sol, w0) -> np.ndarray | None:
+        """``solver = "condensed"``, after a failed call: the next call's warm start (the
+        guess ``w0`` of a warm solve; the cold-start solver's last iterate ``sol``, where
+        finite), or None."""
+        if self._w0 is not None:
+            return np.asarray(w0).reshape(-1)
+        if sol is not None and self._stepper is self._solver:
+            w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
+            return w if np.all(np.isfinite(w)) else None
+        return None
 
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
         """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation
