@@ -565,10 +565,11 @@ class MPC:
         With a tube, whose first tightening follows the cold guess (the measured state
         held), the plan is solved once more with the tube along it, the plan the first
         call's tube follows (``solver = "condensed"``: both by ``condensed_start``); where
-        that solve fails, the first plan stays.
-        Returns that solve's :class:`MPCResult` (its ``u`` is not applied; ``call_time`` is
-        how long the robot waited, the preparation included; ``iterations`` of both
-        solves). ``run_episode`` calls it
+        that solve does not converge, the first plan stays. ``solver = "condensed"`` keeps the
+        last iterate of a cold start that failed (finite) as the first call's start.
+        Returns the last solve's :class:`MPCResult` (its ``u`` is not applied;
+        ``call_time`` is how long the robot waited, the preparation included;
+        ``iterations`` of all its solves). ``run_episode`` calls it
         before the first step and records its time apart (``Trajectory.start_time``)."""
         self.reset()
         self._unhurried = True
@@ -578,16 +579,7 @@ class MPC:
                 # the tube was computed along the cold guess (the measured state held): solved
                 # once more with the tube along the first plan, the plan the first call's tube
                 # follows
-                kept = (self._w0, self._lam_g0, self._lam_x0, self._plan_u)
-                self._u_prev, self._current = self.safe_input.copy(), True
-                again = self(obs, t, p)
-                if not again.status.ok:  # the first plan stays
-                    self._w0, self._lam_g0, self._lam_x0, self._plan_u = kept
-                result = dataclasses.replace(
-                    again if again.status.ok else result,
-                    call_time=result.call_time + again.call_time,
-                    iterations=result.iterations + again.iterations,
-                )
+                result = self._solved_again(obs, t, p, result)
         finally:
             self._unhurried = False
         self._u_prev = self.safe_input.copy()
@@ -598,6 +590,21 @@ class MPC:
             prepared = self.prepare(t, p)
             result = dataclasses.replace(result, call_time=result.call_time + prepared)
         return result
+
+    def _solved_again(self, obs, t, p, result: MPCResult) -> MPCResult:
+        """:meth:`start`'s solve once more, from its plan ``result``, unshifted: the second
+        result where it converged, else the first, with both solves' time and iterations."""
+        kept = (self._w0, self._lam_g0, self._lam_x0, self._plan_u)
+        self._u_prev, self._current = self.safe_input.copy(), True
+        again = self(obs, t, p)
+        better = again.status == Status.SOLVED
+        if not better:  # the first plan stays
+            self._w0, self._lam_g0, self._lam_x0, self._plan_u = kept
+        return dataclasses.replace(
+            again if better else result,
+            call_time=result.call_time + again.call_time,
+            iterations=result.iterations + again.iterations,
+        )
 
     def prepare(self, t: float = 0.0, p: Any = None) -> float:
         """The real-time iteration's preparation phase for the call at time ``t`` [s] with
