@@ -135,9 +135,8 @@ def test_with_soft_rail_bounds_active_it_finds_fatrops_plan():
     L1 penalty, weight 1e4), driven by fatrop: where the condensed SQP's warm start (its own
     previous plan) leads to fatrop's local solution, its plan agrees with fatrop's to 1e-4 N
     and its slacks to 1e-6 m (the QP's rows and slacks are the NLP's); the rail is active
-    (a positive slack) at some of them (23 of 30 agreed, 22 with the rail active, 5 early
-    warm solves failed: the fallback input). Cold starts are condensed_start's (fatrop
-    here)."""
+    (a positive slack) at some of them. Cold starts are condensed_start's (fatrop here), and
+    so are the warm solves it does not finish (no time budget; 5 early ones)."""
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(
         Q=[10, 20, 0.1, 0.1], R=[0.01], Q_terminal=[50, 100, 5, 5],
@@ -154,18 +153,18 @@ def test_with_soft_rail_bounds_active_it_finds_fatrops_plan():
         **options,
     )  # fmt: skip
     x = np.array([0.0, 0.1, 0.0, 0.0])
-    agreed, active, failed = 0, 0, 0
+    agreed, active, handed = 0, 0, 0
     for k in range(30):
         want, got = reference(x), condensed(x)
-        assert want.status.ok
-        assert got.handed_over == (k == 0)
-        failed += not got.status.ok
-        if got.status.ok and np.abs(got.u_plan - want.u_plan).max() <= 1e-4:
+        assert want.status.ok and got.status.ok
+        assert got.handed_over or k > 0
+        handed += got.handed_over
+        if np.abs(got.u_plan - want.u_plan).max() <= 1e-4:
             agreed += 1
             assert abs(got.slack - want.slack) <= 1e-6
             active += want.slack > 1e-3
         x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
-    assert agreed >= 20 and active >= 10, (agreed, active, failed)
+    assert agreed >= 20 and active >= 10 and handed <= 8, (agreed, active, handed)
 
 
 def test_a_time_budget_stops_it_with_the_fallback_and_the_next_call_starts_warm():
@@ -248,14 +247,14 @@ def _parameters(ctrl: MPC, x0: np.ndarray) -> ca.DM:
 
 
 def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
-    """The cart-pole swing-up's first plan with the cold-start solver stopped after 2
-    iterations (its steps still infeasible: FAILED): the calls after it are the condensed
-    SQP's, from that iterate (not another cold start in the loop), each within its
-    iteration limit (failing too here: the fallback input)."""
+    """With a time budget, the cart-pole swing-up's first plan with the cold-start solver
+    stopped after 2 iterations (its steps still infeasible: FAILED): the calls after it are
+    the condensed SQP's, from that iterate (not another cold start in the loop), each
+    within its iteration limit (failing too here: the fallback input)."""
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
     bounds = Constraints(u_min=[-20.0], u_max=[20.0])
-    ctrl = MPC(model, 20, cost, bounds, solver="condensed", max_iter=2, tol=1e-6)
+    ctrl = MPC(model, 20, cost, bounds, solver="condensed", max_iter=2, tol=1e-6, time_budget=0.05)
     x = np.array([0.0, 0.1, 0.0, 0.0])
     first = ctrl.start(x)
     assert first.status.name == "FAILED" and first.handed_over
@@ -264,3 +263,28 @@ def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
         assert not result.handed_over and result.fallback
         assert ctrl._stats()["iter_count"] <= 2
         x = np.asarray(model.step(x, result.u, model.p_default)).ravel()
+
+
+def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
+    """Every warm solve of the condensed SQP made to stop unfinished: without a time budget
+    it goes to condensed_start (sqpmethod, to convergence from the same guess), whose plan
+    the call returns (handed over, sqpmethod's own plan to 1e-6); with a budget the same
+    solves give the fallback input, the next input of the plan held."""
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
+    bounds = Constraints(u_min=[-20.0], u_max=[20.0])
+    options = dict(transcription="implicit", tol=1e-8, max_iter=100)
+    reference = MPC(model, 20, cost, bounds, **options)
+    handing = MPC(model, 20, cost, bounds, solver="condensed", **options)
+    timed = MPC(model, 20, cost, bounds, solver="condensed", time_budget=0.05, **options)
+    x = np.array([0.0, 0.1, 0.0, 0.0])
+    plans = [ctrl.start(x) for ctrl in (reference, handing, timed)]
+    for ctrl in (handing, timed):
+        ctrl._condensed.solve = lambda *args, **kwargs: None  # unfinished, whatever the cause
+    for k in range(4):
+        want, got, held = reference(x), handing(x), timed(x)
+        assert got.status.ok and got.handed_over
+        np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-6)
+        assert held.fallback and not held.handed_over
+        np.testing.assert_allclose(held.u, plans[2].u_plan[k])
+        x = np.asarray(model.step(x, want.u, model.p_default)).ravel()

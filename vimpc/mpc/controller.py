@@ -85,9 +85,10 @@ class MPC:
             ``sqpmethod`` on the implicit transcription with the states eliminated, to
             convergence, from the shifted plan; ``tol`` is then its last input and slack
             step, and every predicted state solves the model's step equations to 1e-8 and
-            its holonomic constraints to 1e-11; a warm solve it does not finish gets the
-            fallback input, its next call starting from the plan shifted; cold starts are
-            ``condensed_start``'s, to ``min(tol, 1e-6)``).
+            its holonomic constraints to 1e-11; cold starts are ``condensed_start``'s, to
+            ``min(tol, 1e-6)``, and so is a warm solve it does not finish, unless a
+            ``time_budget`` is set: that solve then gets the fallback input, its next call
+            starting from the plan shifted).
         transcription: ``"implicit"`` (the model's residual as equality
             constraints; no Newton loop inside the NLP's functions) or ``"step"``
             (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -776,7 +777,8 @@ class MPC:
     # -- helpers --------------------------------------------------------------------------
     def _condensed_step(self, args: dict, refs: np.ndarray, p) -> dict | None:
         """``solver = "condensed"``: the condensed SQP from the previous plan shifted
-        (``args``); None where it does not converge (the fallback input)."""
+        (``args``); where it does not converge, ``condensed_start`` from the same guess
+        without a time budget, and None with one (the fallback input)."""
         cond, tr, L = self._condensed, self._tr, self._layout
         self._stepper = cond
         budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
@@ -786,6 +788,9 @@ class MPC:
         found = cond.solve(
             guess, args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, budget
         )
+        if found is None and self.time_budget is None:  # no deadline: the cold-start solver
+            self._stepper = self._solver
+            return self._solver(**{k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")})
         if found is None:
             return None
         w, f, rows = found

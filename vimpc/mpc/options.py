@@ -45,8 +45,9 @@ SETTINGS: dict[str, Setting] = {
         str,
         "sqpmethod",
         "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs and slacks "
-        "(implicit transcription; cold starts by `condensed_start`; a warm solve that does not "
-        "converge gets the fallback input; `tol` its step [input units])",
+        "(implicit transcription; cold starts by `condensed_start`, and a warm solve it does "
+        "not finish too, unless `time_budget` is set: then the fallback input; `tol` its step "
+        "[input units])",
         choices=SOLVERS,
     ),
     "transcription": Setting(

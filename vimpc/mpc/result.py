@@ -45,7 +45,8 @@ class MPCResult:
             over the predicted states ``k = 1..N`` of the plan (NaN for a model without
             constraints or a fallback): how far the controller's predictions leave them.
         handed_over: ``solver = "condensed"``: True when this call was solved by its
-            ``condensed_start`` solver instead (a cold start: no plan to start from).
+            ``condensed_start`` solver instead (a cold start, or, without a time budget, a
+            warm solve the condensed SQP did not finish).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
         tube: the tightening applied to each safety row at each stage in this solve,
