@@ -168,6 +168,10 @@ class CondensedSQP:
         self._check = _Buffered(ca.Function(
             "condensed_check", [X, U, u_prev, R, P], [r_alone, constraint, cost_value]
         ))  # fmt: skip
+        #: the variables of the condensed QP: the inputs and the slacks
+        self._free = np.concatenate([L.u.ravel(), L.s.ravel()])
+        # the equality rows hold to the tolerances at a solution: their values are their bounds
+        self._lbg, self._ineq = tr.lbg, tr.lbg != tr.ubg
         # the slacks' exact L1 penalty and its regularising quadratic (the transcription's)
         self._slack_weights = np.tile(tr.slack_weights, N + 1) if self.ns else np.zeros(0)
         # the inequality rows, cheap functions of the stage variables (no model call)
@@ -178,9 +182,8 @@ class CondensedSQP:
                 "condensed_rows", [W, Pn], [tr.inequality, ca.jacobian(tr.inequality, W)]
             )
             self._rows = _Buffered(expanded_or_none(rows) or rows)
-            ineq = tr.lbg != tr.ubg
-            self._lba, self._uba = tr.lbg[ineq], tr.ubg[ineq]
-            n_i, n_f = int(ineq.sum()), N * nu + L.s.size
+            self._lba, self._uba = tr.lbg[self._ineq], tr.ubg[self._ineq]
+            n_i, n_f = int(self._ineq.sum()), self._free.size
             self._qp = ca.conic(
                 "condensed_qp", QP_SOLVER,
                 {"h": ca.Sparsity.dense(n_f, n_f), "a": ca.Sparsity.dense(n_i, n_f)},
@@ -191,7 +194,7 @@ class CondensedSQP:
     def _step(self, w, P, lbw, ubw, out) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The full Gauss–Newton step ``(dX, dU, dS)`` from the guess ``w`` at the
         linearisation ``out`` (with the NLP's parameters ``P`` and variable bounds)."""
-        N, nx, nu, nr, L = self.N, self.nx, self.nu, self.n_rho, self.layout
+        N, nx, nu, nr = self.N, self.nx, self.nu, self.n_rho
         r, _, J, rho, Rx, Ru, Rp, rN, RxN, _ = out
         r = r.reshape(N, nx)
         J = J.reshape(N, 2 * nx + nu, nx).transpose(0, 2, 1)
@@ -216,7 +219,7 @@ class CondensedSQP:
         RxN = RxN.reshape(nx, -1).T
         G = np.concatenate([G.reshape(-1, N * nu), RxN @ S[N]])
         h = np.concatenate([h.reshape(-1), rN + RxN @ s[N]])
-        free = np.concatenate([L.u.ravel(), L.s.ravel()])
+        free = self._free
         lbd, ubd = lbw[free] - w[free], ubw[free] - w[free]
         if self._rows is None:
             d, converged = box_qp(G.T @ G, G.T @ h, lbd, ubd)
@@ -268,7 +271,7 @@ class CondensedSQP:
         """From the guess ``w`` (the NLP's variables: the previous plan shifted, the measured
         initial state in it), the NLP's parameters ``P`` and variable bounds, the references
         ``refs (N + 1, nobs)``, the input applied last ``u_prev`` and the model's parameters
-        ``p``: ``(w, cost, the inequality rows' values)``, or None when it did not converge
+        ``p``: ``(w, cost, the NLP's constraint values g)``, or None when it did not converge
         (:meth:`stats` says why). No iteration begins that would end past ``budget``
         seconds from the call, by the longest one so far (its status then
         :data:`BUDGET_STATUS`)."""
@@ -277,7 +280,6 @@ class CondensedSQP:
         w = self._assembled(np.array(w, dtype=np.float64).reshape(-1))
         P = np.asarray(P, dtype=np.float64).reshape(-1)
         lbw, ubw = np.asarray(lbw, np.float64).reshape(-1), np.asarray(ubw, np.float64).reshape(-1)
-        X, U, Sl = w[L.x], w[L.u], w[L.s]
         args = (u_prev, refs, p)
         du = dx = np.inf
         status = f"no convergence in {self.max_iter} iterations"
@@ -290,11 +292,11 @@ class CondensedSQP:
                 break
             begun = now
             if du <= self.tol and dx <= CHECK_STEP:  # the residual alone is enough to stop
-                r, phi, f = self._check(X, U, *args)
+                r, phi, f = self._check(w[L.x], w[L.u], *args)
                 evaluations += 1
                 if self._converged(r, phi):
                     return self._done(w, P, f, it, start, evaluations)
-            out = self._linearization(X, U, *args)
+            out = self._linearization(w[L.x], w[L.u], *args)
             evaluations += 1
             r, phi, f = out[0], out[1], out[-1]
             if not (np.all(np.isfinite(r)) and np.all(np.isfinite(phi))):
@@ -312,8 +314,9 @@ class CondensedSQP:
             if not (np.all(np.isfinite(dX)) and np.all(np.isfinite(dU))):
                 status = "a non-finite step"
                 break
-            X, U, Sl = X + dX, U + dU, Sl + dS
-            w[L.x], w[L.u], w[L.s] = X, U, Sl
+            w[L.x] += dX
+            w[L.u] += dU
+            w[L.s] += dS
             w = self._assembled(w)
             du = max(np.abs(dU).max(initial=0.0), np.abs(dS).max(initial=0.0))
             dx = float(np.abs(dX).max())
@@ -339,10 +342,12 @@ class CondensedSQP:
             "success": True, "return_status": "Solve_Succeeded", "iter_count": it,
             "evaluations": evaluations, "t_wall_total": time.perf_counter() - start,
         }  # fmt: skip
-        rows = self._rows(w, P)[0] if self._rows is not None else np.zeros(0)
+        g = self._lbg.copy()
+        if self._rows is not None:
+            g[self._ineq] = self._rows(w, P)[0]
         Sl = w[self.layout.s.ravel()]
         cost = float(f[0]) + float(self._slack_weights @ Sl) + SLACK_QUADRATIC * float(Sl @ Sl)
-        return w, cost, rows
+        return w, cost, g
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)

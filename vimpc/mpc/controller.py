@@ -779,7 +779,7 @@ class MPC:
         """``solver = "condensed"``: the condensed SQP from the previous plan shifted
         (``args``); where it does not converge, ``condensed_start`` from the same guess
         without a time budget, and None with one (the fallback input)."""
-        cond, tr, L = self._condensed, self._tr, self._layout
+        cond, L = self._condensed, self._layout
         self._stepper = cond
         budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
         guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
@@ -793,10 +793,7 @@ class MPC:
             return self._solver(**{k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")})
         if found is None:
             return None
-        w, f, rows = found
-        # the equality rows hold to the solver's tolerances: their values are their bounds
-        g = tr.lbg.copy()
-        g[tr.lbg != tr.ubg] = rows
+        w, f, g = found
         return {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
 
     def _condensed_guess(self, sol, w0) -> np.ndarray | None:
