@@ -191,6 +191,7 @@ BAD = [
     ("hessian", "newton", "one of"),
     ("rti_start", "fatropp", "one of"),
     ("condensed_start", "none", "one of"),
+    ("warm_barrier", 0.0, "positive"),
     ("rti_regularization", -1.0, "non-negative"),
     ("max_iter", 0, "positive integer"),
     ("max_iter", 2.5, "integer"),
@@ -225,6 +226,17 @@ def test_a_bad_value_is_refused_by_the_scenario_and_by_mpc_naming_key_and_value(
         MPC(pendulum, **{"horizon": 5, key: value}, cost=Cost(Q=[1.0, 0.1], R=[0.01]))
     message = str(err.value)
     assert f"{key} must be" in message and rule in message and repr(value) in message, message
+
+
+def test_an_option_of_other_solvers_is_refused_by_the_scenario_naming_them(minimal):
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(
+            minimal, ['controller.solver="sqpmethod"', "controller.warm_barrier=1e-3"]
+        )
+    assert (
+        "controller.warm_barrier = 0.001 applies only to controller.solver = 'fatrop' or "
+        "'ipopt', and would be ignored with controller.solver = 'sqpmethod'"
+    ) in str(err.value)
 
 
 @pytest.mark.parametrize("key, value", [("tube_Q", [-1.0, 1.0]), ("tube_R", [0.0])])

@@ -77,19 +77,28 @@ def compiled_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteMo
     return dataclasses.replace(model, **{name: fn}), True
 
 
-def compiled_nlpsol(solver: ca.Function, plugin: str, opts: dict[str, Any]) -> ca.Function | None:
-    """``solver`` (an interpreted ``nlpsol`` of ``plugin`` with ``opts``) loaded from its
-    compiled library, from the compile cache or compiled now; None (with a warning where
-    something failed) when no library could be made or loaded."""
+def compiled_nlpsol(
+    solver: ca.Function, plugin: str, options: list[dict[str, Any]]
+) -> list[ca.Function] | None:
+    """``solver`` (an interpreted ``nlpsol`` of ``plugin``) loaded from its compiled library,
+    from the compile cache or compiled now, once per options table in ``options`` (the
+    library holds the NLP's functions, not the solver's options); None (with a warning
+    where something failed) when no library could be made or loaded."""
     library = _jit.cached_library(
         lambda: solver.generate_dependencies("vimpc_nlp.c"), "controller's NLP"
     )
     if library is None:
         return None
     try:
-        return ca.nlpsol(
-            solver.name(), plugin, str(library), {k: v for k, v in opts.items() if k != "expand"}
-        )
+        return [
+            ca.nlpsol(
+                solver.name(),
+                plugin,
+                str(library),
+                {k: v for k, v in opts.items() if k != "expand"},
+            )
+            for opts in options
+        ]
     except RuntimeError as exc:
         warnings.warn(
             f"jit='nlp': the compiled NLP {str(library)!r} could not be loaded "

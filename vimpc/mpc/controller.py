@@ -44,6 +44,7 @@ from vimpc.mpc.solvers import (
     qp_options,
     qp_solver,
     time_budget_options,
+    warm_barrier_options,
 )
 from vimpc.mpc.transcription import n_slacks, transcribe
 from vimpc.mpc.tube import (
@@ -109,6 +110,14 @@ class MPC:
         condensed_start: for ``condensed``: the solver of a call without a plan to start
             from (an episode's first plan, :meth:`start`): ``"sqpmethod"`` (default, with
             ``qpsol``), ``"fatrop"`` or ``"ipopt"``.
+        warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
+            solve from the previous plan starts (fatrop's ``bound_push`` then at most
+            :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
+            a solve after a failed one start at the solver's own (0.1). ``None`` (default):
+            every solve at the solver's own. An interior-point method restarted at 0.1 spends
+            iterations walking back to a plan it already had; a small start saves them
+            where the plan changes little between samples, and fails more solves where it
+            changes much (``results/benchmarks/warm_barrier.md``).
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
         period: the sampling period [s], the time between two calls (default ``model.dt``:
             the controller is called once per model step). A call whose wall time (tube,
@@ -253,6 +262,7 @@ class MPC:
         rti_start: str = DEFAULTS["rti_start"],
         rti_regularization: float = DEFAULTS["rti_regularization"],
         condensed_start: str = DEFAULTS["condensed_start"],
+        warm_barrier: float | None = DEFAULTS["warm_barrier"],
         max_iter: int = DEFAULTS["max_iter"],
         tol: float = DEFAULTS["tol"],
         period: float | None = DEFAULTS["period"],
@@ -308,11 +318,11 @@ class MPC:
                 f"would be ignored with solver={solver!r}; leave {name} at its "
                 f"default {SETTINGS[name].default!r} or choose an SQP solver"
             )
-        for name, reader in ignored_solver_options(solver, checked):
+        for name, readers in ignored_solver_options(solver, checked):
             raise InputError(
-                f"{name}={checked[name]!r} applies only to solver={reader!r}, and would be "
+                f"{name}={checked[name]!r} applies only to solver={readers}, and would be "
                 f"ignored with solver={solver!r}; leave {name} at its default "
-                f"{SETTINGS[name].default!r} or set solver={reader!r}"
+                f"{SETTINGS[name].default!r} or set solver={readers}"
             )
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
@@ -471,15 +481,27 @@ class MPC:
         where = contextlib.chdir(_jit.directory()) if casadi_jit else contextlib.nullcontext()
         try:
             with where:
-                self._start, self._rti_qp = None, None
+                self._start, self._rti_qp, self._warm_solver = None, None, None
                 if self._real_time(solver, hessian, given_options):
                     self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
-                    self._solver = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                    # fatrop/ipopt with warm_barrier: a second instance of the same NLP for
+                    # the solves from a previous plan
+                    warm_opts = warm_barrier_options(plugin, opts, checked["warm_barrier"])
+                    interpreted = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                    solvers = [interpreted] + (
+                        []
+                        if warm_opts is None
+                        else [ca.nlpsol("mpc", plugin, self._tr.nlp, warm_opts)]
+                    )
                     if cached_nlp:
-                        compiled = compiled_nlpsol(self._solver, plugin, opts)
+                        compiled = compiled_nlpsol(
+                            interpreted, plugin, [opts] + ([] if warm_opts is None else [warm_opts])
+                        )
                         self.nlp_compiled = compiled is not None
-                        self._solver = compiled or self._solver
+                        solvers = compiled or solvers
+                    self._solver = solvers[0]
+                    self._warm_solver = solvers[1] if len(solvers) > 1 else None
                 self._split = isinstance(self._solver, (RealTimeIteration, SparseRealTimeIteration))
                 self._stepper = self._solver  # the solver of the current call (stats)
         except RuntimeError as exc:
@@ -706,6 +728,9 @@ class MPC:
                         sol = self._real_time_step(args, x0, t, p)
                     elif self._condensed is not None and self._w0 is not None and warm:
                         sol = self._condensed_step(args, refs, p)
+                    elif self._warm_solver is not None and self._w0 is not None and warm:
+                        self._stepper = self._warm_solver
+                        sol = self._warm_solver(**args)
                     else:
                         sol = self._solver(**args)
                 error = None

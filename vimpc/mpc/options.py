@@ -30,8 +30,14 @@ RTI_STARTS = ("none", "fatrop", "ipopt", "sqpmethod")
 RTI_OPTIONS = ("rti_start", "rti_regularization")
 #: the solvers that can make ``condensed``'s cold starts
 CONDENSED_STARTS = ("sqpmethod", "fatrop", "ipopt")
-#: the options that only one solver reads, and that solver
-SOLVER_OPTIONS = {**dict.fromkeys(RTI_OPTIONS, "rti"), "condensed_start": "condensed"}
+#: the interior-point solvers, whose solves from a previous plan ``warm_barrier`` starts
+INTERIOR_POINT = ("fatrop", "ipopt")
+#: the options that only some solvers read, and those solvers
+SOLVER_OPTIONS = {
+    **dict.fromkeys(RTI_OPTIONS, ("rti",)),
+    "condensed_start": ("condensed",),
+    "warm_barrier": INTERIOR_POINT,
+}
 
 #: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
 #: defaults and checks, the scenario's ``[controller]`` table (its schema, its validation, the
@@ -87,6 +93,17 @@ SETTINGS: dict[str, Setting] = {
         0.0,
         "`rti` only: added to the diagonal of the Gauss–Newton Hessian (Levenberg–Marquardt)",
         rule=NONNEGATIVE,
+    ),
+    "warm_barrier": Setting(
+        float,
+        None,
+        "`fatrop`/`ipopt` only: the barrier parameter (`mu_init`) at which a solve from the "
+        "previous plan starts, its variables pushed off their bounds by at most 1e-6 "
+        "(fatrop's `bound_push`; ipopt's warm start already does); an episode's first plan "
+        "and a solve after a failed one start at the solver's own (0.1). Not set: every "
+        "solve at the solver's own. On the Hamel rolling disk 1e-3 halves the median solve; "
+        "on the nominal cart-pole it fails more solves (results/benchmarks/warm_barrier.md)",
+        rule=POSITIVE,
     ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
     "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
@@ -229,13 +246,14 @@ def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
 
 
 def ignored_solver_options(solver: str, options: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The options that one solver alone reads (:data:`SOLVER_OPTIONS`: ``rti_start``,
-    ``rti_regularization``, ``condensed_start``) that ``options`` sets away from their
-    defaults while ``solver`` is another: ``(option, the solver that reads it)``."""
+    """The options that some solvers alone read (:data:`SOLVER_OPTIONS`: ``rti_start``,
+    ``rti_regularization``, ``condensed_start``, ``warm_barrier``) that ``options`` sets away
+    from their defaults while ``solver`` is another: ``(option, the solvers that read it)``,
+    the solvers quoted and joined by "or" (``"'fatrop' or 'ipopt'"``)."""
     return [
-        (key, reader)
-        for key, reader in SOLVER_OPTIONS.items()
-        if reader != solver and options[key] != SETTINGS[key].default
+        (key, " or ".join(repr(r) for r in readers))
+        for key, readers in SOLVER_OPTIONS.items()
+        if solver not in readers and options[key] != SETTINGS[key].default
     ]
 
 

@@ -135,6 +135,30 @@ def nlpsol_options(
     }
 
 
+#: fatrop's ``bound_push`` for the solves that ``warm_barrier`` starts: how far (relative) the
+#: previous plan's variables are pushed into the interior of their bounds (fatrop's own is
+#: 1e-2, which moves a plan on its bounds away from them); ipopt's warm start already uses
+#: this (``warm_start_bound_push``)
+WARM_BOUND_PUSH = 1e-6
+
+
+def warm_barrier_options(
+    plugin: str, opts: dict[str, Any], mu: float | None
+) -> dict[str, Any] | None:
+    """The options ``opts`` of an interior-point ``plugin`` (``fatrop``, ``ipopt``) for
+    its solves from a previous plan: the barrier parameter starting at ``mu`` (``mu_init``),
+    and for fatrop the bounds' push at :data:`WARM_BOUND_PUSH` (at most ``mu``'s own push
+    where ``opts`` sets a smaller one); None when ``mu`` is None or ``plugin`` is none of
+    them (the preset check refuses ``warm_barrier`` with other solvers before this)."""
+    if mu is None or plugin not in ("fatrop", "ipopt"):
+        return None
+    table = dict(opts.get(plugin, {}))
+    table["mu_init"] = mu
+    if plugin == "fatrop":
+        table["bound_push"] = min(WARM_BOUND_PUSH, table.get("bound_push", WARM_BOUND_PUSH))
+    return {**opts, plugin: table}
+
+
 # -- solver options -------------------------------------------------------------------------
 # Option tables passed on to the solver itself, checked key by key on a one-variable NLP.
 _PLUGIN_TABLES = {"ipopt": "ipopt", "fatrop": "fatrop"}

@@ -149,11 +149,11 @@ def check(cfg: dict[str, Any]) -> None:
             f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
             f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
         )
-    for key, reader in ignored_solver_options(ctrl["solver"], ctrl):
+    for key, readers in ignored_solver_options(ctrl["solver"], ctrl):
         raise ConfigError(
             f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
-            f"{reader!r}, and would be ignored with controller.solver = {ctrl['solver']!r}; "
-            f"remove controller.{key} or set controller.solver = {reader!r}"
+            f"{readers}, and would be ignored with controller.solver = {ctrl['solver']!r}; "
+            f"remove controller.{key} or set controller.solver = {readers}"
         )
     _check_timing(ctrl, cfg["env"]["dt"])
     if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
