@@ -537,13 +537,12 @@ def _tube_options(ccfg: dict[str, Any]) -> dict[str, Any]:
     turns the tube off (``controller.tightening = "none"``) or makes it open loop."""
     if ccfg["tightening"] != "tube":
         return {}
-    if ccfg["tube"] != "feedback":
-        return {"tube": ccfg["tube"]}
-    return {key: ccfg[key] for key in TUBE_KEYS}
+    keys = TUBE_KEYS if ccfg["tube"] == "feedback" else ("tube", "tube_memory")
+    return {key: ccfg[key] for key in keys}
 
 
 #: the options of the tube's shape, passed to the controller only where they apply
-TUBE_KEYS = ("tube", "tube_Q", "tube_R", "tube_errors")
+TUBE_KEYS = ("tube", "tube_memory", "tube_Q", "tube_R", "tube_errors")
 
 
 def success_test(cfg: dict[str, Any]):

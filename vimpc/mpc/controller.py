@@ -177,6 +177,12 @@ class MPC:
             error in the bound's box) or ``"gaussian"`` (the bound read as quantiles of
             independent Gaussian errors, each row held with probability ``1 - delta`` per
             stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
+        tube_memory: with ``tightening="tube"``, ``a`` in [0, 1): each margin of a call is
+            ``t + a max(0, t_prev - t)``, ``t`` the tube along the guess and ``t_prev`` the
+            previous call's margin shifted one stage (default 0: ``t`` alone). The tube is
+            computed along the previous plan, so plan and tube can alternate between a bold
+            plan with a wide tube and a timid one with a narrow tube; this damps the
+            alternation and never narrows a margin below ``t``.
         tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
             the infinity norm that propagates the bound as ``L max(e_k)`` instead of
             through the Jacobian ``|A_k| e_k``.
@@ -275,6 +281,7 @@ class MPC:
         tube_Q: Any = DEFAULTS["tube_Q"],
         tube_R: Any = DEFAULTS["tube_R"],
         tube_errors: str = DEFAULTS["tube_errors"],
+        tube_memory: float = DEFAULTS["tube_memory"],
         tube_lipschitz: float | None = DEFAULTS["tube_lipschitz"],
         obs_names: Sequence[str] | None = None,
         **unknown: Any,
@@ -337,8 +344,10 @@ class MPC:
         self.tube = tube = checked["tube"]
         self.tube_errors = tube_errors = checked["tube_errors"]
         # options that only the tube (or one kind of tube) reads: without it they do nothing
+        self.tube_memory = checked["tube_memory"]
         for name, value, given_here in (
             ("tube", tube, tube != SETTINGS["tube"].default),
+            ("tube_memory", self.tube_memory, self.tube_memory != 0.0),
             ("tube_lipschitz", tube_lipschitz, tube_lipschitz is not None),
         ):
             if given_here and tightening != "tube":
@@ -542,6 +551,7 @@ class MPC:
         # the warm start is the plan for the next call's own time (start), not one stage back
         self._current = False
         self._unhurried = False  # start: no time budget
+        self._last_tube: tuple[np.ndarray, np.ndarray] | None = None  # tube_memory's
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -576,6 +586,7 @@ class MPC:
         self._u_prev = self.safe_input.copy()
         self._ready = None
         self._current = False
+        self._last_tube: tuple[np.ndarray, np.ndarray] | None = None
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         """The first plan, made before the control loop's clock starts (as a robot plans
@@ -672,6 +683,7 @@ class MPC:
         bounds = self._bounds
         if self._tube_fn is not None:
             start = time.perf_counter()
+            P_given = P
             try:
                 P, applied, applied_u = self._tube_fn(w0, P)
                 unevaluated = None
@@ -680,9 +692,12 @@ class MPC:
                 applied_u = ca.DM.inf(m.nu, N)
                 unevaluated = exc
             tube = applied.full().T
-            inputs_empty_at = np.zeros(N, bool)
             if self.tube == "feedback":
                 tube_inputs = applied_u.full().T
+            if self.tube_memory:
+                tube, tube_inputs, P = self._remembered_tube(tube, tube_inputs, P, P_given)
+            inputs_empty_at = np.zeros(N, bool)
+            if self.tube == "feedback":
                 c = self._cons
                 inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
             # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
@@ -937,6 +952,30 @@ class MPC:
         if ready != (t, np.asarray(p, np.float64).tobytes()) or not self._solver.prepared:
             self.prepare(t, p)
         return self._solver.feedback(x0)
+
+    def _remembered_tube(
+        self, tube: np.ndarray, tube_inputs: np.ndarray, P: ca.DM, P_given: ca.DM
+    ) -> tuple[np.ndarray, np.ndarray, ca.DM]:
+        """``tube_memory``: the tube along the guess (margins ``tube (N + 1, m)`` and
+        ``tube_inputs (N, nu)``) widened towards the previous call's, shifted one stage (its
+        last stage repeated): ``t + tube_memory * max(0, t_prev - t)`` entry by entry, row 0
+        (the measured state) untouched; the NLP's parameters ``P`` rebuilt from the ones
+        given to the tube ``P_given``. :meth:`start` keeps its own tubes (no call before it)
+        and leaves its last for the first call; a tube that is not finite everywhere
+        (a failed one) is not remembered."""
+        last, self._last_tube = self._last_tube, None
+        if last is not None and not self._unhurried:
+            a = self.tube_memory
+            prev, prev_u = (np.vstack([x[1:], x[-1:]]) for x in last)
+            tube[1:] += a * np.maximum(prev[1:] - tube[1:], 0.0)
+            tube_inputs += a * np.maximum(prev_u - tube_inputs, 0.0)
+            parts = [np.asarray(P_given).reshape(-1), tube[1:].reshape(-1)]
+            if self._tr.soft_input_tube:
+                parts.append(tube_inputs.reshape(-1))
+            P = ca.DM(np.concatenate(parts))
+        if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
+            self._last_tube = (tube.copy(), tube_inputs.copy())
+        return tube, tube_inputs, P
 
     def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
         """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N))``: the

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from vimpc import _checks
-from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Setting
+from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Rule, Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.solvers import HESSIANS, QP_SOLVERS, SOLVERS
@@ -148,6 +148,18 @@ SETTINGS: dict[str, Setting] = {
         "linearisation, the error in an ellipsoid, the inputs tightened by the feedback's "
         "share)",
         choices=("open_loop", "feedback"),  # the same as vimpc.mpc.tube.TUBES
+    ),
+    "tube_memory": Setting(
+        float,
+        0.0,
+        "read only with `tightening = 'tube'`: how much of the previous call's tube (shifted "
+        "one stage) a narrower new one keeps: each margin is the tube along the guess plus "
+        "`tube_memory` times what the previous margin had in excess of it, never less than "
+        "the tube along the guess (0: that tube alone). A tube along the previous plan can "
+        "alternate between two plans, a bold one whose tube is wide and a timid one whose "
+        "tube is narrow; this damps it (the GP-VI cart-pole's swing-up: "
+        "results/benchmarks/tube_memory.md)",
+        rule=Rule(lambda v: 0.0 <= v < 1.0, phrase="in [0, 1)"),
     ),
     "tube_Q": Setting(
         list,

@@ -1,0 +1,184 @@
+"""Controller settings that trade solve time against robustness, each on the shipped
+scenarios it applies to, value by value in the same run.
+
+Run from the repository root::
+
+    python tests/benchmarks/bench_settings.py --study warm_barrier [--episodes 20]
+        [--seed 1000] [--values ...] [--only NAME ...]
+    python tests/benchmarks/bench_settings.py --study tube_memory ...
+
+``warm_barrier`` (the scenarios whose controller is ``fatrop``; values none, 1e-2, 1e-3,
+1e-4): ``none``: every solve starts at fatrop's own barrier parameter 0.1 and bound push
+1e-2; a value: the solves from the previous plan start at it, with bound push 1e-6
+(``WARM_BOUND_PUSH``); the first plan (``MPC.start``, before the clock) and a solve after a
+failed one start at fatrop's own. ``tube_memory`` (the scenarios with a tube; values 0,
+0.5, 0.8): each margin is the tube along the guess plus the value times what the previous
+call's margin (shifted one stage) had in excess of it.
+
+Each scenario runs closed loop at its settings but the study's (the scenario's own value
+among the rows, marked), once per value, over the same episodes (reset seeds from
+``--seed``; episodes interleaved seed by seed so machine-load drift hits every value alike;
+one process, the NLP compiled as ``jit = "auto"`` chooses). Solve times and iterations
+pooled over every call; not SOLVED: calls whose status is not ``SOLVED`` (iteration limit
+and failures, each applying what the status says); late: calls longer than the period;
+success: the scenario's success test, with its Wilson 95 % interval; violation: the
+largest violation of the scenario's safety rows by the true state (0: none); min margin:
+the smallest distance of the true state inside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+from _common import OUT, ROOT, add_options, ms_stats, parse, write_results
+
+from vimpc import pipeline
+from vimpc.closedloop import episode_metrics, run_episode
+from vimpc.closedloop.metrics import wilson_interval
+from vimpc.scenario import load_scenario
+
+SCENARIOS = ROOT / "scenarios"
+#: per study: the scenarios it applies to, its default values, its title, and its --quick
+#: scenario and values
+STUDIES = {
+    "warm_barrier": (
+        lambda ctrl: ctrl["solver"] == "fatrop",
+        ["none", "1e-2", "1e-3", "1e-4"],
+        "fatrop's solves from the previous plan: the barrier parameter they start at",
+        ("cartpole_swingup", ["none", "1e-3"]),
+    ),
+    "tube_memory": (
+        lambda ctrl: ctrl["tightening"] == "tube",
+        ["0", "0.5", "0.8"],
+        "The tube along the previous plan, widened towards the previous call's",
+        ("cartpole_safe", ["0", "0.5"]),
+    ),
+}
+QUICK = {"episodes": 1}
+
+
+def scenarios(study: str, only: list[str] | None) -> list[str]:
+    """The shipped scenarios ``study`` applies to (or those of them named in ``only``)."""
+    applies = STUDIES[study][0]
+    found = [
+        path.stem
+        for path in sorted(SCENARIOS.glob("*.toml"))
+        if (not only or path.stem in only) and applies(load_scenario(path)["controller"])
+    ]
+    missing = set(only or ()) - set(found)
+    if missing:
+        raise SystemExit(f"--only: {study} does not apply to {sorted(missing)}")
+    return found
+
+
+def _value(text: str) -> float | None:
+    return None if text == "none" else float(text)
+
+
+def run(
+    name: str, study: str, values: list[str], episodes: int, seed: int, steps: int | None
+) -> list[dict]:
+    path = SCENARIOS / f"{name}.toml"
+    base = load_scenario(path)
+    env = pipeline.build_env(base)
+    model = pipeline.build_model(base, env)
+    success = pipeline.success_test(base)
+    own = base["controller"][study]
+    steps = steps or base["episodes"]["steps"]
+    ctrls = {}
+    for value in values:
+        cfg = load_scenario(path)
+        cfg["controller"][study] = _value(value)
+        ctrls[value] = pipeline.build_controller(cfg, model, env)
+    runs: dict[str, list] = {v: [] for v in values}
+    for s in range(seed, seed + episodes):
+        for value, ctrl in ctrls.items():
+            traj = run_episode(env, ctrl, steps, s)
+            runs[value].append((traj, episode_metrics(traj, success)))
+        print(f"{name}: seed {s} done", flush=True)
+    env.close()
+    rows = []
+    for value, eps in runs.items():
+        times = np.concatenate([t.solve_times for t, _ in eps])
+        its = np.concatenate([t.iterations for t, _ in eps])
+        status = np.concatenate([t.status for t, _ in eps])
+        wins = int(sum(bool(m["success"]) for _, m in eps))
+        lo, hi = wilson_interval(wins, len(eps))
+        rows.append(
+            {
+                "scenario": name,
+                study: value + (" (scenario)" if _value(value) == own else ""),
+                "episodes": len(eps),
+                "solves": len(times),
+                **ms_stats(times),
+                "iterations_median": float(np.median(its)),
+                "iterations_p95": float(np.percentile(its, 95)),
+                "iterations_max": int(its.max()),
+                "failed": int(np.sum(status != "SOLVED")),
+                "late": int(sum(int(np.sum(t.late)) for t, _ in eps)),
+                "success": wins / len(eps),
+                "success_ci95": f"{lo:.2f}-{hi:.2f}",
+                "max_violation": float(max(m["max_violation"] for _, m in eps)),
+                "min_margin": float(min(m.get("min_margin", np.nan) for _, m in eps)),
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--study", choices=sorted(STUDIES), nargs="+", default=sorted(STUDIES))
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--values", nargs="+", default=None, help="default: the study's")
+    parser.add_argument("--only", nargs="+", default=None)
+    add_options(parser, OUT)
+    args = parse(parser, argv, OUT, quick=QUICK)
+    for study in args.study:
+        _, defaults, title, (quick_scenario, quick_values) = STUDIES[study]
+        values = args.values or (quick_values if args.quick else defaults)
+        for value in values:
+            try:
+                number = _value(value)
+            except ValueError:
+                number = math.nan
+            if number is not None and not (math.isfinite(number) and number >= 0):
+                parser.error(f"--values: each must be 'none' or a number >= 0, got {value!r}")
+        only = [quick_scenario] if args.quick else args.only
+        rows = []
+        for name in scenarios(study, only):
+            steps = 3 if args.quick else None
+            rows += run(name, study, values, args.episodes, args.seed, steps)
+        write_results(
+            study,
+            title,
+            rows,
+            [
+                ("scenario", "scenario", ""),
+                (study, study, ""),
+                ("episodes", "episodes", ""),
+                ("solves", "solves", ""),
+                ("median_ms", "median [ms]", ".3g"),
+                ("p95_ms", "p95 [ms]", ".3g"),
+                ("max_ms", "max [ms]", ".3g"),
+                ("iterations_median", "iterations median", ".0f"),
+                ("iterations_p95", "iterations p95", ".0f"),
+                ("iterations_max", "iterations max", ""),
+                ("failed", "not SOLVED", ""),
+                ("late", "late", ""),
+                ("success", "success", ".2f"),
+                ("success_ci95", "success Wilson 95%", ""),
+                ("max_violation", "largest safety-row violation", ".3g"),
+                ("min_margin", "min margin", ".3g"),
+            ],
+            notes=__doc__.split("\n\n", 2)[2],
+            out=args.out,
+            script=__file__,
+            argv=args.argv,
+        )
+
+
+if __name__ == "__main__":
+    main()
