@@ -13,7 +13,7 @@ Run from the repository root::
 (``WARM_BOUND_PUSH``); the first plan (``MPC.start``, before the clock) and a solve after a
 failed one start at fatrop's own. ``tube_memory`` (the scenarios with a tube; values 0,
 0.5, 0.8): each margin is the tube along the guess plus the value times what the previous
-call's margin (shifted one stage) had in excess of it.
+call's margin at the same stage had in excess of it.
 
 Each scenario runs closed loop at its settings but the study's (the scenario's own value
 among the rows, marked), once per value, over the same episodes (reset seeds from

@@ -179,7 +179,8 @@ class MPC:
             stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
         tube_memory: with ``tightening="tube"``, ``a`` in [0, 1): each margin of a call is
             ``t + a max(0, t_prev - t)``, ``t`` the tube along the guess and ``t_prev`` the
-            previous call's margin shifted one stage (default 0: ``t`` alone). The tube is
+            previous call's margin at the same stage (default 0: ``t`` alone; a tube that
+            does not change between calls stays as it is). The tube is
             computed along the previous plan, so plan and tube can alternate between a bold
             plan with a wide tube and a timid one with a narrow tube; this damps the
             alternation and never narrows a margin below ``t``.
@@ -957,17 +958,17 @@ class MPC:
         self, tube: np.ndarray, tube_inputs: np.ndarray, P: ca.DM, P_given: ca.DM
     ) -> tuple[np.ndarray, np.ndarray, ca.DM]:
         """``tube_memory``: the tube along the guess (margins ``tube (N + 1, m)`` and
-        ``tube_inputs (N, nu)``) widened towards the previous call's, shifted one stage (its
-        last stage repeated): ``t + tube_memory * max(0, t_prev - t)`` entry by entry, row 0
-        (the measured state) untouched; the NLP's parameters ``P`` rebuilt from the ones
-        given to the tube ``P_given``. :meth:`start` keeps its own tubes (no call before it)
-        and leaves its last for the first call; a tube that is not finite everywhere
-        (a failed one) is not remembered."""
+        ``tube_inputs (N, nu)``) widened towards the previous call's at the same stage (the
+        same number of steps ahead): ``t + tube_memory * max(0, t_prev - t)`` entry by
+        entry, so a tube that does not change between calls stays as it is; the NLP's
+        parameters ``P`` rebuilt from the ones given to the tube ``P_given``. :meth:`start`
+        keeps its own tubes (no call before it) and leaves its last for the first call; a
+        tube that is not finite everywhere (a failed one) is not remembered."""
         last, self._last_tube = self._last_tube, None
         if last is not None and not self._unhurried:
             a = self.tube_memory
-            prev, prev_u = (np.vstack([x[1:], x[-1:]]) for x in last)
-            tube[1:] += a * np.maximum(prev[1:] - tube[1:], 0.0)
+            prev, prev_u = last
+            tube += a * np.maximum(prev - tube, 0.0)
             tube_inputs += a * np.maximum(prev_u - tube_inputs, 0.0)
             parts = [np.asarray(P_given).reshape(-1), tube[1:].reshape(-1)]
             if self._tr.soft_input_tube:
