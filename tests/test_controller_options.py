@@ -205,6 +205,7 @@ BAD = [
     ("tightening", "tubes", "one of"),
     ("tube", "closed", "one of"),
     ("tube_errors", "normal", "one of"),
+    ("tube_memory", 1.0, "in [0, 1)"),
     ("tube_lipschitz", -2.0, "positive"),
 ]
 

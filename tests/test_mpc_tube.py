@@ -442,6 +442,59 @@ def test_feedback_tube_matches_the_hand_riccati_and_ellipsoid(transcription):
         x = A @ x + B @ result.u
 
 
+def _memory_controller(w, N, soft, memory):
+    return MPC(
+        _double_integrator(w),
+        N,
+        Cost(Q=[1.0, 0.1], R=[0.1]),
+        Constraints(
+            u_min=[-1.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, 3.0], soft_bounds=soft
+        ),
+        tightening="tube",
+        tube="feedback",
+        tube_memory=memory,
+    )
+
+
+@pytest.mark.parametrize("soft", [True, False], ids=["soft", "hard"])
+def test_tube_memory_keeps_a_share_of_a_wider_previous_tube_and_leaves_a_steady_one(soft):
+    w, N, a = np.array([2e-3, 1e-2]), 10, 0.4
+    x = np.array([0.3, -0.2])
+    plain = _memory_controller(w, N, soft, 0.0)(x)
+    # a linear model with a constant bound has the same tube along every plan: remembered,
+    # it stays as it is, call after call (start's tube included)
+    ctrl = _memory_controller(w, N, soft, a)
+    ctrl.start(x)
+    for _ in range(3):
+        result = ctrl(x)
+        np.testing.assert_array_equal(result.tube, plain.tube)
+        np.testing.assert_array_equal(result.tube_inputs, plain.tube_inputs)
+    # a previous tube twice as wide: each margin keeps the share a of the excess
+    ctrl._last_tube = (2.0 * plain.tube, 2.0 * plain.tube_inputs)
+    wider = ctrl(x)
+    assert wider.status.ok
+    np.testing.assert_allclose(wider.tube, (1.0 + a) * plain.tube, rtol=1e-14)
+    np.testing.assert_allclose(wider.tube_inputs, (1.0 + a) * plain.tube_inputs, rtol=1e-14)
+    # and the solve used them: the plan keeps the wider margins of the inputs and the rail
+    u, s = wider.u_plan[:, 0], wider.obs[1:, 0]
+    assert np.all(u <= 2.0 - wider.tube_inputs[:, 0] + 1e-7)
+    assert np.all(u >= -1.0 + wider.tube_inputs[:, 0] - 1e-7)
+    assert np.all(np.abs(s) <= 1.0 - wider.tube[1:, :2].max(axis=1) + 1e-7)
+    # a previous tube narrower everywhere changes nothing
+    ctrl._last_tube = (0.5 * plain.tube, 0.5 * plain.tube_inputs)
+    np.testing.assert_array_equal(ctrl(x).tube, plain.tube)
+
+
+def test_tube_memory_needs_the_tube():
+    with pytest.raises(InputError, match=r"tube_memory = 0.5 only applies with tightening='tube'"):
+        MPC(
+            _double_integrator(np.array([1e-3, 1e-3])),
+            5,
+            Cost(Q=[1.0, 0.1], R=[0.1]),
+            tube_memory=0.5,
+        )
+
+
 def test_feedback_tube_stays_bounded_where_the_open_loop_box_grows_without_end():
     # an unstable plant: the open-loop box grows like 1.3^k, the LQR-closed ellipsoid settles
     Au = np.array([[1.3, 0.1], [0.0, 1.2]])
@@ -557,6 +610,7 @@ def test_overrides_that_turn_the_feedback_tube_off_leave_its_settings_unused():
     cfg = load_scenario(SAFE, feedback)
     assert _tube_options(cfg["controller"]) == {
         "tube": "feedback",
+        "tube_memory": 0.0,
         "tube_Q": None,
         "tube_R": [1.0],
         "tube_errors": "gaussian",
@@ -564,7 +618,7 @@ def test_overrides_that_turn_the_feedback_tube_off_leave_its_settings_unused():
     off = load_scenario(SAFE, [*feedback, 'controller.tightening="none"'])
     assert _tube_options(off["controller"]) == {}
     open_loop = load_scenario(SAFE, [*feedback, 'controller.tube="open_loop"'])
-    assert _tube_options(open_loop["controller"]) == {"tube": "open_loop"}
+    assert _tube_options(open_loop["controller"]) == {"tube": "open_loop", "tube_memory": 0.0}
 
 
 def test_empty_tube_steps_are_counted_per_episode_and_pooled():
