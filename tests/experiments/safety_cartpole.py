@@ -181,6 +181,8 @@ def settings(folder: Path) -> dict:
         "soft_bounds": bool(cons.get("soft_bounds", False)),
         "bound_weight": cons.get("bound_weight", float("nan")),
         "max_iter": ctrl.get("max_iter"),
+        "tube_memory": ctrl.get("tube_memory", 0.0) if tightening == "tube" else "",
+        "warm_barrier": ctrl.get("warm_barrier") or "solver's own",
         "fits": cfg.get("data", {}).get("fits", 1),
         "plant": cfg.get("env", {}).get("plant", "fixed"),
         "rail": cfg["env"]["kwargs"].get("s_max", 1.0),
@@ -258,10 +260,13 @@ def row_of(label: str, m: dict, folder: Path, complete: bool) -> dict:
         "solve_median_ms": m["solve_time_median_ms"],
         "solve_p95_ms": m["solve_time_p95_ms"],
         "failed_solves": m["failed_solves"],
+        "late_solves": m.get("late_solves", float("nan")),
         "solves": m["solves"],
         "plan_constraint_max": m.get("max_plan_constraint_residual", float("nan")),
         "soft_bound_weight": s["bound_weight"] if s["soft_bounds"] else "hard bound",
         "max_iter": s["max_iter"],
+        "tube_memory": s["tube_memory"],
+        "warm_barrier": s["warm_barrier"],
         "assumes": s["assumes"],
     }
 
@@ -303,10 +308,13 @@ HEADERS = {
     "solve_median_ms": "solve median [ms]",
     "solve_p95_ms": "solve p95 [ms]",
     "failed_solves": "failed solves",
+    "late_solves": "late calls (over the 50 ms period)",
     "solves": "solves",
     "plan_constraint_max": "model's constraint residual over the plans (max)",
     "soft_bound_weight": "soft-bound weight",
     "max_iter": "solver iteration cap",
+    "tube_memory": "tube memory",
+    "warm_barrier": "warm solves' barrier start",
     "assumes": "what the tube assumes",
 }
 
@@ -454,8 +462,11 @@ def main(argv: list[str] | None = None) -> None:
         "interval contains it, no when it lies below. Caps and thresholds in effect are "
         "columns: the tube and what it assumes, the soft-bound weight (the rail is an exact "
         "penalty: a state pushed past the tightened limit is not infeasible, it pays this "
-        "weight), the solver's iteration cap; empty tightened stages are counted, never "
-        "capped. Steps outside the training box: the share of steps whose true state lies "
+        "weight), the solver's iteration cap, the tube's memory of the previous call's wider "
+        "margins (`tube_memory`) and the barrier parameter fatrop's solves from the previous "
+        "plan start at (`warm_barrier`); empty tightened stages are counted, never "
+        "capped. Late calls: controller calls (tube, solve and Python work) longer than the "
+        "50 ms period, with the episodes run two at a time on the 2-core machine. Steps outside the training box: the share of steps whose true state lies "
         "outside the box of the fit's training and calibration states (a Theorem 1 bound is "
         "known to hold only inside it)."
     )
