@@ -495,23 +495,19 @@ class MPC:
                 if self._real_time(solver, hessian, given_options):
                     self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
-                    # fatrop/ipopt with warm_barrier: a second instance of the same NLP for
-                    # the solves from a previous plan
+                    # fatrop/ipopt with warm_barrier: a second instance of the same NLP (one
+                    # compiled library) for the solves from a previous plan
                     warm_opts = warm_barrier_options(plugin, opts, checked["warm_barrier"])
-                    interpreted = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
-                    solvers = [interpreted] + (
-                        []
-                        if warm_opts is None
-                        else [ca.nlpsol("mpc", plugin, self._tr.nlp, warm_opts)]
-                    )
-                    if cached_nlp:
-                        compiled = compiled_nlpsol(
-                            interpreted, plugin, [opts] + ([] if warm_opts is None else [warm_opts])
-                        )
-                        self.nlp_compiled = compiled is not None
-                        solvers = compiled or solvers
+                    variants = [opts] + ([] if warm_opts is None else [warm_opts])
+                    first = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
+                    solvers = compiled_nlpsol(first, plugin, variants) if cached_nlp else None
+                    self.nlp_compiled = solvers is not None
+                    if solvers is None:
+                        solvers = [first] + [
+                            ca.nlpsol("mpc", plugin, self._tr.nlp, o) for o in variants[1:]
+                        ]
                     self._solver = solvers[0]
-                    self._warm_solver = solvers[1] if len(solvers) > 1 else None
+                    self._warm_solver = solvers[1] if warm_opts is not None else None
                 self._split = isinstance(self._solver, (RealTimeIteration, SparseRealTimeIteration))
                 self._stepper = self._solver  # the solver of the current call (stats)
         except RuntimeError as exc:
@@ -587,7 +583,7 @@ class MPC:
         self._u_prev = self.safe_input.copy()
         self._ready = None
         self._current = False
-        self._last_tube: tuple[np.ndarray, np.ndarray] | None = None
+        self._last_tube = None
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         """The first plan, made before the control loop's clock starts (as a robot plans
@@ -697,10 +693,8 @@ class MPC:
                 tube_inputs = applied_u.full().T
             if self.tube_memory:
                 tube, tube_inputs, P = self._remembered_tube(tube, tube_inputs, P, P_given)
-            inputs_empty_at = np.zeros(N, bool)
-            if self.tube == "feedback":
-                c = self._cons
-                inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
+            c = self._cons  # the open-loop tube's input margins are zero: never empty
+            inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
             # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
             # it is taken as empty (an infinite margin) and the problem is not solved
             failed = self._failed_tube(tube, tube_inputs, w0, p, unevaluated)

@@ -155,9 +155,9 @@ SETTINGS: dict[str, Setting] = {
         "read only with `tightening = 'tube'`: how much of the previous call's tube a "
         "narrower new one keeps: each margin is the tube along the guess plus `tube_memory` "
         "times what the previous call's margin at the same stage had in excess of it, never "
-        "less than the tube along the guess (0: that tube alone). A tube along the previous plan can "
-        "alternate between two plans, a bold one whose tube is wide and a timid one whose "
-        "tube is narrow; this damps it (the GP-VI cart-pole's swing-up: "
+        "less than the tube along the guess (0: that tube alone). A tube along the previous "
+        "plan can alternate between two plans, a bold one whose tube is wide and a timid one "
+        "whose tube is narrow; this damps it (the GP-VI cart-pole's swing-up: "
         "results/benchmarks/tube_memory.md)",
         rule=Rule(lambda v: 0.0 <= v < 1.0, phrase="in [0, 1)"),
     ),
