@@ -240,6 +240,28 @@ def test_an_option_of_other_solvers_is_refused_by_the_scenario_naming_them(minim
     ) in str(err.value)
 
 
+def test_an_override_of_the_solver_drops_the_files_options_of_other_solvers(minimal):
+    # the file's warm_barrier and qpsol do nothing with the new solver: dropped, as turning
+    # the tube off leaves its settings unused
+    text = minimal.read_text().replace(
+        "horizon = 5\n", 'horizon = 5\nsolver = "fatrop"\nwarm_barrier = 0.01\n', 1
+    )
+    minimal.write_text(text)
+    assert scenario.load_scenario(minimal)["controller"]["warm_barrier"] == 0.01
+    ctrl = scenario.load_scenario(minimal, ['controller.solver="sqpmethod"'])["controller"]
+    assert (ctrl["solver"], ctrl["warm_barrier"]) == ("sqpmethod", None)
+    # kept where the new solver reads it
+    assert (
+        scenario.load_scenario(minimal, ['controller.solver="ipopt"'])["controller"]["warm_barrier"]
+        == 0.01
+    )
+    # given by an override itself, it is still refused
+    with pytest.raises(ConfigError, match="controller.warm_barrier = 0.02 applies only to"):
+        scenario.load_scenario(
+            minimal, ['controller.solver="sqpmethod"', "controller.warm_barrier=0.02"]
+        )
+
+
 @pytest.mark.parametrize("key, value", [("tube_Q", [-1.0, 1.0]), ("tube_R", [0.0])])
 def test_bad_tube_weights_are_refused_by_the_scenario_naming_the_entry(key, value, minimal):
     with pytest.raises(ConfigError, match=rf"controller\.{key}\[0\] must be .*, got "):

@@ -11,6 +11,7 @@ from typing import Any
 
 from vimpc._settings import resolve, unknown_key
 from vimpc.errors import ConfigError
+from vimpc.mpc.options import SOLVER_OPTIONS, SQP_OPTIONS, SQP_SOLVERS
 from vimpc.scenario.checks import _check_name, check
 from vimpc.scenario.schema import MODEL_KEYS, SCHEMA, TABLE_ORDER
 
@@ -55,6 +56,10 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
     """Read, override (``key.sub=value`` strings) and validate a scenario file completely.
 
     Returns the resolved configuration: every key with its value, defaults filled in.
+    An override of ``controller.solver`` drops the file's options that only other solvers
+    read (``warm_barrier`` for another solver than fatrop or ipopt, ``qpsol`` for fatrop,
+    ...), as turning the tube off leaves the tube's settings unused; such an option given
+    by an override itself is still refused.
     """
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise ConfigError(
@@ -62,6 +67,7 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
         )
     path = Path(path)
     raw = read_toml(path)
+    overridden = set()
     for item in overrides:
         keys, value = parse_override(item)
         table = raw
@@ -70,12 +76,26 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
             if not isinstance(table, dict):
                 raise ConfigError(f"--set {item!r}: {k!r} is not a table")
         table[keys[-1]] = value
+        overridden.add(tuple(keys))
+    _drop_other_solvers_options(raw, overridden)
     cfg = _resolve_tables(raw)
     if cfg["scenario"]["name"] is None:
         cfg["scenario"]["name"] = path.stem
         _check_name(path.stem, f" (from the file name {path.name!r}; set scenario.name)")
     check(cfg)
     return cfg
+
+
+def _drop_other_solvers_options(raw: dict[str, Any], overridden: set[tuple[str, ...]]) -> None:
+    """With ``controller.solver`` overridden, the options of the file's ``[controller]`` table
+    that the new solver does not read (and no override set) removed from ``raw``."""
+    ctrl = raw.get("controller")
+    if ("controller", "solver") not in overridden or not isinstance(ctrl, dict):
+        return
+    readers = {**SOLVER_OPTIONS, **dict.fromkeys(SQP_OPTIONS, SQP_SOLVERS)}
+    for key, solvers in readers.items():
+        if key in ctrl and ("controller", key) not in overridden and ctrl["solver"] not in solvers:
+            del ctrl[key]
 
 
 def _resolve_tables(raw: dict[str, Any]) -> dict[str, Any]:
