@@ -29,13 +29,14 @@ so far).
 
 Warm starts only: the previous plan shifted by one stage. The controller solves a cold
 start (no plan) with its ``condensed_start`` solver, and a warm solve that does not
-converge within ``max_iter`` iterations (or meets a non-finite value, a singular ``J_z`` or
-a QP that fails) too; with a time budget such a solve (or one the budget stops) gives the
-fallback input instead, and the next call starts from the plan shifted once more. No line search: one with an exact penalty (the step equations'
-multipliers recovered by a backward recursion) and a filter's acceptance with one entry
-solved none of the CLNN cart-pole's cold starts on its short rail (seeds 1000-1009: no
-decrease along the step, or the iteration limit), and in an episode (seed 1000) the same
-two warm solves failed as with full steps, each iteration one trial evaluation dearer.
+converge within ``max_iter`` iterations (or meets a non-finite value, a singular ``J_z``
+or a QP that fails) too; with a time budget such a solve (or one the budget stops) gives
+the fallback input instead, and the next call starts from the plan shifted once more. No
+line search: one with an exact penalty (the step equations' multipliers recovered by a
+backward recursion) and a filter's acceptance with one entry solved none of the CLNN
+cart-pole's cold starts on its short rail (seeds 1000-1009: no decrease along the step, or
+the iteration limit), and in an episode (seed 1000) the same two warm solves failed as
+with full steps, each iteration one trial evaluation dearer.
 
 Needs: the implicit transcription and no energy shaping.
 """

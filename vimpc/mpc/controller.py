@@ -955,7 +955,8 @@ class MPC:
         ``tube_inputs (N, nu)``) widened towards the previous call's at the same stage (the
         same number of steps ahead): ``t + tube_memory * max(0, t_prev - t)`` entry by
         entry, so a tube that does not change between calls stays as it is; the NLP's
-        parameters ``P`` rebuilt from the ones given to the tube ``P_given``. :meth:`start`
+        parameters ``P`` rebuilt from the ones given to the tube ``P_given`` in the order
+        :meth:`_tube_on_guess` appends the margins. :meth:`start`
         keeps its own tubes (no call before it) and leaves its last for the first call; a
         tube that is not finite everywhere (a failed one) is not remembered."""
         last, self._last_tube = self._last_tube, None

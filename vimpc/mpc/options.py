@@ -15,7 +15,7 @@ from vimpc import _checks
 from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Rule, Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.mpc.solvers import HESSIANS, QP_SOLVERS, SOLVERS
+from vimpc.mpc.solvers import HESSIANS, INTERIOR_POINT, QP_SOLVERS, SOLVERS
 from vimpc.mpc.tube import ERRORS
 
 TIGHTENINGS = ("none", "tube")
@@ -30,14 +30,14 @@ RTI_STARTS = ("none", "fatrop", "ipopt", "sqpmethod")
 RTI_OPTIONS = ("rti_start", "rti_regularization")
 #: the solvers that can make ``condensed``'s cold starts
 CONDENSED_STARTS = ("sqpmethod", "fatrop", "ipopt")
-#: the interior-point solvers, whose solves from a previous plan ``warm_barrier`` starts
-INTERIOR_POINT = ("fatrop", "ipopt")
 #: the options that only some solvers read, and those solvers
 SOLVER_OPTIONS = {
     **dict.fromkeys(RTI_OPTIONS, ("rti",)),
     "condensed_start": ("condensed",),
     "warm_barrier": INTERIOR_POINT,
 }
+#: every option that only some solvers read, the SQP presets' among them, and its readers
+OPTION_READERS = {**SOLVER_OPTIONS, **dict.fromkeys(SQP_OPTIONS, SQP_SOLVERS)}
 
 #: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
 #: defaults and checks, the scenario's ``[controller]`` table (its schema, its validation, the

@@ -135,6 +135,8 @@ def nlpsol_options(
     }
 
 
+#: the interior-point solvers, whose solves from a previous plan ``warm_barrier`` starts
+INTERIOR_POINT = ("fatrop", "ipopt")
 #: fatrop's ``bound_push`` for the solves that ``warm_barrier`` starts: how far (relative) the
 #: previous plan's variables are pushed into the interior of their bounds (fatrop's own is
 #: 1e-2, which moves a plan on its bounds away from them); ipopt's warm start already uses
@@ -150,7 +152,7 @@ def warm_barrier_options(
     and for fatrop the bounds' push at :data:`WARM_BOUND_PUSH` (at most ``mu``'s own push
     where ``opts`` sets a smaller one); None when ``mu`` is None or ``plugin`` is none of
     them (the preset check refuses ``warm_barrier`` with other solvers before this)."""
-    if mu is None or plugin not in ("fatrop", "ipopt"):
+    if mu is None or plugin not in INTERIOR_POINT:
         return None
     table = dict(opts.get(plugin, {}))
     table["mu_init"] = mu

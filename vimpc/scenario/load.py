@@ -11,7 +11,7 @@ from typing import Any
 
 from vimpc._settings import resolve, unknown_key
 from vimpc.errors import ConfigError
-from vimpc.mpc.options import SOLVER_OPTIONS, SQP_OPTIONS, SQP_SOLVERS
+from vimpc.mpc.options import OPTION_READERS
 from vimpc.scenario.checks import _check_name, check
 from vimpc.scenario.schema import MODEL_KEYS, SCHEMA, TABLE_ORDER
 
@@ -92,8 +92,7 @@ def _drop_other_solvers_options(raw: dict[str, Any], overridden: set[tuple[str, 
     ctrl = raw.get("controller")
     if ("controller", "solver") not in overridden or not isinstance(ctrl, dict):
         return
-    readers = {**SOLVER_OPTIONS, **dict.fromkeys(SQP_OPTIONS, SQP_SOLVERS)}
-    for key, solvers in readers.items():
+    for key, solvers in OPTION_READERS.items():
         if key in ctrl and ("controller", key) not in overridden and ctrl["solver"] not in solvers:
             del ctrl[key]
 
