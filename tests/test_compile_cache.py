@@ -124,3 +124,27 @@ def test_a_heavy_stage_stays_one_called_function_in_the_compiled_nlp(cache, monk
     called = MPC(MODEL, 6, COST, CONS, solver="fatrop", tol=1e-10)
     assert called.nlp_compiled and len(list(cache.glob("*.so"))) == 2
     np.testing.assert_allclose(_plans(called), expanded, atol=1e-8)
+
+
+def test_compiled_code_calling_casadis_blas_plugins_links_casadis_blas(cache):
+    """Generated C for ``ca.mtimes(A, B, plugin)`` (a network's dense layers) calls the
+    Fortran ``dgemm_`` or BLASFEO: the library links CasADi's own copies. Unlinked, loading
+    it failed, or the first call ended the process on an undefined symbol."""
+    import casadi as ca
+
+    if _jit.compiler() is None:
+        pytest.skip("no C compiler runs here")
+    rng = np.random.default_rng(0)
+    W = ca.MX(ca.DM(rng.normal(size=(32, 32))))
+    x = ca.MX.sym("x", 32, 3)
+    products = [ca.mtimes(W, x, plugin) for plugin in ("classic", "blasfeo") if ca.has_blas(plugin)]
+    if not products:
+        pytest.skip("this CasADi has neither BLAS plugin")
+    fn = ca.Function("dense_products", [x], products)
+    compiled = _jit.compiled_now(fn)
+    assert compiled is not None
+    value = rng.normal(size=(32, 3))
+    for got, want in zip(compiled(value), fn(value), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-13, atol=1e-13)
+    record = next(cache.glob("*.json")).read_text()
+    assert "-Wl,-rpath," in record and "casadi" in record

@@ -120,6 +120,27 @@ def _cache_folder() -> Path:
     return folder
 
 
+#: the BLAS routines generated code calls for CasADi's BLAS plugins (``ca.mtimes(A, B,
+#: plugin)``: a network's dense layers), each with the library of CasADi's own folder that
+#: holds it: the OpenBLAS its "classic" plugin runs on, and BLASFEO
+_BLAS_LIBRARIES = {
+    b"CASADI_BLAS_DGEMM": "casadi-tp-openblas",
+    b"blasfeo_blas_dgemm": "blasfeo",
+}
+
+
+def blas_links(source: bytes) -> list[str]:
+    """The linker flags for the BLAS libraries ``source`` (generated C) calls: CasADi's own
+    copies, found by their run-time path in CasADi's folder; none when it calls none."""
+    folder = Path(ca.__file__).parent
+    names = []
+    for symbol, stem in _BLAS_LIBRARIES.items():
+        if symbol in source:
+            found = sorted(folder.glob(f"lib{stem}.so*"), key=lambda f: len(f.name))
+            names.append(f"-l:{found[0].name}" if found else f"-l{stem}")
+    return [f"-L{folder}", f"-Wl,-rpath,{folder}", *names] if names else []
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -152,7 +173,8 @@ def cached_library(write_source: Callable[[], str], what: str) -> Path | None:
     with contextlib.chdir(directory()):  # CasADi writes generated code to the working directory
         source = Path(directory()) / write_source()
     text = source.read_bytes()
-    identity = json.dumps([cc, version, FLAGS, ca.__version__]).encode()
+    links = blas_links(text)
+    identity = json.dumps([cc, version, FLAGS, links, ca.__version__]).encode()
     key = hashlib.sha256(identity + b"\0" + text).hexdigest()[:32]
     folder = _cache_folder()
     library, record = folder / f"{key}.so", folder / f"{key}.json"
@@ -180,7 +202,7 @@ def cached_library(write_source: Callable[[], str], what: str) -> Path | None:
         partial = folder / f"{key}.{os.getpid()}.partial.so"
         try:
             done = subprocess.run(
-                [cc, "-fPIC", "-shared", *FLAGS, str(source), "-o", str(partial)],
+                [cc, "-fPIC", "-shared", *FLAGS, str(source), "-o", str(partial), *links],
                 capture_output=True,
                 text=True,
                 check=False,
@@ -202,7 +224,7 @@ def cached_library(write_source: Callable[[], str], what: str) -> Path | None:
             )
             return None
         meta = {"key": key, "casadi": ca.__version__, "compiler": version, "flags": FLAGS,
-                "sha256": _digest(partial), "what": what}  # fmt: skip
+                "links": links, "sha256": _digest(partial), "what": what}  # fmt: skip
         os.replace(partial, library)
         partial_record = folder / f"{key}.{os.getpid()}.partial.json"
         partial_record.write_text(json.dumps(meta, indent=1))

@@ -201,22 +201,24 @@ class CondensedSQP:
         J = J.reshape(N, 2 * nx + nu, nx).transpose(0, 2, 1)
         rhs = np.concatenate([J[:, :, : nx + nu], r[:, :, None]], axis=2)
         sol = -np.linalg.solve(J[:, :, nx + nu :], rhs)
-        A, B, c = sol[:, :, :nx], sol[:, :, nx : nx + nu], sol[:, :, -1]
-        # dX_k = S_k dU + s_k
-        S, s = np.zeros((N + 1, nx, N * nu)), np.zeros((N + 1, nx))
+        A = sol[:, :, :nx]
+        # dX_k = S_k dU + s_k, with [S_k s_k] one array: [S_k+1 s_k+1] = A_k [S_k s_k] + [B_k c_k]
+        # (B_k in the columns of du_k)
+        Ss = np.zeros((N + 1, nx, N * nu + 1))
         for k in range(N):
-            S[k + 1] = A[k] @ S[k]
-            S[k + 1][:, k * nu : (k + 1) * nu] += B[k]
-            s[k + 1] = A[k] @ s[k] + c[k]
+            np.matmul(A[k], Ss[k], out=Ss[k + 1])
+            Ss[k + 1, :, k * nu : (k + 1) * nu] += sol[k, :, nx : nx + nu]
+            Ss[k + 1, :, -1] += sol[k, :, -1]
+        S, s = Ss[:, :, :-1], Ss[:, :, -1]
         Rx = Rx.reshape(N, nx, nr).transpose(0, 2, 1)
         Ru = Ru.reshape(N, nu, nr).transpose(0, 2, 1)
         Rp = Rp.reshape(N, nu, nr).transpose(0, 2, 1)
-        G = Rx @ S[:N]
-        for k in range(N):
-            G[k][:, k * nu : (k + 1) * nu] += Ru[k]
-            if k > 0:
-                G[k][:, (k - 1) * nu : k * nu] += Rp[k]
-        h = rho.reshape(N, nr) + np.einsum("kij,kj->ki", Rx, s[:N])
+        Gh = Rx @ Ss[:N]
+        G = np.ascontiguousarray(Gh[:, :, :-1])
+        blocks, k = G.reshape(N, nr, N, nu), np.arange(N)  # a view of G
+        blocks[k, :, k, :] += Ru  # each stage's own input and the one before it (rate costs)
+        blocks[k[1:], :, k[:-1], :] += Rp[1:]
+        h = rho.reshape(N, nr) + Gh[:, :, -1]
         RxN = RxN.reshape(nx, -1).T
         G = np.concatenate([G.reshape(-1, N * nu), RxN @ S[N]])
         h = np.concatenate([h.reshape(-1), rN + RxN @ s[N]])
