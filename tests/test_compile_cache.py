@@ -4,6 +4,7 @@ compiler runs or the cache cannot be written."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import warnings
@@ -106,13 +107,17 @@ def test_an_unwritable_cache_is_said_and_the_controller_still_compiled(monkeypat
 def test_auto_leaves_the_real_time_iteration_and_the_environments_choice(cache, monkeypatch):
     assert MPC(MODEL, 6, COST, CONS, solver="rti").jit == "none"
     assert MPC(MODEL, 6, COST, CONS, solver="condensed").jit == "none"
-    # a network's dense products run on a BLAS interpreted, on CasADi's loops compiled
+    # a network's dense products are compiled where the generated C runs them on CasADi's
+    # OpenBLAS, and stay interpreted (on a BLAS) where CasADi ships none (CasADi's loops)
     network = dataclasses.replace(MODEL, info={**MODEL.info, "dense_products": "blasfeo"})
+    monkeypatch.setattr(_jit, "dense_products_compile", lambda: False)
     ctrl = MPC(network, 6, COST, CONS, solver="fatrop")
     assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False) and not cache.exists()
+    monkeypatch.setattr(_jit, "dense_products_compile", lambda: True)
+    assert MPC(network, 6, COST, CONS, solver="fatrop").jit == "nlp"
     monkeypatch.setenv("VIMPC_JIT", "none")
-    ctrl = MPC(MODEL, 6, COST, CONS, solver="fatrop")
-    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False) and not cache.exists()
+    ctrl = MPC(MODEL, 7, COST, CONS, solver="fatrop")
+    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False)
     assert MPC(network, 6, COST, CONS, solver="fatrop", jit="nlp").nlp_compiled  # if asked
 
 
@@ -148,3 +153,39 @@ def test_compiled_code_calling_casadis_blas_plugins_links_casadis_blas(cache):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-13, atol=1e-13)
     record = next(cache.glob("*.json")).read_text()
     assert "-Wl,-rpath," in record and "casadi" in record
+
+
+def test_casadis_dense_product_runs_on_blas_in_compiled_code_and_agrees(cache, tmp_path):
+    """The products automatic differentiation derives from a network's (no BLAS plugin on
+    them) are CasADi's ``casadi_mtimes_dense`` loop in generated C: it is replaced by a
+    ``dgemm_`` call from ``BLAS_FROM`` multiply-adds on, plain and transposed, and the
+    compiled derivative agrees with the interpreted one to round-off."""
+    import casadi as ca
+
+    from vimpc.models import _network_lagrangian as nl
+
+    if _jit.compiler() is None:
+        pytest.skip("no C compiler runs here")
+    rng = np.random.default_rng(1)
+    n = 5
+    sizes = [(48, n), (48, 48), (1, 48)]
+    net = nl.Network(
+        tuple((rng.normal(size=s) / np.sqrt(s[1]), rng.normal(size=s[0])) for s in sizes), "tanh"
+    )
+    q, c = ca.MX.sym("q", n), ca.MX.sym("c", n)
+    _, g, H = nl.network_pass(net, q, np.eye(n))
+    # the Hessian of c^T H c by automatic differentiation of the closed-form pass
+    fn = ca.Function("third", [q, c], [ca.hessian(ca.bilin(H, c, c), q)[0], ca.jacobian(g, q)])
+    with contextlib.chdir(tmp_path):
+        generated = (tmp_path / fn.generate("third.c", {"with_header": False})).read_bytes()
+    assert b"casadi_mtimes_dense(" in generated
+    assert b"CASADI_BLAS_DGEMM(&n, &n" in _jit.dense_products_on_blas(generated)
+    compiled = _jit.compiled_now(fn)
+    assert compiled is not None
+    for _ in range(3):
+        args = (rng.normal(size=n), rng.normal(size=n))
+        for got, want in zip(compiled(*args), fn(*args), strict=True):
+            want = np.asarray(want)
+            np.testing.assert_allclose(
+                np.asarray(got), want, rtol=1e-11, atol=1e-11 * abs(want).max()
+            )
