@@ -6,6 +6,7 @@ Run from the repository root::
     python tests/benchmarks/bench_settings.py --study warm_barrier [--episodes 20]
         [--seed 1000] [--values ...] [--only NAME ...]
     python tests/benchmarks/bench_settings.py --study tube_memory ...
+    python tests/benchmarks/bench_settings.py --study jit ...
 
 ``warm_barrier`` (the scenarios whose controller is ``fatrop``; values none, 1e-2, 1e-3,
 1e-4): ``none``: every solve starts at fatrop's own barrier parameter 0.1 and bound push
@@ -13,12 +14,15 @@ Run from the repository root::
 (``WARM_BOUND_PUSH``); the first plan (``MPC.start``, before the clock) and a solve after a
 failed one start at fatrop's own. ``tube_memory`` (the scenarios with a tube; values 0,
 0.5, 0.8): each margin is the tube along the guess plus the value times what the previous
-call's margin at the same stage had in excess of it.
+call's margin at the same stage had in excess of it. ``jit`` (the scenarios whose model keeps
+a network's dense products, with an NLP solver; values none, nlp): the NLP interpreted, or
+compiled to C with the dense products on CasADi's OpenBLAS (what ``"auto"`` chooses where
+CasADi ships it, marked).
 
 Each scenario runs closed loop at its settings but the study's (the scenario's own value
 among the rows, marked), once per value, over the same episodes (reset seeds from
 ``--seed``; episodes interleaved seed by seed so machine-load drift hits every value alike;
-one process, the NLP compiled as ``jit = "auto"`` chooses). Solve times and iterations
+one process, the NLP compiled as ``jit = "auto"`` chooses but in the jit study). Solve times and iterations
 pooled over every call; not SOLVED: calls whose status is not ``SOLVED`` (iteration limit
 and failures, each applying what the status says); late: calls longer than the period;
 success: the scenario's success test, with its Wilson 95 % interval; violation: the
@@ -37,44 +41,74 @@ from _common import OUT, ROOT, add_options, ms_stats, parse, write_results
 from vimpc import pipeline
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.closedloop.metrics import wilson_interval
+from vimpc.mpc.options import NLPSOL_SOLVERS
 from vimpc.scenario import load_scenario
 
 SCENARIOS = ROOT / "scenarios"
-#: per study: the scenarios it applies to, its default values, its title, and its --quick
-#: scenario and values
+#: the families whose export keeps a network's dense products (``info["dense_products"]``)
+DENSE_FAMILIES = ("clnn",)
+
+
+def _number(text: str) -> float | None:
+    """A numeric study's value: ``none`` or a number >= 0."""
+    if text == "none":
+        return None
+    number = float(text)
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(text)
+    return number
+
+
+def _jit(text: str) -> str:
+    if text not in ("none", "nlp", "model"):
+        raise ValueError(text)
+    return text
+
+
+#: per study: the scenarios it applies to (from the scenario's configuration), its default
+#: values, its title, its --quick scenario and values, and the parser of a value
 STUDIES = {
     "warm_barrier": (
-        lambda ctrl: ctrl["solver"] == "fatrop",
+        lambda cfg: cfg["controller"]["solver"] == "fatrop",
         ["none", "1e-2", "1e-3", "1e-4"],
         "fatrop's solves from the previous plan: the barrier parameter they start at",
         ("cartpole_swingup", ["none", "1e-3"]),
+        _number,
     ),
     "tube_memory": (
-        lambda ctrl: ctrl["tightening"] == "tube",
+        lambda cfg: cfg["controller"]["tightening"] == "tube",
         ["0", "0.5", "0.8"],
         "The tube along the previous plan, widened towards the previous call's",
         ("cartpole_safe", ["0", "0.5"]),
+        _number,
+    ),
+    "jit": (
+        lambda cfg: (
+            cfg["controller"]["solver"] in NLPSOL_SOLVERS
+            and cfg["model"]["family"] in DENSE_FAMILIES
+        ),
+        ["none", "nlp"],
+        "A network model's NLP interpreted or compiled (dense products on CasADi's OpenBLAS)",
+        ("pendulum_swingup", ["none", "nlp"]),
+        _jit,
     ),
 }
 QUICK = {"episodes": 1}
 
 
-def scenarios(study: str, only: list[str] | None) -> list[str]:
-    """The shipped scenarios ``study`` applies to (or those of them named in ``only``)."""
+def scenarios(study: str, only: list[str] | None, quick: bool = False) -> list[str]:
+    """The shipped scenarios ``study`` applies to (or those of them named in ``only``; in
+    ``quick`` mode the named ones: the jit study's own need a fit)."""
     applies = STUDIES[study][0]
     found = [
         path.stem
         for path in sorted(SCENARIOS.glob("*.toml"))
-        if (not only or path.stem in only) and applies(load_scenario(path)["controller"])
+        if (not only or path.stem in only) and (quick or applies(load_scenario(path)))
     ]
     missing = set(only or ()) - set(found)
     if missing:
         raise SystemExit(f"--only: {study} does not apply to {sorted(missing)}")
     return found
-
-
-def _value(text: str) -> float | None:
-    return None if text == "none" else float(text)
 
 
 def run(
@@ -85,12 +119,15 @@ def run(
     env = pipeline.build_env(base)
     model = pipeline.build_model(base, env)
     success = pipeline.success_test(base)
+    parse_value = STUDIES[study][4]
     own = base["controller"][study]
+    if study == "jit":  # the scenario's own is what "auto" chooses
+        own = pipeline.build_controller(base, model, env).jit
     steps = steps or base["episodes"]["steps"]
     ctrls = {}
     for value in values:
         cfg = load_scenario(path)
-        cfg["controller"][study] = _value(value)
+        cfg["controller"][study] = parse_value(value)
         ctrls[value] = pipeline.build_controller(cfg, model, env)
     runs: dict[str, list] = {v: [] for v in values}
     for s in range(seed, seed + episodes):
@@ -109,7 +146,7 @@ def run(
         rows.append(
             {
                 "scenario": name,
-                study: value + (" (scenario)" if _value(value) == own else ""),
+                study: value + (" (scenario)" if parse_value(value) == own else ""),
                 "episodes": len(eps),
                 "solves": len(times),
                 **ms_stats(times),
@@ -137,18 +174,19 @@ def main(argv: list[str] | None = None) -> None:
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick=QUICK)
     for study in args.study:
-        _, defaults, title, (quick_scenario, quick_values) = STUDIES[study]
+        _, defaults, title, (quick_scenario, quick_values), parse_value = STUDIES[study]
         values = args.values or (quick_values if args.quick else defaults)
         for value in values:
             try:
-                number = _value(value)
+                parse_value(value)
             except ValueError:
-                number = math.nan
-            if number is not None and not (math.isfinite(number) and number >= 0):
-                parser.error(f"--values: each must be 'none' or a number >= 0, got {value!r}")
+                expected = (
+                    "'none', 'nlp' or 'model'" if study == "jit" else "'none' or a number >= 0"
+                )
+                parser.error(f"--values: each {study} must be {expected}, got {value!r}")
         only = [quick_scenario] if args.quick else args.only
         rows = []
-        for name in scenarios(study, only):
+        for name in scenarios(study, only, args.quick):
             steps = 3 if args.quick else None
             rows += run(name, study, values, args.episodes, args.seed, steps)
         write_results(
