@@ -375,9 +375,8 @@ def network_pass(
     (backward): ``dy/dx = W_1^T (s'(z_1) * d_1)`` and ``D^T (d2y/dx2) D = sum_i T_i^T
     diag(d_i * s''(z_i)) T_i``. Per hidden-to-hidden layer one dense product for the
     activation and the tangents together (``W_i [a, T]``) and one for the backward pass
-    (``(s' d)^T W_i``), each by the BLAS plugin :func:`_blas` picks, as are the Hessian's
-    terms ``T_i^T (...)`` (CasADi's own loop for them took two thirds of the compiled
-    four-bar pass, 9 directions); ``T_1 = W_1 D`` is a constant. Automatic differentiation of the network's graph builds many more products
+    (``(s' d)^T W_i``), each by the BLAS plugin :func:`_blas` picks; ``T_1 = W_1 D`` is a
+    constant. Automatic differentiation of the network's graph builds many more products
     (and, on SX, expands every weight into scalar operations)."""
     if network.sizes[-1] != 1:
         raise InputError(f"network_pass needs a scalar network, got sizes {network.sizes}")
@@ -407,7 +406,7 @@ def network_pass(
     for i in reversed(range(len(saved))):
         Wi, T, s1, s2 = saved[i]
         if T is not None:
-            term = ca.mtimes(T.T, T * ca.repmat(d * s2, 1, k), _blas(k))
+            term = ca.mtimes(T.T, T * ca.repmat(d * s2, 1, k))
             hess = term if hess is None else hess + term
         d = ca.mtimes((d * s1).T, Wi, _blas(1) if i else "reference").T  # W^T (s' d)
     return y, d, hess
