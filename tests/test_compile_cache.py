@@ -104,15 +104,27 @@ def test_an_unwritable_cache_is_said_and_the_controller_still_compiled(monkeypat
     assert np.isfinite(_plans(ctrl)).all()
 
 
-def test_auto_leaves_the_real_time_iteration_and_the_environments_choice(cache, monkeypatch):
+def test_auto_compiles_the_condensed_sqp_and_leaves_rti_and_the_environments_choice(
+    cache, monkeypatch
+):
     assert MPC(MODEL, 6, COST, CONS, solver="rti").jit == "none"
-    assert MPC(MODEL, 6, COST, CONS, solver="condensed").jit == "none"
+    condensed = MPC(MODEL, 6, COST, CONS, solver="condensed", tol=1e-10)
+    assert condensed.jit == "nlp"  # its cold starts' NLP and its own functions compiled
+    interpreted = MPC(MODEL, 6, COST, CONS, solver="condensed", jit="none", tol=1e-10)
+    for x0 in STARTS:  # the first call a cold start, the second the condensed SQP
+        for _ in range(2):
+            np.testing.assert_allclose(
+                condensed(np.array(x0)).u_plan, interpreted(np.array(x0)).u_plan, atol=1e-8
+            )
+    assert condensed._condensed._linearization.fn.class_name() == "External"
     # a network's dense products are compiled where the generated C runs them on CasADi's
     # OpenBLAS, and stay interpreted (on a BLAS) where CasADi ships none (CasADi's loops)
     network = dataclasses.replace(MODEL, info={**MODEL.info, "dense_products": "blasfeo"})
     monkeypatch.setattr(_jit, "dense_products_compile", lambda: False)
+    libraries = len(list(cache.glob("*.so")))
     ctrl = MPC(network, 6, COST, CONS, solver="fatrop")
-    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False) and not cache.exists()
+    assert (ctrl.jit, ctrl.nlp_compiled) == ("none", False)
+    assert len(list(cache.glob("*.so"))) == libraries
     monkeypatch.setattr(_jit, "dense_products_compile", lambda: True)
     assert MPC(network, 6, COST, CONS, solver="fatrop").jit == "nlp"
     monkeypatch.setenv("VIMPC_JIT", "none")

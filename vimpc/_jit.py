@@ -58,6 +58,8 @@ _LOG = logging.getLogger("vimpc")
 #: what has been said once in this process (no compiler, an unwritable cache folder)
 _SAID: set[str] = set()
 _COMPILER: list[tuple[str, str] | None] = []
+#: the threads CasADi's OpenBLAS was set to in this process (none yet: empty)
+_BLAS_THREADS: list[int] = []
 
 
 def cache_root() -> Path:
@@ -197,6 +199,25 @@ void casadi_mtimes_dense(const casadi_real* x, casadi_int nrow_x, casadi_int nco
 )
 
 
+def _single_threaded_blas() -> None:
+    """CasADi's OpenBLAS (which compiled code links) on one thread, once per process: the
+    products it gets are small (a network's layer times a few dozen columns), and its second
+    thread only contends with the solver (four-bar CLNN, compiled linearisation: 0.74 ms a
+    call on two threads, 0.60 on one, in a closed loop on 2 cores)."""
+    if _BLAS_THREADS:
+        return
+    _BLAS_THREADS.append(1)
+    name = _casadi_library("casadi-tp-openblas")
+    if name is None:
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(str(Path(ca.__file__).parent / name)).openblas_set_num_threads(1)
+    except (OSError, AttributeError):
+        pass
+
+
 def dense_products_compile() -> bool:
     """Whether generated C runs dense products on a BLAS here (CasADi ships its OpenBLAS):
     :func:`dense_products_on_blas` and :func:`blas_links` apply."""
@@ -247,6 +268,8 @@ def cached_library(write_source: Callable[[], str], what: str) -> Path | None:
     text = dense_products_on_blas(source.read_bytes())
     source.write_bytes(text)
     links = blas_links(text)
+    if links:
+        _single_threaded_blas()
     identity = json.dumps([cc, version, FLAGS, links, ca.__version__]).encode()
     key = hashlib.sha256(identity + b"\0" + text).hexdigest()[:32]
     folder = _cache_folder()

@@ -49,6 +49,7 @@ from typing import Any
 import casadi as ca
 import numpy as np
 
+from vimpc import _jit
 from vimpc.dynamics import DiscreteModel
 from vimpc.mpc.solvers import qp_options
 from vimpc.mpc.transcription import SLACK_QUADRATIC, Transcription
@@ -72,11 +73,15 @@ QP_PRIMAL_TOL = 1e-9
 
 class _Buffered:
     """A CasADi function evaluated on preallocated numpy buffers (dense inputs and
-    outputs): numpy -> DM conversions cost ~1 ms for the Jacobian's 13,000 entries."""
+    outputs): numpy -> DM conversions cost ~1 ms for the Jacobian's 13,000 entries. With
+    ``compile``, run as C from the compile cache (:func:`vimpc._jit.compiled_now`; where that
+    fails, interpreted)."""
 
-    def __init__(self, fn: ca.Function) -> None:
+    def __init__(self, fn: ca.Function, compile: bool = False) -> None:
         ins = fn.mx_in()
         self.fn = ca.Function(fn.name(), ins, [ca.densify(o) for o in fn.call(ins)])
+        if compile:
+            self.fn = _jit.compiled_now(self.fn, f"condensed SQP's {fn.name()}") or self.fn
         self._buffer, self._evaluate = self.fn.buffer()
         self.args = [np.zeros(self.fn.nnz_in(i)) for i in range(self.fn.n_in())]
         self.res = [np.zeros(self.fn.nnz_out(i)) for i in range(self.fn.n_out())]
@@ -133,6 +138,7 @@ class CondensedSQP:
         *,
         max_iter: int,
         tol: float,
+        compile: bool = False,
     ) -> None:
         m, N, L = model, horizon, tr.layout
         nx, nu = m.nx, m.nu
@@ -164,11 +170,11 @@ class CondensedSQP:
         self._linearization = _Buffered(ca.Function(
             "condensed_linearization", [X, U, u_prev, R, P],
             [r, constraint, J, rh, Rx, Ru, Rp, rN, RxN, cost_value],
-        ))  # fmt: skip
+        ), compile)  # fmt: skip
         r_alone = m.residual.map(N)(X[:, :-1], U, X[:, 1:], P)
         self._check = _Buffered(ca.Function(
             "condensed_check", [X, U, u_prev, R, P], [r_alone, constraint, cost_value]
-        ))  # fmt: skip
+        ), compile)  # fmt: skip
         #: the variables of the condensed QP: the inputs and the slacks
         self._free = np.concatenate([L.u.ravel(), L.s.ravel()])
         # the equality rows hold to the tolerances at a solution: their values are their bounds
@@ -182,7 +188,7 @@ class CondensedSQP:
             rows = ca.Function(
                 "condensed_rows", [W, Pn], [tr.inequality, ca.jacobian(tr.inequality, W)]
             )
-            self._rows = _Buffered(expanded_or_none(rows) or rows)
+            self._rows = _Buffered(expanded_or_none(rows) or rows, compile)
             self._lba, self._uba = tr.lbg[self._ineq], tr.ubg[self._ineq]
             n_i, n_f = int(self._ineq.sum()), self._free.size
             self._qp = ca.conic(

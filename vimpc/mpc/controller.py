@@ -431,8 +431,9 @@ class MPC:
         )
         # a compiled NLP of a heavy model keeps its stages as calls of the expanded stage
         # function (the expanded NLP compiles ~10x longer and solves no faster)
-        # "nlp": one cached library for an nlpsol, CasADi's per-process JIT for rti/condensed
-        cached_nlp = self.jit == "nlp" and solver in NLPSOL_SOLVERS
+        # "nlp": one cached library for an nlpsol (condensed: its cold starts' and its own
+        # functions), CasADi's per-process JIT for rti
+        cached_nlp = self.jit == "nlp" and (solver in NLPSOL_SOLVERS or solver == "condensed")
         casadi_jit = self.jit == "nlp" and not cached_nlp
         self.nlp_compiled, stage_calls = False, False
         if cached_nlp:
@@ -520,8 +521,9 @@ class MPC:
         self._condensed: CondensedSQP | None = None
         if solver == "condensed":
             self._condensed = CondensedSQP(
-                model, self.horizon, self._cost, self._tr, max_iter=self.max_iter, tol=self.tol
-            )
+                model, self.horizon, self._cost, self._tr, max_iter=self.max_iter, tol=self.tol,
+                compile=self.jit == "nlp",
+            )  # fmt: skip
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         self._constraint_map = (

@@ -127,10 +127,11 @@ SETTINGS: dict[str, Setting] = {
         str,
         "auto",
         "compile to C when the controller is built: `nlp` (the whole NLP, compiled once per "
-        "problem and cached on disk), `model` (the model's stage function, in each process), "
-        "`none`; `auto`: `nlp` for `fatrop`, `ipopt` and `sqpmethod` where a C compiler runs "
-        "(and `VIMPC_JIT` is not `none`), else `none` (and for a model with a network's dense "
-        "products, which run faster interpreted, on a BLAS)",
+        "problem and cached on disk; with `condensed` its own functions too), `model` (the "
+        "model's stage function, in each process), `none`; `auto`: `nlp` for `fatrop`, "
+        "`ipopt`, `sqpmethod` and `condensed` where a C compiler runs (and `VIMPC_JIT` is not "
+        "`none`), else `none`; for a model with a network's dense products only where CasADi "
+        "ships the OpenBLAS the compiled products run on",
         choices=JITS,
     ),
     "tightening": Setting(
