@@ -7,6 +7,7 @@ Run from the repository root::
         [--seed 1000] [--values ...] [--only NAME ...]
     python tests/benchmarks/bench_settings.py --study tube_memory ...
     python tests/benchmarks/bench_settings.py --study jit ...
+    python tests/benchmarks/bench_settings.py --study horizon ...
 
 ``warm_barrier`` (the scenarios whose controller is ``fatrop``; values none, 1e-2, 1e-3,
 1e-4): ``none``: every solve starts at fatrop's own barrier parameter 0.1 and bound push
@@ -17,7 +18,8 @@ failed one start at fatrop's own. ``tube_memory`` (the scenarios with a tube; va
 call's margin at the same stage had in excess of it. ``jit`` (the scenarios whose model keeps
 a network's dense products, with an NLP solver; values none, nlp): the NLP interpreted, or
 compiled to C with the dense products on CasADi's OpenBLAS (what ``"auto"`` chooses where
-CasADi ships it, marked).
+CasADi ships it, marked). ``horizon`` (the scenarios solved by the condensed SQP, whose
+solve time grows with it; values 5, 8, 10, 20): the prediction horizon in steps.
 
 Each scenario runs closed loop at its settings but the study's (the scenario's own value
 among the rows, marked), once per value, over the same episodes (reset seeds from
@@ -59,6 +61,14 @@ def _number(text: str) -> float | None:
     return number
 
 
+def _steps(text: str) -> int:
+    """A horizon: a whole number >= 1."""
+    steps = int(text)
+    if steps < 1:
+        raise ValueError(text)
+    return steps
+
+
 def _jit(text: str) -> str:
     if text not in ("none", "nlp", "model"):
         raise ValueError(text)
@@ -92,7 +102,16 @@ STUDIES = {
         ("pendulum_swingup", ["none", "nlp"]),
         _jit,
     ),
+    "horizon": (
+        lambda cfg: cfg["controller"]["solver"] == "condensed",
+        ["5", "8", "10", "20"],
+        "The prediction horizon of the condensed SQP's scenarios",
+        ("pendulum_swingup", ["5", "10"]),
+        _steps,
+    ),
 }
+#: what each study's values must be, for the message of a wrong one
+EXPECTED = {"jit": "'none', 'nlp' or 'model'", "horizon": "a whole number >= 1"}
 QUICK = {"episodes": 1}
 
 
@@ -119,6 +138,9 @@ def run(
     env = pipeline.build_env(base)
     model = pipeline.build_model(base, env)
     success = pipeline.success_test(base)
+    index = base["metrics"]["success_index"]
+    tracked = [env.obs_names.index(index)] if isinstance(index, str) else [index]
+    periodic = tuple(base["controller"]["cost"]["periodic"])
     parse_value = STUDIES[study][4]
     own = base["controller"][study]
     if study == "jit":  # the scenario's own is what "auto" chooses
@@ -133,7 +155,8 @@ def run(
     for s in range(seed, seed + episodes):
         for value, ctrl in ctrls.items():
             traj = run_episode(env, ctrl, steps, s)
-            runs[value].append((traj, episode_metrics(traj, success)))
+            metrics = episode_metrics(traj, success, periodic=periodic, tracked=tracked)
+            runs[value].append((traj, metrics))
         print(f"{name}: seed {s} done", flush=True)
     env.close()
     rows = []
@@ -159,6 +182,8 @@ def run(
                 "success_ci95": f"{lo:.2f}-{hi:.2f}",
                 "max_violation": float(max(m["max_violation"] for _, m in eps)),
                 "min_margin": float(min(m.get("min_margin", np.nan) for _, m in eps)),
+                "tracked": index if isinstance(index, str) else env.obs_names[index],
+                "tracking_rmse": float(np.mean([m["tracking_rmse"] for _, m in eps])),
             }
         )
     return rows
@@ -180,9 +205,7 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 parse_value(value)
             except ValueError:
-                expected = (
-                    "'none', 'nlp' or 'model'" if study == "jit" else "'none' or a number >= 0"
-                )
+                expected = EXPECTED.get(study, "'none' or a number >= 0")
                 parser.error(f"--values: each {study} must be {expected}, got {value!r}")
         only = [quick_scenario] if args.quick else args.only
         rows = []
@@ -210,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
                 ("success_ci95", "success Wilson 95%", ""),
                 ("max_violation", "largest safety-row violation", ".3g"),
                 ("min_margin", "min margin", ".3g"),
+                ("tracked", "tracked (the success test's entry)", ""),
+                ("tracking_rmse", "its tracking RMSE, mean over episodes", ".4g"),
             ],
             notes=__doc__.split("\n\n", 2)[2],
             out=args.out,
