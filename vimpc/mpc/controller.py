@@ -579,6 +579,13 @@ class MPC:
         """The cost's observation reference at time ``t`` [s]."""
         return np.asarray(self._cost.reference(t), dtype=np.float64)
 
+    def solver_stats(self) -> dict:
+        """The statistics of the solver of the last call (CasADi's ``stats()``: status,
+        iterations, and for an NLP solver the calls and wall times of each of its functions,
+        ``n_call_nlp_hess_l``, ``t_wall_nlp_hess_l``, ...; the condensed SQP's and the
+        real-time iteration's own)."""
+        return self._stats()
+
     def reset(self) -> None:
         """Forget the warm start and the previous plan (call between episodes)."""
         self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = None
