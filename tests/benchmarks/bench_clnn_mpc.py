@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> None:
                 **{f"{k}_ms": float(np.nanmedian(v)) if np.isfinite(v).any() else np.nan
                    for k, v in parts.items()},
                 "rest_ms": float(np.median(rest)) if np.isfinite(parts["hess_l"]).any() else np.nan,
-                "hess_share": float(np.nansum(parts["hess_l"]) / (times.sum() * 1e3)),
+                "hess_share": (
+                    float(np.nansum(parts["hess_l"]) / (times.sum() * 1e3))
+                    if np.isfinite(parts["hess_l"]).any()
+                    else np.nan
+                ),
                 "late": int(sum(int(np.sum(t.late)) for t, _ in eps)),
                 "success": f"{wins} of {len(eps)}",
             }
