@@ -89,6 +89,12 @@ ROWS = {
         CLNN,
         [*CONDENSED, "controller.time_budget=0.025"],
     ),
+    # the same with the tube along the plan widened towards the previous call's (the tube
+    # moving between calls is where its plans and fatrop's part)
+    "CLNN, feedback tube, condensed SQP, tube memory 0.8 (unfinished solves to fatrop)": (
+        CLNN,
+        [*CONDENSED, "controller.tube_memory=0.8"],
+    ),
 }
 # figures copied from a complete row's run folder, under the name prefix given
 FIGURES = {
