@@ -28,14 +28,14 @@ EXPAND_LIMIT = 2000
 
 def resolved_jit(jit: str, solver: str, model: DiscreteModel) -> str:
     """``jit`` with ``"auto"`` made concrete for ``solver`` and ``model`` (see
-    :class:`~vimpc.mpc.MPC`): ``"nlp"`` for an NLP solver and for ``condensed`` (its
-    linearisation compiled too: 0.53 ms a call against 0.65 ms interpreted on the four-bar
-    CLNN) where a C compiler runs, ``"none"`` for ``rti``. A model written with dense products (a network's layers,
-    :func:`~vimpc.mpc.tube.keeps_mx`) is compiled only where its products, and those
-    automatic differentiation derives from them, run on CasADi's OpenBLAS in the generated
-    C (:func:`vimpc._jit.dense_products_on_blas`); on CasADi's own loops the CLNN cart-pole
-    of ``cartpole_clnn_safe.toml`` (2 x 64 network) solved in 146 ms median compiled against
-    56 ms interpreted (3 episodes), on OpenBLAS in 50 ms against 74 ms (seed 0, 160 steps)."""
+    :class:`~vimpc.mpc.MPC`): ``"nlp"`` where a C compiler runs, for an NLP solver and for
+    ``condensed`` (its linearisation too: 0.53 ms a call against 0.65 ms interpreted on the
+    four-bar CLNN), ``"none"`` for ``rti``. A model written with dense products (a network's
+    layers, :func:`~vimpc.mpc.tube.keeps_mx`) is compiled only where its products, and those
+    automatic differentiation derives from them, run on CasADi's OpenBLAS in the generated C
+    (:func:`vimpc._jit.dense_products_on_blas`): on CasADi's own loops the CLNN cart-pole of
+    ``cartpole_clnn_safe.toml`` (2 x 64 network) solved in 146 ms median compiled against
+    56 ms interpreted (3 episodes); on OpenBLAS, ``results/benchmarks/clnn_mpc.md``."""
     if jit != "auto":
         return jit
     if (
