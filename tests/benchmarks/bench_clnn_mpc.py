@@ -38,13 +38,10 @@ from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.pipeline import build_controller, build_env, obtain_model, success_test
 from vimpc.scenario import load_scenario
 
+# the condensed SQP's overrides of the safety table's rows (tests/experiments, on the path)
+from safety_cartpole import CONDENSED  # noqa: E402  isort: skip
+
 SCENARIO = ROOT / "scenarios" / "cartpole_clnn_safe.toml"
-CONDENSED = [
-    'controller.solver="condensed"',
-    'controller.condensed_start="fatrop"',
-    "controller.max_iter=300",
-    "controller.tol=1e-3",
-]
 #: row -> scenario overrides
 ROWS = {
     "fatrop, interpreted": ['controller.jit="none"'],
