@@ -37,6 +37,13 @@ def _plans(ctrl: MPC) -> np.ndarray:
     return np.array([ctrl(np.array(x0)).u_plan for x0 in STARTS])
 
 
+def _needs_compiler() -> None:
+    """Skip where no C compiler runs: there is nothing to compile with, and the interpreted
+    path is tested by ``test_auto_is_interpreted_without_a_compiler_and_says_so_once``."""
+    if _jit.compiler() is None:
+        pytest.skip("no C compiler runs here")
+
+
 def _compiles(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiling")]
 
@@ -149,13 +156,12 @@ def test_compiled_code_calling_casadis_blas_plugins_links_casadis_blas(cache):
     it failed, or the first call ended the process on an undefined symbol."""
     import casadi as ca
 
-    if _jit.compiler() is None:
-        pytest.skip("no C compiler runs here")
+    _needs_compiler()
     rng = np.random.default_rng(0)
     W = ca.MX(ca.DM(rng.normal(size=(32, 32))))
     x = ca.MX.sym("x", 32, 3)
     products = [ca.mtimes(W, x, plugin) for plugin in ("classic", "blasfeo") if ca.has_blas(plugin)]
-    if not products:
+    if not products:  # nothing of this kind to link (CasADi's wheels ship both)
         pytest.skip("this CasADi has neither BLAS plugin")
     fn = ca.Function("dense_products", [x], products)
     compiled = _jit.compiled_now(fn)
@@ -170,14 +176,14 @@ def test_compiled_code_calling_casadis_blas_plugins_links_casadis_blas(cache):
 def test_casadis_dense_product_runs_on_blas_in_compiled_code_and_agrees(cache, tmp_path):
     """The products automatic differentiation derives from a network's (no BLAS plugin on
     them) are CasADi's ``casadi_mtimes_dense`` loop in generated C: it is replaced by a
-    ``dgemm_`` call from ``BLAS_FROM`` multiply-adds on, plain and transposed, and the
-    compiled derivative agrees with the interpreted one to round-off."""
+    ``dgemm_`` call from ``BLAS_FROM`` multiply-adds on (the transposed form, which the code
+    generator does not emit, keeps the loop), and the compiled derivative agrees with the
+    interpreted one to round-off."""
     import casadi as ca
 
     from vimpc.models import _network_lagrangian as nl
 
-    if _jit.compiler() is None:
-        pytest.skip("no C compiler runs here")
+    _needs_compiler()
     rng = np.random.default_rng(1)
     n = 5
     sizes = [(48, n), (48, 48), (1, 48)]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -139,10 +140,16 @@ _BLAS_LIBRARIES = {
 }
 
 
+def _casadi_folder() -> Path:
+    """The folder of CasADi's package, which holds the libraries it ships."""
+    return Path(ca.__file__).parent
+
+
+@functools.cache
 def _casadi_library(stem: str) -> str | None:
     """The file name of CasADi's own ``lib<stem>.so`` (the shortest of its versioned
     names), or None where this CasADi does not ship it."""
-    found = sorted(Path(ca.__file__).parent.glob(f"lib{stem}.so*"), key=lambda f: len(f.name))
+    found = sorted(_casadi_folder().glob(f"lib{stem}.so*"), key=lambda f: len(f.name))
     return found[0].name if found else None
 
 
@@ -154,7 +161,7 @@ def blas_links(source: bytes) -> list[str]:
         for symbol, stem in _BLAS_LIBRARIES.items()
         if symbol in source
     ]
-    folder = Path(ca.__file__).parent
+    folder = _casadi_folder()
     return [f"-L{folder}", f"-Wl,-rpath,{folder}", *names] if names else []
 
 
@@ -213,7 +220,7 @@ def _single_threaded_blas() -> None:
     import ctypes
 
     try:
-        ctypes.CDLL(str(Path(ca.__file__).parent / name)).openblas_set_num_threads(1)
+        ctypes.CDLL(str(_casadi_folder() / name)).openblas_set_num_threads(1)
     except (OSError, AttributeError):
         pass
 

@@ -24,6 +24,9 @@ from vimpc.mpc.tube import keeps_mx
 #: called one 30 s and 6.5 ms; on the nominal cart-pole the expanded one solves in 0.71 ms
 #: against 0.91 ms.
 EXPAND_LIMIT = 2000
+#: the solvers whose NLP ``jit = "nlp"`` compiles into one cached library (``condensed``: the
+#: NLP of its cold starts, with its own functions beside it)
+CACHED_SOLVERS = (*NLPSOL_SOLVERS, "condensed")
 
 
 def resolved_jit(jit: str, solver: str, model: DiscreteModel) -> str:
@@ -40,7 +43,7 @@ def resolved_jit(jit: str, solver: str, model: DiscreteModel) -> str:
         return jit
     if (
         os.environ.get("VIMPC_JIT", "").strip().lower() == "none"
-        or (solver not in NLPSOL_SOLVERS and solver != "condensed")
+        or solver not in CACHED_SOLVERS
         or (keeps_mx(model) and not _jit.dense_products_compile())
     ):
         return "none"

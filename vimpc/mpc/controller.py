@@ -18,12 +18,17 @@ from vimpc._interrupt import kept_interrupts
 from vimpc._settings import Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.mpc.compiling import called_stage, compiled_nlpsol, compiled_stage, resolved_jit
+from vimpc.mpc.compiling import (
+    CACHED_SOLVERS,
+    called_stage,
+    compiled_nlpsol,
+    compiled_stage,
+    resolved_jit,
+)
 from vimpc.mpc.condensed import BUDGET_STATUS, CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
     MATRICES,
-    NLPSOL_SOLVERS,
     SETTINGS,
     check_obs_names,
     check_option,
@@ -433,7 +438,7 @@ class MPC:
         # function (the expanded NLP compiles ~10x longer and solves no faster)
         # "nlp": one cached library for an nlpsol (condensed: its cold starts' and its own
         # functions), CasADi's per-process JIT for rti
-        cached_nlp = self.jit == "nlp" and (solver in NLPSOL_SOLVERS or solver == "condensed")
+        cached_nlp = self.jit == "nlp" and solver in CACHED_SOLVERS
         casadi_jit = self.jit == "nlp" and not cached_nlp
         self.nlp_compiled, stage_calls = False, False
         if cached_nlp:
