@@ -15,7 +15,8 @@ from vimpc.errors import InputError
 from vimpc.mechanics import CartPole
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost
-from vimpc.mpc.condensed import box_qp
+from vimpc.mpc.condensed import QP_SOLVER, box_qp, qp_failure
+from vimpc.mpc.solvers import qp_options
 
 DT = 0.1
 
@@ -288,3 +289,68 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
         assert held.fallback and not held.handed_over
         np.testing.assert_allclose(held.u, plans[2].u_plan[k])
         x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
+
+
+class _FailingOnce:
+    """A cold-start solver whose first call fails (a non-finite iterate); it records every
+    call's guess."""
+
+    def __init__(self, solver) -> None:
+        self.solver, self.guesses, self.failed = solver, [], False
+
+    def __call__(self, **args):
+        self.guesses.append(np.asarray(args["x0"]).ravel().copy())
+        sol = self.solver(**args)
+        if not self.failed:
+            self.failed = True
+            return {**sol, "x": ca.DM.nan(*sol["x"].shape)}
+        return sol
+
+    def stats(self):
+        return self.solver.stats()
+
+
+def test_a_warm_solve_whose_hand_over_fails_leaves_a_cold_start():
+    """A warm solve handed to the cold-start solver that fails there too gives the fallback
+    input, and the next call starts cold, from the measured state held (as after any
+    solver's failed call), not from the plan shifted once more: the guess both solvers
+    failed from only ages."""
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
+    bounds = Constraints(u_min=[-20.0], u_max=[20.0])
+    ctrl = MPC(model, 20, cost, bounds, solver="condensed", transcription="implicit", tol=1e-8)
+    x = np.array([0.0, 0.1, 0.0, 0.0])
+    plan = ctrl.start(x)
+    ctrl._condensed.solve = lambda *args, **kwargs: None  # every warm solve unfinished
+    ctrl._solver = cold = _FailingOnce(ctrl._solver)
+    L = ctrl._layout
+    failed = ctrl(x)
+    assert failed.status.name == "FAILED" and failed.fallback and failed.handed_over
+    np.testing.assert_allclose(failed.u, plan.u_plan[1])
+    shifted = cold.guesses[0][L.x]
+    assert np.ptp(shifted, axis=0).max() > 0.1  # the failed solve's guess: the plan shifted
+    x = np.asarray(model.step(x, failed.u, model.p_default)).ravel()
+    again = ctrl(x)
+    assert again.status.ok and again.handed_over
+    np.testing.assert_allclose(cold.guesses[1][L.x], np.tile(x, (ctrl.horizon + 1, 1)))
+
+
+def test_a_daqp_setup_failure_is_named_as_one():
+    """DAQP fails in its setup on a Hessian that is not positive definite, and CasADi then
+    keeps the last solve's exit flag (0 before any, 1 after an optimal one): both read as
+    the setup's failure; an infeasible QP keeps its own flag (-1)."""
+    solver = ca.conic(
+        "q", QP_SOLVER, {"h": ca.Sparsity.dense(2, 2), "a": ca.Sparsity.dense(1, 2)},
+        qp_options(QP_SOLVER),
+    )  # fmt: skip
+    qp = dict(g=np.ones(2), a=np.ones((1, 2)), lba=-1.0, uba=1.0, lbx=-10.0, ubx=10.0)
+    singular, definite = np.diag([0.0, 1.0]), np.eye(2)
+    for h in (singular, definite, singular):
+        solver(h=h, **qp)
+        stats = solver.stats()
+        assert stats["success"] == (h is definite)
+        if h is singular:
+            assert "DAQP's setup" in qp_failure(stats), stats["return_status"]
+    solver(h=definite, **{**qp, "lba": 30.0, "uba": 40.0})  # x1 + x2 <= 20 on the box
+    stats = solver.stats()
+    assert not stats["success"] and qp_failure(stats).endswith("(DAQP exit flag -1)")

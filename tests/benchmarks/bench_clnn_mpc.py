@@ -12,8 +12,8 @@ not timed) runs closed loop (``run_episode``, each episode's first plan before t
 from each reset seed, for each row: fatrop as the scenario has it with the NLP interpreted
 (``jit = "none"``) and compiled (``"nlp"``, what ``"auto"`` chooses where CasADi ships its
 OpenBLAS: the dense products and their derivatives on it), and the condensed SQP
-(``solver = "condensed"``, ``condensed_start = "fatrop"``, ``max_iter = 300``, ``tol =
-1e-3``, compiled). Episodes are interleaved seed by seed so machine-load drift hits every
+(``solver = "condensed"``, ``condensed_start = "fatrop"``, ``tol = 1e-3``, the scenario's
+``max_iter = 100``, compiled). Episodes are interleaved seed by seed so machine-load drift hits every
 row alike. Per solve (``MPC.solver_stats()`` after each call): the wall time
 (``MPCResult.solve_time``), fatrop's iterations, and the wall time in each NLP function
 (the Lagrangian's Hessian ``hess_l``, the constraints' Jacobian ``jac_g``, the others

@@ -66,9 +66,23 @@ CHECK_STEP = 1e-4
 BUDGET_STATUS = "time budget"
 #: the solver of the condensed QP with inequality rows (dense: a dual active-set method)
 QP_SOLVER = "daqp"
+#: the exit flags of a DAQP solve that failed in its setup (the Cholesky factor of the
+#: Hessian): CasADi then leaves the last solve's flag, 1 (optimal), or 0 before any
+DAQP_SETUP_FLAGS = (0, 1)
 #: its primal feasibility tolerance (DAQP's default 1e-6 left rows of the double integrator
 #: with a tube violated by 1.2e-5)
 QP_PRIMAL_TOL = 1e-9
+
+
+def qp_failure(stats: dict[str, Any]) -> str:
+    """Why the condensed QP failed, from the DAQP solver's ``stats``."""
+    flag = stats.get("return_status")
+    if flag in DAQP_SETUP_FLAGS:
+        return (
+            "the condensed QP failed in DAQP's setup: its Hessian is not numerically positive "
+            "definite"
+        )
+    return f"the condensed QP failed (DAQP exit flag {flag})"
 
 
 class _Buffered:
@@ -263,7 +277,7 @@ class CondensedSQP:
         qp = self._qp(h=H, g=g, a=A, lba=self._lba - shift, uba=self._uba - shift, lbx=lbd, ubx=ubd)
         stats = self._qp.stats()
         if not stats.get("success", False):
-            raise np.linalg.LinAlgError(f"the condensed QP failed ({stats.get('return_status')})")
+            raise np.linalg.LinAlgError(qp_failure(stats))
         return np.asarray(qp["x"]).reshape(-1)
 
     def solve(

@@ -846,11 +846,15 @@ class MPC:
         return {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
 
     def _condensed_guess(self, sol, w0) -> np.ndarray | None:
-        """``solver = "condensed"``, after a failed call: the next call's warm start (the
-        guess ``w0`` of a warm solve; the cold-start solver's last iterate ``sol``, where
-        finite), or None."""
+        """``solver = "condensed"``, after a failed call: the next call's warm start, or None
+        (a cold start, as after any solver's failed call). The guess ``w0`` of a warm solve
+        that stopped at the time budget; after a cold start that failed, its last iterate
+        ``sol``, where finite. A warm solve handed to the cold-start solver that failed too
+        leaves None: from that guess neither converged, and the shifted plan only ages (on
+        the CLNN cart-pole such guesses failed call after call while the cart left the
+        rail)."""
         if self._w0 is not None:
-            return np.asarray(w0).reshape(-1)
+            return np.asarray(w0).reshape(-1) if self._stepper is self._condensed else None
         if sol is not None and self._stepper is self._solver:
             w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
             return w if np.all(np.isfinite(w)) else None
