@@ -791,7 +791,7 @@ class MPC:
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
         plan_constraint = float("nan")
         if self._constraint_map is not None and not fallback:
-            plan_constraint = float(np.abs(self._constraint_map(x_plan[1:].T)).max(initial=0.0))
+            plan_constraint = float(np.abs(self._constraint_map(x_plan[1:].T).full()).max(initial=0.0))
         call_time = time.perf_counter() - called
         phases = {}
         if self._split and self._stepper is self._solver and not inputs_empty:
