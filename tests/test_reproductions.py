@@ -77,12 +77,13 @@ def test_the_gp_vi_tubes_keep_the_cart_on_the_rail_and_still_swing_up():
 
 def test_the_clnn_tube_keeps_the_cart_on_the_rail():
     # results/safety/cartpole_clnn (seeds 100-199, plants drawn per episode, 3 fits, the
-    # 0.7 m rail): the CLNN in Cartesian coordinates with its tube keeps all 100 on the rail
-    # (smallest margin 0.093 m) and swings up in 100, 29 of 100 leave it without the tube;
-    # here 20 other seeds, plants drawn per episode, the scenario's fit: no episode off the
-    # rail with the tube, at least half that margin, its plans on the model's constraints
-    # within 1e-8 (2.6e-9 there), and without the tube some episodes do leave the rail (so
-    # the check can fail)
+    # 0.7 m rail): the CLNN in Cartesian coordinates with its tube and the condensed SQP
+    # keeps all 100 on the rail (smallest margin 0.090 m) and swings up in 100, 31 of 100
+    # leave it without the tube; here 20 other seeds, plants drawn per episode, the
+    # scenario's fit: no episode off the rail with the tube, at least half that margin, its
+    # plans on the model's constraints within 1e-7 (2.3e-8 there: fatrop's plans, to tol
+    # 1e-6, where the condensed SQP hands over; its own hold 1e-11), and without the tube
+    # some episodes do leave the rail (so the check can fail)
     seeds = range(500, 520)
     clnn = ROOT / "scenarios" / "cartpole_clnn_safe.toml"
     plants = ['env.plant="per_episode"']
@@ -90,7 +91,7 @@ def test_the_clnn_tube_keeps_the_cart_on_the_rail():
     assert sum(m["violations"] > 0 for m in tube) == 0
     assert min(m["min_margin"] for m in tube) > 0.045
     assert np.mean([m["success"] for m in tube]) >= 0.9
-    assert max(m["max_plan_constraint_residual"] for m in tube) <= 1e-8
+    assert max(m["max_plan_constraint_residual"] for m in tube) <= 1e-7
     free = _episodes([*plants, 'controller.tightening="none"'], seeds, clnn)
     assert sum(m["violations"] > 0 for m in free) >= 1
 
