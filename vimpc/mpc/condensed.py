@@ -30,8 +30,10 @@ so far).
 Warm starts only: the previous plan shifted by one stage. The controller solves a cold
 start (no plan) with its ``condensed_start`` solver, and a warm solve that does not
 converge within ``max_iter`` iterations (or meets a non-finite value, a singular ``J_z``
-or a QP that fails) too; with a time budget such a solve (or one the budget stops) gives
-the fallback input instead, and the next call starts from the plan shifted once more. No
+or a QP that fails) too, from the same guess; where that solver does not finish it
+either, the call gives the fallback input and the next call is a cold start. With a time
+budget such a solve (or one the budget stops) gives the fallback input instead, and the
+next call starts from the plan shifted once more. No
 line search: one with an exact penalty (the step equations' multipliers recovered by a
 backward recursion) and a filter's acceptance with one entry solved none of the CLNN
 cart-pole's cold starts on its short rail (seeds 1000-1009: no decrease along the step, or
@@ -87,13 +89,17 @@ def qp_failure(stats: dict[str, Any]) -> str:
 
 class _Buffered:
     """A CasADi function evaluated on preallocated numpy buffers (dense inputs and
-    outputs): numpy -> DM conversions cost ~1 ms for the Jacobian's 13,000 entries. With
-    ``compile``, run as C from the compile cache (:func:`vimpc._jit.compiled_now`; where that
-    fails, interpreted)."""
+    outputs; a function with a sparse output is wrapped to densify it): numpy -> DM
+    conversions cost ~1 ms for the Jacobian's 13,000 entries, ~0.8 ms for the condensed
+    QP's. With ``compile``, run as C from the compile cache (:func:`vimpc._jit.compiled_now`;
+    where that fails, interpreted)."""
 
     def __init__(self, fn: ca.Function, compile: bool = False) -> None:
-        ins = fn.mx_in()
-        self.fn = ca.Function(fn.name(), ins, [ca.densify(o) for o in fn.call(ins)])
+        self.fn = fn
+        if not all(fn.sparsity_out(i).is_dense() for i in range(fn.n_out())):
+            ins = fn.mx_in()
+            self.fn = ca.Function(fn.name(), ins, [ca.densify(o) for o in fn.call(ins)])
+        self._index = {name: i for i, name in enumerate(self.fn.name_in())}
         if compile:
             self.fn = _jit.compiled_now(self.fn, f"condensed SQP's {fn.name()}") or self.fn
         self._buffer, self._evaluate = self.fn.buffer()
@@ -109,6 +115,17 @@ class _Buffered:
             buf[:] = np.ravel(value)  # column-major: an (N, n) array is the (n, N) matrix
         self._evaluate()
         return [r.copy() for r in self.res]
+
+    def named(self, **values) -> list[np.ndarray]:
+        """The outputs with the inputs named set (the others as last set; zero at first)."""
+        for name, value in values.items():
+            self.args[self._index[name]][:] = np.ravel(value)
+        self._evaluate()
+        return [r.copy() for r in self.res]
+
+    def stats(self) -> dict[str, Any]:
+        """The function's statistics of the last evaluation."""
+        return self._buffer.stats()
 
 
 def box_qp(
@@ -205,11 +222,11 @@ class CondensedSQP:
             self._rows = _Buffered(expanded_or_none(rows) or rows, compile)
             self._lba, self._uba = tr.lbg[self._ineq], tr.ubg[self._ineq]
             n_i, n_f = int(self._ineq.sum()), self._free.size
-            self._qp = ca.conic(
+            self._qp = _Buffered(ca.conic(
                 "condensed_qp", QP_SOLVER,
                 {"h": ca.Sparsity.dense(n_f, n_f), "a": ca.Sparsity.dense(n_i, n_f)},
                 {**qp_options(QP_SOLVER), "daqp": {"primal_tol": QP_PRIMAL_TOL}},
-            )  # fmt: skip
+            ))  # fmt: skip
         self._stats: dict[str, Any] = {}
 
     def _step(self, w, P, lbw, ubw, out) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -249,36 +266,41 @@ class CondensedSQP:
             if not converged:
                 raise np.linalg.LinAlgError("the box QP did not converge")
         else:
-            d = self._row_qp(w, P, G.T @ G, G.T @ h, S, s, lbd, ubd)
+            d = self._row_qp(w, P, G.T @ G, G.T @ h, Ss, lbd, ubd)
         du, ds = d[: N * nu], d[N * nu :]
-        dX = np.einsum("kij,j->ki", S, du) + s
+        dX = S @ du + s
         return dX, du.reshape(N, nu), ds.reshape(N + 1, self.ns)
 
-    def _row_qp(self, w, P, H_u, g_u, S, s, lbd, ubd) -> np.ndarray:
-        """The condensed QP with the inequality rows: its solution, the input and slack
-        steps."""
+    def _row_qp(self, w, P, H_u, g_u, Ss, lbd, ubd) -> np.ndarray:
+        """The condensed QP with the inequality rows (``Ss``: each predicted state step
+        ``[S_k s_k]`` by the input steps): its solution, the input and slack steps."""
         L, n_u = self.layout, H_u.shape[0]
         ns_all = L.s.size
         g_rows, jac = self._rows(w, P)
         jac = jac.reshape(-1, g_rows.size).T  # (rows, n_w)
         Jx = jac[:, L.x]  # (rows, N + 1, nx)
         Jz = jac[:, L.z]  # (rows, N, nx) (the next-state copies are the next states)
-        A_u = np.einsum("ikj,kjm->im", Jx, S) + jac[:, L.u.ravel()]
-        a0 = np.einsum("ikj,kj->i", Jx, s)
+        rows = jac.shape[0]
+        # the rows' dependence on every predicted state, through the inputs (one product)
+        Ss = Ss.reshape(-1, n_u + 1)
+        Aa = Jx.reshape(rows, -1) @ Ss
         if Jz.size:
-            A_u += np.einsum("ikj,kjm->im", Jz, S[1:])
-            a0 += np.einsum("ikj,kj->i", Jz, s[1:])
+            Aa += Jz.reshape(rows, -1) @ Ss[self.nx :]  # the next states x_1 ... x_N
+        A_u, a0 = Aa[:, :n_u] + jac[:, L.u.ravel()], Aa[:, n_u]
         A = np.hstack([A_u, jac[:, L.s.ravel()]])
         H = np.zeros((n_u + ns_all, n_u + ns_all))
         H[:n_u, :n_u] = H_u
         H[n_u:, n_u:] = SLACK_QUADRATIC * np.eye(ns_all)
         g = np.concatenate([g_u, self._slack_weights / 2 + SLACK_QUADRATIC * w[L.s.ravel()]])
         shift = g_rows + a0
-        qp = self._qp(h=H, g=g, a=A, lba=self._lba - shift, uba=self._uba - shift, lbx=lbd, ubx=ubd)
+        # column-major: A's transpose
+        x = self._qp.named(
+            h=H, g=g, a=A.T, lba=self._lba - shift, uba=self._uba - shift, lbx=lbd, ubx=ubd
+        )[0]
         stats = self._qp.stats()
         if not stats.get("success", False):
             raise np.linalg.LinAlgError(qp_failure(stats))
-        return np.asarray(qp["x"]).reshape(-1)
+        return x
 
     def solve(
         self,

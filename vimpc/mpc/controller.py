@@ -113,8 +113,10 @@ class MPC:
         rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
             Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
         condensed_start: for ``condensed``: the solver of a call without a plan to start
-            from (an episode's first plan, :meth:`start`): ``"sqpmethod"`` (default, with
-            ``qpsol``), ``"fatrop"`` or ``"ipopt"``.
+            from (an episode's first plan, :meth:`start`, or a call after a solve it did not
+            finish either) and, without a time budget, of the warm solves the condensed SQP
+            does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
+            ``"ipopt"``.
         warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
             solve from the previous plan starts (fatrop's ``bound_push`` then at most
             :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
@@ -791,7 +793,9 @@ class MPC:
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
         plan_constraint = float("nan")
         if self._constraint_map is not None and not fallback:
-            plan_constraint = float(np.abs(self._constraint_map(x_plan[1:].T).full()).max(initial=0.0))
+            plan_constraint = float(
+                np.abs(self._constraint_map(x_plan[1:].T).full()).max(initial=0.0)
+            )
         call_time = time.perf_counter() - called
         phases = {}
         if self._split and self._stepper is self._solver and not inputs_empty:
@@ -848,7 +852,7 @@ class MPC:
     def _condensed_guess(self, sol, w0) -> np.ndarray | None:
         """``solver = "condensed"``, after a failed call: the next call's warm start, or None
         (a cold start, as after any solver's failed call). The guess ``w0`` of a warm solve
-        that stopped at the time budget; after a cold start that failed, its last iterate
+        that the time budget left unfinished; after a cold start that failed, its last iterate
         ``sol``, where finite. A warm solve handed to the cold-start solver that failed too
         leaves None: from that guess neither converged, and the shifted plan only ages (on
         the CLNN cart-pole such guesses failed call after call while the cart left the

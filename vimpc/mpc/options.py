@@ -85,7 +85,9 @@ SETTINGS: dict[str, Setting] = {
         str,
         "sqpmethod",
         "`condensed` only: the solver, to convergence (tol at most 1e-6), of a call without a "
-        "plan to start from (an episode's first plan, made before its clock)",
+        "plan to start from (an episode's first plan, made before its clock, or a call after "
+        "a solve neither solver finished) and, without `time_budget`, of the warm solves "
+        "`condensed` does not finish",
         choices=CONDENSED_STARTS,
     ),
     "rti_regularization": Setting(
