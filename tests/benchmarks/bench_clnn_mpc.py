@@ -13,8 +13,8 @@ from each reset seed, for each row: fatrop alone (``solver = "fatrop"``, ``tol =
 the NLP interpreted (``jit = "none"``) and compiled (``"nlp"``, what ``"auto"`` chooses where
 CasADi ships its OpenBLAS: the dense products and their derivatives on it), and the
 scenario's condensed SQP (``solver = "condensed"``, ``condensed_start = "fatrop"``, ``tol =
-1e-3``, ``max_iter = 100``, compiled). Episodes are interleaved seed by seed so machine-load drift hits every
-row alike. Per solve (``MPC.solver_stats()`` after each call): the wall time
+1e-3``, ``max_iter = 100``, compiled). Episodes are interleaved seed by seed so machine-load
+drift hits every row alike. Per solve (``MPC.solver_stats()`` after each call): the wall time
 (``MPCResult.solve_time``), fatrop's iterations, and the wall time in each NLP function
 (the Lagrangian's Hessian ``hess_l``, the constraints' Jacobian ``jac_g``, the others
 together) and the rest (fatrop's own linear algebra and the calls around it); medians over
@@ -38,7 +38,7 @@ from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.pipeline import build_controller, build_env, obtain_model, success_test
 from vimpc.scenario import load_scenario
 
-# the condensed SQP's overrides of the safety table's rows (tests/experiments, on the path)
+# fatrop alone's overrides of the safety table's rows (tests/experiments, on the path)
 from safety_cartpole import FATROP  # noqa: E402  isort: skip
 
 SCENARIO = ROOT / "scenarios" / "cartpole_clnn_safe.toml"
