@@ -98,7 +98,8 @@ class _Buffered:
         self.fn = fn
         if not all(fn.sparsity_out(i).is_dense() for i in range(fn.n_out())):
             ins = fn.mx_in()
-            self.fn = ca.Function(fn.name(), ins, [ca.densify(o) for o in fn.call(ins)])
+            outs = [ca.densify(o) for o in fn.call(ins)]
+            self.fn = ca.Function(fn.name(), ins, outs, fn.name_in(), fn.name_out())
         self._index = {name: i for i, name in enumerate(self.fn.name_in())}
         if compile:
             self.fn = _jit.compiled_now(self.fn, f"condensed SQP's {fn.name()}") or self.fn
