@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from _common import OUT, ROOT, add_options, ms_stats, parse, write_results
@@ -141,7 +142,7 @@ def run(
     episodes: int,
     seed: int,
     steps: int | None,
-    sets: list[str] = (),
+    sets: Sequence[str] = (),
 ) -> list[dict]:
     path = SCENARIOS / f"{name}.toml"
     base = load_scenario(path, sets)

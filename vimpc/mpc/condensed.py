@@ -114,13 +114,15 @@ class _Buffered:
     def __call__(self, *args) -> list[np.ndarray]:
         for buf, value in zip(self.args, args, strict=True):
             buf[:] = np.ravel(value)  # column-major: an (N, n) array is the (n, N) matrix
-        self._evaluate()
-        return [r.copy() for r in self.res]
+        return self._outputs()
 
     def named(self, **values) -> list[np.ndarray]:
         """The outputs with the inputs named set (the others as last set; zero at first)."""
         for name, value in values.items():
             self.args[self._index[name]][:] = np.ravel(value)
+        return self._outputs()
+
+    def _outputs(self) -> list[np.ndarray]:
         self._evaluate()
         return [r.copy() for r in self.res]
 
