@@ -8,6 +8,7 @@ One local cluster (2 CPUs) serves the module; commands run in this process reuse
 
 from __future__ import annotations
 
+import _thread
 import importlib.util
 import json
 import os
@@ -363,6 +364,37 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     final = stage.with_name(stage.name[: -len(".partial")])
     metrics = json.loads((final / "metrics.json").read_text())
     assert [s["episodes_run"] for s in metrics["sessions"]] == [len(done), 8 - len(done)]
+
+
+def test_ctrl_c_on_a_cluster_the_run_connected_to_cancels_its_running_tasks(cluster, tmp_path):
+    # the module's cluster outlives the run, so its tasks must be cancelled, not stopped with
+    # it: both run an episode of some 20 s (20000 steps) when the Ctrl-C comes
+    ray = cluster.ray
+    fired = threading.Event()
+
+    def interrupt_when_both_run() -> None:
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            busy = [p for p in descendants(os.getpid()) if process_title(p) == "ray::episode"]
+            if len(busy) == 2:
+                time.sleep(0.5)  # inside the closed loop, past the controller's start-up
+                fired.set()
+                _thread.interrupt_main()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=interrupt_when_both_run, daemon=True)
+    watcher.start()
+    code = cli.main(["run", "pendulum_swingup", "--set", "episodes.count=2", "--set",
+                     "episodes.steps=20000", "--out", str(tmp_path / "out"), "--quiet",
+                     "--no-plots", "--backend", "ray", "--workers", "2"])  # fmt: skip
+    returned = time.perf_counter()
+    assert fired.is_set() and code == 130
+    while ray.available_resources().get("CPU", 0) < cluster.cpus:
+        assert time.perf_counter() - returned < 5, "a cancelled episode still holds its CPU"
+        time.sleep(0.05)
+    # no episode finished: nothing is kept that could look like a result
+    assert not list((tmp_path / "out" / "pendulum_swingup").iterdir())
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -26,8 +26,11 @@ results are those of the local backend, whatever the number of workers.
 Faults: a worker process that dies (killed, out of memory) has its task run again, up to
 :data:`MAX_RETRIES` times (Ray's ``max_retries``; an exception raised by the episode itself
 is not retried: it would be raised again). Each episode is kept by the driver once, when its
-result arrives. A Ctrl-C or an error in the driver cancels every task not finished
-(``ray.cancel(force=True)``) before the exception goes on.
+result arrives. A Ctrl-C or an error in the driver ends every task not finished before the
+exception goes on: a local cluster the command started is stopped with its workers; on a
+cluster it connected to, the tasks are cancelled (``ray.cancel``, which raises
+``KeyboardInterrupt`` in a running task). Not ``force=True``: Ray (2.60) aborts the driver
+when a task it force-cancels completes at the same moment.
 """
 
 from __future__ import annotations
@@ -427,11 +430,12 @@ def run_tasks(
     """Run ``function(*args)`` of every call as a Ray task, at most ``workers`` at once, in
     the order given; ``on_done(i, result, error)`` is called in this process once per call
     as it ends (``error``: what the task raised, ``result`` then ``None``). A worker death
-    beyond :data:`MAX_RETRIES` is a :class:`WorkerError`; a Ctrl-C or an error here cancels
-    the tasks not finished."""
+    beyond :data:`MAX_RETRIES` is a :class:`WorkerError`; a Ctrl-C or an error here ends
+    the tasks not finished (see the module's text)."""
     from vimpc._interrupt import check
 
-    ray = current().ray
+    cluster = current()
+    ray = cluster.ray
     pending: dict[Any, int] = {}
     queue = list(range(len(calls)))[::-1]
     remotes: dict[Callable, Any] = {}
@@ -464,9 +468,10 @@ def run_tasks(
                     on_done(i, result, None)
                 finished += 1
     except BaseException:
-        for ref in pending:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
+        if not cluster.owned:  # an owned cluster is stopped next, its tasks with it
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
         raise
 
 
@@ -493,7 +498,7 @@ def run_episodes(
 ) -> list[tuple[Any, dict[str, Any]]]:
     """:func:`vimpc.pipeline.run_episodes` on the open Ray cluster: one task per episode, at
     most ``workers`` at once, the same results. An episode's exception is raised here (the
-    other tasks are cancelled)."""
+    other tasks are ended)."""
     from vimpc import scenario
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
