@@ -240,6 +240,52 @@ def test_with_a_tube_and_state_bounds_it_solves_fatrops_problem(soft):
     assert active >= 5, active
 
 
+def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_calls_tube():
+    """The double integrator on its rail with the feedback tube (as above), each warm solve
+    with the tube along its guess made to fail: the condensed SQP solves the call again with
+    the margins of the last call that solved, shifted by one stage as the plan is (start's,
+    unshifted, in the first call), and the call says so (``tube_kept``, not handed over).
+    Its plan meets the NLP's rows with those margins to 1e-8; the tube along the guess
+    differs from them (so the fallback is not the same problem)."""
+    model, A, B = _linear_model()
+    x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
+    # a bound growing with the speed: the tube follows the plan
+    bound = ca.Function("bound", [x_, u_, p_], [0.01 + 0.05 * ca.fabs(x_[1]) * ca.DM.ones(2)])
+    model = dataclasses.replace(model, bound=bound, delta=0.05)
+    cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
+    bounds = Constraints(
+        u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],
+        soft_bounds=True, bound_weight=1e3,
+    )  # fmt: skip
+    ctrl = MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, tightening="tube",
+               tube="feedback", transcription="implicit", max_iter=100)  # fmt: skip
+    tr = ctrl._tr
+    nlp = ca.Function("nlp", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["g"]])
+    x = np.array([-0.5, 0.0])
+    last = ctrl.start(x)
+    solve, tries = ctrl._condensed.solve, []
+
+    def first_try_fails(*args):
+        tries.append(1)
+        return None if len(tries) % 2 else solve(*args)
+
+    ctrl._condensed.solve = first_try_fails
+    differed = 0
+    for k in range(6):
+        given = _parameters(ctrl, x)
+        along_guess = ctrl._tube_fn(ca.DM(ctrl._initial_guess(x)), given)[1]
+        got = ctrl(x)
+        assert got.status.ok and got.tube_kept and not got.handed_over and len(tries) == 2 * k + 2
+        want = last.tube if k == 0 else np.vstack([last.tube[1:], last.tube[-1:]])
+        np.testing.assert_array_equal(got.tube, want)
+        P = ctrl._with_margins(given, got.tube, got.tube_inputs)
+        g = np.asarray(nlp(ctrl._w0, P)).ravel()
+        assert np.all(g >= tr.lbg - 1e-8) and np.all(g <= tr.ubg + 1e-8)
+        differed += bool(np.abs(np.asarray(along_guess).T - got.tube).max() > 1e-6)
+        last, x = got, A @ x + B @ got.u
+    assert differed >= 3, differed
+
+
 def _parameters(ctrl: MPC, x0: np.ndarray) -> ca.DM:
     """The NLP's parameters before the tube's: x0, the references, u_prev, p."""
     N = ctrl.horizon

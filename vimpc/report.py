@@ -209,6 +209,14 @@ def summary_table(
                 "(condensed_start) instead of the condensed SQP",
             )
         )
+    if summary.get("tube_kept_solves", 0):
+        rows.append(
+            (
+                "tube kept",
+                f"{summary['tube_kept_solves']} solves by the condensed SQP with the last "
+                "solved call's tube, shifted (it did not converge with the tube along the guess)",
+            )
+        )
     if np.isfinite(summary.get("period_ms", np.nan)):
         rows.append(
             (

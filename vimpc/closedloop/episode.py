@@ -29,7 +29,9 @@ class Trajectory:
     model over each plan's predicted states (``MPCResult.plan_constraint``; NaN for a model
     without constraints, a fallback, or a record made before it existed); ``handed_over
     (T,)``: the calls ``solver = "condensed"`` handed to its ``condensed_start`` solver
-    (``MPCResult.handed_over``; empty for a record made before it existed); ``plan_obs (T,
+    (``MPCResult.handed_over``; empty for a record made before it existed); ``tube_kept
+    (T,)``: the calls the condensed SQP solved with the last solved call's tube
+    (``MPCResult.tube_kept``; likewise); ``plan_obs (T,
     N + 1, nobs)``: the observations the plan of step ``k`` predicts for steps ``k .. k +
     N`` (NaN when the controller fell back); ``tube (T, N + 1, m)``: the tightening that
     plan applied to each of the controller's ``m`` safety rows at each stage (zeros without
@@ -67,6 +69,7 @@ class Trajectory:
     period: np.ndarray = field(default_factory=lambda: np.array(np.nan))
     plan_constraint: np.ndarray = field(default_factory=lambda: np.zeros(0))
     handed_over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    tube_kept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     start_time: np.ndarray = field(default_factory=lambda: np.array(np.nan))
     preparation_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
@@ -195,7 +198,16 @@ def run_episode(
         "plan_constraint",  # per step
     )
     rec: dict[str, list] = {
-        name: [] for name in (*floats, "iterations", "status", "empty_tube", "late", "handed_over")
+        name: []
+        for name in (
+            *floats,
+            "iterations",
+            "status",
+            "empty_tube",
+            "late",
+            "handed_over",
+            "tube_kept",
+        )
     }
     prepare = getattr(controller, "prepare", None)
     prepare = prepare if callable(prepare) else None
@@ -241,6 +253,7 @@ def run_episode(
         rec["call_times"].append(float(getattr(result, "call_time", np.nan)))
         rec["plan_constraint"].append(float(getattr(result, "plan_constraint", np.nan)))
         rec["handed_over"].append(bool(getattr(result, "handed_over", False)))
+        rec["tube_kept"].append(bool(getattr(result, "tube_kept", False)))
         rec["preparation_times"].append(prepared)
         # late: the input came after the next sample, or the next call's preparation ended
         # after it
@@ -259,6 +272,7 @@ def run_episode(
         empty_tube=np.array(rec["empty_tube"], dtype=np.int64),
         late=np.array(rec["late"], dtype=bool),
         handed_over=np.array(rec["handed_over"], dtype=bool),
+        tube_kept=np.array(rec["tube_kept"], dtype=bool),
         period=np.array(period, dtype=np.float64),
         start_time=np.array(start_time, dtype=np.float64),
         status=np.array(rec["status"], dtype=str),

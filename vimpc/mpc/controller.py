@@ -558,6 +558,9 @@ class MPC:
         self._current = False
         self._unhurried = False  # start: no time budget
         self._last_tube: tuple[np.ndarray, np.ndarray] | None = None  # tube_memory's
+        # the margins (tube, tube_inputs) of the last call that solved: the condensed SQP's
+        # second try (see _condensed_step)
+        self._solved_tube: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -599,7 +602,7 @@ class MPC:
         self._u_prev = self.safe_input.copy()
         self._ready = None
         self._current = False
-        self._last_tube = None
+        self._last_tube = self._solved_tube = None
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         """The first plan, made before the control loop's clock starts (as a robot plans
@@ -694,9 +697,9 @@ class MPC:
         tube_inputs, empty_stages, inputs_empty = np.zeros((N, m.nu)), 0, False
         failed_stages, tube_failure = 0, ""
         bounds = self._bounds
+        P_given = P
         if self._tube_fn is not None:
             start = time.perf_counter()
-            P_given = P
             try:
                 P, applied, applied_u = self._tube_fn(w0, P)
                 unevaluated = None
@@ -727,11 +730,8 @@ class MPC:
                 inputs_empty = True
             if self.tube == "feedback" and not self._tr.soft_input_tube:
                 # hard input bounds: tightened in the box bounds, and not solved when empty
-                bounds = dict(bounds)
-                lbx, ubx = self._tr.lbw.copy(), self._tr.ubw.copy()
-                lbx[L.u] += tube_inputs
-                ubx[L.u] -= tube_inputs
-                bounds.update(lbx=ca.DM(lbx), ubx=ca.DM(ubx))
+                lbx, ubx = self._tightened_bounds(tube_inputs)
+                bounds = {**bounds, "lbx": ca.DM(lbx), "ubx": ca.DM(ubx)}
                 inputs_empty = inputs_empty or bool(inputs_empty_at.any())
             obs_empty_at = self.safety_rows.empty_stages(tube[1:])
             empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
@@ -740,6 +740,7 @@ class MPC:
         if self._lam_g0 is not None:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
+        kept = None
         if inputs_empty:  # no input meets the tightened bounds (or no tube): nothing to solve
             sol, error, stats = None, None, {}
         else:
@@ -753,7 +754,7 @@ class MPC:
                     if self._split:
                         sol = self._real_time_step(args, x0, t, p)
                     elif self._condensed is not None and self._w0 is not None and warm:
-                        sol = self._condensed_step(args, refs, p)
+                        sol, kept = self._condensed_step(args, refs, p, P_given)
                     elif self._warm_solver is not None and self._w0 is not None and warm:
                         self._stepper = self._warm_solver
                         sol = self._warm_solver(**args)
@@ -764,6 +765,8 @@ class MPC:
                 sol, error = None, exc
             stats = self._stats()
         elapsed = time.perf_counter() - start
+        if kept is not None:  # solved with the last solved call's tube (_condensed_step)
+            tube, tube_inputs = kept
         status = Status.INFEASIBLE if inputs_empty else self._status(sol, stats, elapsed, error)
         iterations = int(stats.get("iter_count", 0))
         if status.ok:
@@ -778,6 +781,8 @@ class MPC:
             self._plan_u = u_plan
             u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
             fallback = False
+            if self._tube_fn is not None:
+                self._solved_tube = (tube.copy(), tube_inputs.copy())
         else:
             u = self._fallback()
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
@@ -824,30 +829,54 @@ class MPC:
             late=call_time > self.period,
             plan_constraint=plan_constraint,
             handed_over=self._condensed is not None and self._stepper is not self._condensed,
+            tube_kept=kept is not None,
             **phases,
         )
 
     # -- helpers --------------------------------------------------------------------------
-    def _condensed_step(self, args: dict, refs: np.ndarray, p) -> dict | None:
+    def _condensed_step(
+        self, args: dict, refs: np.ndarray, p, P_given: ca.DM
+    ) -> tuple[dict | None, tuple[np.ndarray, np.ndarray] | None]:
         """``solver = "condensed"``: the condensed SQP from the previous plan shifted
-        (``args``); where it does not converge, ``condensed_start`` from the same guess
-        without a time budget, and None with one (the fallback input)."""
+        (``args``); where it does not converge with a tube, again from the same guess with
+        the margins of the last call that solved, shifted by one stage as the plan is (none
+        after :meth:`start`): the problem that plan solved, one step on (the tube along the
+        new guess can move the rails so far that the full Gauss–Newton steps diverge; on the
+        CLNN cart-pole they did in the swing-up's first steps). Where neither converges,
+        ``condensed_start`` from the same guess without a time budget, and None with one
+        (the fallback input). Returns the solution (or None) and the margins
+        ``(tube, tube_inputs)`` of the second try where it solved, else None."""
         cond, L = self._condensed, self._layout
         self._stepper = cond
+        started = time.perf_counter()
         budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
         guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
         if not self._current:  # shifted: the last state extrapolated linearly, not repeated
             guess[L.x[-1]] = 2 * self._w0[L.x[-1]] - self._w0[L.x[-2]]
-        found = cond.solve(
-            guess, args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, budget
-        )
+
+        def solve(P, lbx, ubx, left: float):
+            return cond.solve(guess.copy(), P, lbx, ubx, refs.T, self._u_prev, p, left)
+
+        found = solve(args["p"], args["lbx"], args["ubx"], budget)
+        kept = None
+        if found is None and self._solved_tube is not None:
+            tube, tube_inputs = (m.copy() for m in self._solved_tube)
+            if not self._current:
+                tube = np.vstack([tube[1:], tube[-1:]])
+                tube_inputs = np.vstack([tube_inputs[1:], tube_inputs[-1:]])
+            bounds = self._tightened_bounds(tube_inputs)
+            left = budget - (time.perf_counter() - started)
+            found = solve(self._with_margins(P_given, tube, tube_inputs), *bounds, left)
+            kept = None if found is None else (tube, tube_inputs)
         if found is None and self.time_budget is None:  # no deadline: the cold-start solver
             self._stepper = self._solver
-            return self._solver(**{k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")})
+            given = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
+            return self._solver(**given), None
         if found is None:
-            return None
+            return None, None
         w, f, g = found
-        return {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
+        sol = {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
+        return sol, kept
 
     def _condensed_guess(self, sol, w0) -> np.ndarray | None:
         """``solver = "condensed"``, after a failed call: the next call's warm start, or None
@@ -987,13 +1016,28 @@ class MPC:
             prev, prev_u = last
             tube += a * np.maximum(prev - tube, 0.0)
             tube_inputs += a * np.maximum(prev_u - tube_inputs, 0.0)
-            parts = [np.asarray(P_given).reshape(-1), tube[1:].reshape(-1)]
-            if self._tr.soft_input_tube:
-                parts.append(tube_inputs.reshape(-1))
-            P = ca.DM(np.concatenate(parts))
+            P = ca.DM(self._with_margins(P_given, tube, tube_inputs))
         if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
             self._last_tube = (tube.copy(), tube_inputs.copy())
         return tube, tube_inputs, P
+
+    def _with_margins(self, P_given, tube: np.ndarray, tube_inputs: np.ndarray) -> np.ndarray:
+        """The NLP's parameters: ``P_given`` with the margins appended as
+        :meth:`_tube_on_guess` appends them."""
+        parts = [np.asarray(P_given).reshape(-1), tube[1:].reshape(-1)]
+        if self._tr.soft_input_tube:
+            parts.append(tube_inputs.reshape(-1))
+        return np.concatenate(parts)
+
+    def _tightened_bounds(self, tube_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The variables' bounds ``(lbx, ubx)`` with the feedback tube's input margins
+        ``tube_inputs (N, nu)`` in the input bounds where they are hard (the soft input
+        tube's are rows: the bounds as they are)."""
+        lbx, ubx = self._tr.lbw.copy(), self._tr.ubw.copy()
+        if self.tube == "feedback" and not self._tr.soft_input_tube:
+            lbx[self._layout.u] += tube_inputs
+            ubx[self._layout.u] -= tube_inputs
+        return lbx, ubx
 
     def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
         """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N))``: the

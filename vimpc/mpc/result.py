@@ -47,6 +47,10 @@ class MPCResult:
         handed_over: ``solver = "condensed"``: True when this call was solved by its
             ``condensed_start`` solver instead (a cold start, or, without a time budget, a
             warm solve the condensed SQP did not finish).
+        tube_kept: ``solver = "condensed"`` with a tube: True when the condensed SQP solved
+            this call with the margins of the last call that solved, shifted by one stage,
+            after it did not converge with the tube along this call's guess (``tube`` is
+            then those margins).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
         tube: the tightening applied to each safety row at each stage in this solve,
@@ -96,3 +100,4 @@ class MPCResult:
     feedback_time: float = float("nan")
     plan_constraint: float = float("nan")
     handed_over: bool = False
+    tube_kept: bool = False
