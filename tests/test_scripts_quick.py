@@ -30,7 +30,11 @@ RESULTS = ROOT / "results"
 # the comparison runs in test_bench_dompc_quick_with_dompc when it is installed
 EXTRA = {"bench_dompc": ["--without-dompc"]}
 # quick modes too slow for the default suite (pytest -m slow runs them), with the reason
-SLOW: dict[str, str] = {}
+SLOW: dict[str, str] = {
+    "bench_ray_fault": "~25 s (a local sweep and a sweep on its own Ray cluster, twelve model "
+    "fits); the same kill-and-compare path runs on the module's cluster in "
+    "test_ray_backend.py::test_a_sweep_with_a_killed_worker_completes_with_the_local_results",
+}
 
 
 def _module(script: Path, monkeypatch: pytest.MonkeyPatch):
