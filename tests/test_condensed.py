@@ -248,17 +248,7 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
     Its plan meets the NLP's rows with those margins to 1e-8; the tube along the guess
     differs from them (so the fallback is not the same problem)."""
     model, A, B = _linear_model()
-    x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
-    # a bound growing with the speed: the tube follows the plan
-    bound = ca.Function("bound", [x_, u_, p_], [0.01 + 0.05 * ca.fabs(x_[1]) * ca.DM.ones(2)])
-    model = dataclasses.replace(model, bound=bound, delta=0.05)
-    cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
-    bounds = Constraints(
-        u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],
-        soft_bounds=True, bound_weight=1e3,
-    )  # fmt: skip
-    ctrl = MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, tightening="tube",
-               tube="feedback", transcription="implicit", max_iter=100)  # fmt: skip
+    ctrl = _rail_with_a_speed_tube(model)
     tr = ctrl._tr
     nlp = ca.Function("nlp", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["g"]])
     x = np.array([-0.5, 0.0])
@@ -284,6 +274,50 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
         differed += bool(np.abs(np.asarray(along_guess).T - got.tube).max() > 1e-6)
         last, x = got, A @ x + B @ got.u
     assert differed >= 3, differed
+
+
+def _rail_with_a_speed_tube(model: DiscreteModel, **options) -> MPC:
+    """The condensed SQP on the double integrator's soft rail with a feedback tube whose
+    bound grows with the speed (the tube follows the plan)."""
+    x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
+    bound = ca.Function("bound", [x_, u_, p_], [0.01 + 0.05 * ca.fabs(x_[1]) * ca.DM.ones(2)])
+    model = dataclasses.replace(model, bound=bound, delta=0.05)
+    cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
+    bounds = Constraints(
+        u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],
+        soft_bounds=True, bound_weight=1e3,
+    )  # fmt: skip
+    return MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, tightening="tube",
+               tube="feedback", transcription="implicit", max_iter=100, **options)  # fmt: skip
+
+
+def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twice():
+    """With a time budget, a call where both tries fail gives the fallback input and leaves
+    the plan shifted as the next guess (shifted once more by that call): the margins of the
+    next call's second try are the last solved call's shifted twice, stage for stage."""
+    model, A, B = _linear_model()
+    ctrl = _rail_with_a_speed_tube(model, time_budget=0.05)
+    x = np.array([-0.5, 0.0])
+    ctrl.start(x)
+    solved = ctrl(x)
+    assert solved.status.ok and not solved.tube_kept
+    x = A @ x + B @ solved.u
+    solve = ctrl._condensed.solve
+    ctrl._condensed.solve = lambda *args: None
+    failed = ctrl(x)
+    assert failed.fallback and not failed.tube_kept
+    x = A @ x + B @ failed.u
+    tries = []
+
+    def first_try_fails(*args):
+        tries.append(1)
+        return None if len(tries) == 1 else solve(*args)
+
+    ctrl._condensed.solve = first_try_fails
+    kept = ctrl(x)
+    assert kept.status.ok and kept.tube_kept and len(tries) == 2
+    twice = np.vstack([solved.tube[2:], solved.tube[-1:], solved.tube[-1:]])
+    np.testing.assert_array_equal(kept.tube, twice)
 
 
 def _parameters(ctrl: MPC, x0: np.ndarray) -> ca.DM:

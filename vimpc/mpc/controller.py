@@ -791,8 +791,16 @@ class MPC:
             # the condensed SQP starts its next call from the plan the fallback input follows,
             # or from the last iterate of a cold start that failed (finite): the cold-start
             # solver takes a call without either only
+            warm = self._w0 is not None
             self._w0 = self._condensed_guess(sol, w0) if self._condensed is not None else None
             self._lam_g0 = self._lam_x0 = None
+            if self._solved_tube is not None:
+                # the margins a second try takes follow the guess: a stage on with the plan
+                # shifted once more, none without it
+                if self._w0 is None or not warm:
+                    self._solved_tube = None
+                elif not self._current:
+                    self._solved_tube = _shifted(*self._solved_tube)
         self._u_prev = u
         self._current = False
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
@@ -860,10 +868,9 @@ class MPC:
         found = solve(args["p"], args["lbx"], args["ubx"], budget)
         kept = None
         if found is None and self._solved_tube is not None:
-            tube, tube_inputs = (m.copy() for m in self._solved_tube)
+            tube, tube_inputs = self._solved_tube
             if not self._current:
-                tube = np.vstack([tube[1:], tube[-1:]])
-                tube_inputs = np.vstack([tube_inputs[1:], tube_inputs[-1:]])
+                tube, tube_inputs = _shifted(tube, tube_inputs)
             bounds = self._tightened_bounds(tube_inputs)
             left = budget - (time.perf_counter() - started)
             found = solve(self._with_margins(P_given, tube, tube_inputs), *bounds, left)
@@ -1222,6 +1229,12 @@ _NO_CAUSE = (
     "the bound, the linearisation and the tube's recursion are finite along the plan, so a "
     "safety row's gradient is not (check the path constraints there)"
 )
+
+
+def _shifted(*margins: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each stage-wise array one stage on, as a plan is shifted: stage ``k`` takes stage
+    ``k + 1``'s rows, the last stage its own again."""
+    return tuple(np.vstack([m[1:], m[-1:]]) for m in margins)
 
 
 def _stages_text(stages: np.ndarray) -> str:
