@@ -73,11 +73,14 @@ def vimpc_run(
     workers: int,
     sets: Sequence[str] = (),
     accept: Sequence[int] = (0,),
+    plots: bool = True,
 ) -> tuple[dict, Path]:
     """``vimpc run scenario`` into ``out`` over ``episodes`` episodes from reset seed
     ``seed`` with the ``--set`` overrides ``sets``; returns its metrics and run folder.
     ``accept``: the exit codes taken as a written run (``(0, 3)`` also takes a run whose
-    every solve failed, a result where a failing controller is reported with its numbers)."""
+    every solve failed, a result where a failing controller is reported with its numbers).
+    ``plots=False``: the run's own figures are not drawn (``--no-plots``; the smoke tests,
+    where they took most of the time)."""
     from vimpc import cli
 
     argv = [
@@ -86,6 +89,8 @@ def vimpc_run(
     ]  # fmt: skip
     for item in sets:
         argv += ["--set", item]
+    if not plots:
+        argv.append("--no-plots")
     code = cli.main(argv)
     if code not in accept:
         raise SystemExit(f"vimpc run {scenario} {' '.join(sets)} failed (exit code {code})")

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                 out = Path(tmp) / f"{label}_{plant}"
                 m, run = vimpc_run(
                     path, out, episodes=args.episodes, seed=args.seed, workers=args.workers,
-                    sets=sets, accept=(0, 3),
+                    sets=sets, accept=(0, 3), plots=not args.quick,
                 )  # fmt: skip
                 rows.append(row(label, plant, m))
                 if plant == args.plants[0]:

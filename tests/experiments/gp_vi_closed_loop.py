@@ -477,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
                 m, folder = vimpc_run(
                     path, Path(tmp) / f"{name}-{label}", episodes=args.episodes,
                     seed=args.seed, workers=args.workers, sets=sets.get(label, []),
+                    plots=not args.quick,
                 )  # fmt: skip
                 kept[name, label] = kept_errors(folder, args.episodes)
                 rows.append(closed_loop_row(name, label, m))

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
             out = Path(tmp) / label.replace(" ", "_")
             m, run = vimpc_run(
                 path, out, episodes=args.episodes, seed=args.seed, workers=args.workers,
-                sets=sets, accept=(0, 3),
+                sets=sets, accept=(0, 3), plots=not args.quick,
             )  # fmt: skip
             pos, head = final_errors(run, target)
             rows.append(row(label, m, pos, head))

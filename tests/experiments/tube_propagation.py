@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             out = Path(tmp) / str(len(closed_rows))
             m, _ = vimpc_run(
                 SAFE, out, episodes=args.episodes, seed=args.seed, workers=args.workers,
-                sets=[*sets, *overrides],
+                sets=[*sets, *overrides], plots=not args.quick,
             )  # fmt: skip
             closed_rows.append(
                 {
