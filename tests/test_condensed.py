@@ -198,16 +198,7 @@ def test_with_a_tube_and_state_bounds_it_solves_fatrops_problem(soft):
     reaches fatrop's objective (tol 1e-10) to 1e-6 relative (fatrop's interior slacks, ~-1e-8,
     set to 0); with hard bounds its plan is fatrop's to 1e-5. The transcription's
     ``inequality`` is its NLP's rows with differing bounds, in their order."""
-    model, A, B = _linear_model()
-    w = 0.02
-    x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
-    bound = ca.Function("bound", [x_, u_, p_], [ca.DM([w, w])])
-    model = dataclasses.replace(model, bound=bound, delta=0.05)
-    cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
-    bounds = Constraints(
-        u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],
-        soft_bounds=soft, bound_weight=1e3,
-    )  # fmt: skip
+    model, A, B, cost, bounds = _on_the_rail(lambda x: ca.DM([0.02, 0.02]), soft)
     options = dict(tightening="tube", tube="feedback", transcription="implicit", max_iter=100)
     reference = MPC(model, 15, cost, bounds, solver="fatrop", tol=1e-10, **options)
     condensed = MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, **options)
@@ -247,8 +238,7 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
     unshifted, in the first call), and the call says so (``tube_kept``, not handed over).
     Its plan meets the NLP's rows with those margins to 1e-8; the tube along the guess
     differs from them (so the fallback is not the same problem)."""
-    model, A, B = _linear_model()
-    ctrl = _rail_with_a_speed_tube(model)
+    ctrl, A, B = _rail_with_a_speed_tube()
     tr = ctrl._tr
     nlp = ca.Function("nlp", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["g"]])
     x = np.array([-0.5, 0.0])
@@ -276,27 +266,36 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
     assert differed >= 3, differed
 
 
-def _rail_with_a_speed_tube(model: DiscreteModel, **options) -> MPC:
-    """The condensed SQP on the double integrator's soft rail with a feedback tube whose
-    bound grows with the speed (the tube follows the plan)."""
+def _on_the_rail(bound, soft: bool = True):
+    """``(model, A, B, cost, constraints)``: the double integrator with the one-step bound
+    ``bound(x)`` (delta 0.05), steered to s = 0.99 near its rail |s| <= 1 (soft bounds of
+    weight 1e3, or hard)."""
+    model, A, B = _linear_model()
     x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
-    bound = ca.Function("bound", [x_, u_, p_], [0.01 + 0.05 * ca.fabs(x_[1]) * ca.DM.ones(2)])
-    model = dataclasses.replace(model, bound=bound, delta=0.05)
+    fn = ca.Function("bound", [x_, u_, p_], [bound(x_)])
+    model = dataclasses.replace(model, bound=fn, delta=0.05)
     cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
     bounds = Constraints(
         u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],
-        soft_bounds=True, bound_weight=1e3,
+        soft_bounds=soft, bound_weight=1e3,
     )  # fmt: skip
-    return MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, tightening="tube",
+    return model, A, B, cost, bounds
+
+
+def _rail_with_a_speed_tube(**options) -> tuple[MPC, np.ndarray, np.ndarray]:
+    """The condensed SQP on the double integrator's soft rail with a feedback tube whose
+    bound grows with the speed (the tube follows the plan), and ``A``, ``B``."""
+    model, A, B, cost, bounds = _on_the_rail(lambda x: 0.01 + 0.05 * ca.fabs(x[1]) * ca.DM.ones(2))
+    ctrl = MPC(model, 15, cost, bounds, solver="condensed", tol=1e-9, tightening="tube",
                tube="feedback", transcription="implicit", max_iter=100, **options)  # fmt: skip
+    return ctrl, A, B
 
 
 def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twice():
     """With a time budget, a call where both tries fail gives the fallback input and leaves
     the plan shifted as the next guess (shifted once more by that call): the margins of the
     next call's second try are the last solved call's shifted twice, stage for stage."""
-    model, A, B = _linear_model()
-    ctrl = _rail_with_a_speed_tube(model, time_budget=0.05)
+    ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
     x = np.array([-0.5, 0.0])
     ctrl.start(x)
     solved = ctrl(x)
