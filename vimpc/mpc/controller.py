@@ -712,8 +712,7 @@ class MPC:
                 tube_inputs = applied_u.full().T
             if self.tube_memory:
                 tube, tube_inputs, P = self._remembered_tube(tube, tube_inputs, P, P_given)
-            c = self._cons  # the open-loop tube's input margins are zero: never empty
-            inputs_empty_at = np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
+            inputs_empty_at = self._empty_inputs(tube_inputs)
             # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
             # it is taken as empty (an infinite margin) and the problem is not solved
             failed = self._failed_tube(tube, tube_inputs, w0, p, unevaluated)
@@ -767,6 +766,8 @@ class MPC:
         elapsed = time.perf_counter() - start
         if kept is not None:  # solved with the last solved call's tube (_condensed_step)
             tube, tube_inputs = kept
+            empty_at = self.safety_rows.empty_stages(tube[1:]) | self._empty_inputs(tube_inputs)
+            empty_stages = int(np.count_nonzero(empty_at))
         status = Status.INFEASIBLE if inputs_empty else self._status(sol, stats, elapsed, error)
         iterations = int(stats.get("iter_count", 0))
         if status.ok:
@@ -1035,6 +1036,12 @@ class MPC:
         if self._tr.soft_input_tube:
             parts.append(tube_inputs.reshape(-1))
         return np.concatenate(parts)
+
+    def _empty_inputs(self, tube_inputs: np.ndarray) -> np.ndarray:
+        """The stages ``(N,)`` where the input margins ``tube_inputs (N, nu)`` leave no input
+        (the open-loop tube's are zero: never empty)."""
+        c = self._cons
+        return np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
 
     def _tightened_bounds(self, tube_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The variables' bounds ``(lbx, ubx)`` with the feedback tube's input margins
