@@ -55,7 +55,7 @@ NO_TUBE = 'controller.tightening="none"'
 STEP_LEVEL = ['model.bound_level="step"', "model.bound_horizon=0"]
 HELDOUT = 'data.calibration="heldout"'
 # fatrop alone in the CLNN scenario, to convergence in every call (~47 ms a solve against
-# the scenario's condensed SQP's ~4)
+# the scenario's condensed SQP's ~3)
 FATROP = ['controller.solver="fatrop"', "controller.tol=1e-6"]
 # the GP-VI scenario row first among the GP-VI rows: it is the one the README quotes
 ROWS = {

@@ -30,7 +30,8 @@ so far).
 Warm starts only: the previous plan shifted by one stage. The controller solves a cold
 start (no plan) with its ``condensed_start`` solver, and a warm solve that does not
 converge within ``max_iter`` iterations (or meets a non-finite value, a singular ``J_z``
-or a QP that fails) too, from the same guess; where that solver does not finish it
+or a QP that fails) too, from the same guess (with a tube, after a second try with the
+last solved call's margins: ``MPC._condensed_step``); where that solver does not finish it
 either, the call gives the fallback input and the next call is a cold start. With a time
 budget such a solve (or one the budget stops) gives the fallback input instead, and the
 next call starts from the plan shifted once more. No

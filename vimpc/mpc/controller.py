@@ -558,8 +558,8 @@ class MPC:
         self._current = False
         self._unhurried = False  # start: no time budget
         self._last_tube: tuple[np.ndarray, np.ndarray] | None = None  # tube_memory's
-        # the margins (tube, tube_inputs) of the last call that solved: the condensed SQP's
-        # second try (see _condensed_step)
+        # the condensed SQP with a tube: the margins (tube, tube_inputs) of the last call
+        # that solved, its second try's (see _condensed_step)
         self._solved_tube: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- one step -----------------------------------------------------------------------
@@ -782,7 +782,7 @@ class MPC:
             self._plan_u = u_plan
             u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
             fallback = False
-            if self._tube_fn is not None:
+            if self._condensed is not None and self._tube_fn is not None:
                 self._solved_tube = (tube.copy(), tube_inputs.copy())
         else:
             u = self._fallback()
@@ -1164,7 +1164,7 @@ class MPC:
             return np.clip(self._plan_u[0], self._cons.u_min, self._cons.u_max)
         if self._plan_u is not None and len(self._plan_u) > 1:
             u = self._plan_u[1]
-            self._plan_u = np.vstack([self._plan_u[1:], self._plan_u[-1:]])
+            (self._plan_u,) = _shifted(self._plan_u)
             return np.clip(u, self._cons.u_min, self._cons.u_max)
         return self.safe_input.copy()
 
