@@ -15,7 +15,7 @@ from vimpc.errors import InputError
 from vimpc.mechanics import CartPole
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost
-from vimpc.mpc.condensed import QP_SOLVER, box_qp, qp_failure
+from vimpc.mpc.condensed import DESCENT_STATUS, QP_SOLVER, box_qp, qp_failure
 from vimpc.mpc.solvers import qp_options
 
 DT = 0.1
@@ -292,9 +292,10 @@ def _rail_with_a_speed_tube(**options) -> tuple[MPC, np.ndarray, np.ndarray]:
 
 
 def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twice():
-    """With a time budget, a call where both tries fail gives the fallback input and leaves
-    the plan shifted as the next guess (shifted once more by that call): the margins of the
-    next call's second try are the last solved call's shifted twice, stage for stage."""
+    """With a time budget, a call where both tries and the descent fail gives the fallback
+    input and leaves the plan shifted as the next guess (shifted once more by that call):
+    the margins of the next call's second try are the last solved call's shifted twice,
+    stage for stage."""
     ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
     x = np.array([-0.5, 0.0])
     ctrl.start(x)
@@ -303,8 +304,10 @@ def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twic
     x = A @ x + B @ solved.u
     solve = ctrl._condensed.solve
     ctrl._condensed.solve = lambda *args: None
+    descend, ctrl._condensed.descend = ctrl._condensed.descend, lambda *args: None
     failed = ctrl(x)
-    assert failed.fallback and not failed.tube_kept
+    assert failed.fallback and not failed.tube_kept and failed.descended
+    ctrl._condensed.descend = descend
     x = A @ x + B @ failed.u
     tries = []
 
@@ -330,7 +333,8 @@ def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
     """With a time budget, the cart-pole swing-up's first plan with the cold-start solver
     stopped after 2 iterations (its steps still infeasible: FAILED): the calls after it are
     the condensed SQP's, from that iterate (not another cold start in the loop), each
-    within its iteration limit (failing too here: the fallback input)."""
+    within its iteration limit (its tries failing too here, the descent's iterate or the
+    fallback input)."""
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
     bounds = Constraints(u_min=[-20.0], u_max=[20.0])
@@ -340,7 +344,8 @@ def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
     assert first.status.name == "FAILED" and first.handed_over
     for _ in range(5):
         result = ctrl(x)
-        assert not result.handed_over and result.fallback
+        assert not result.handed_over and result.descended
+        assert result.status.name in ("ITERATION_LIMIT", "FAILED")
         assert ctrl._stats()["iter_count"] <= 2
         x = np.asarray(model.step(x, result.u, model.p_default)).ravel()
 
@@ -349,7 +354,8 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
     """Every warm solve of the condensed SQP made to stop unfinished: without a time budget
     it goes to condensed_start (sqpmethod, to convergence from the same guess), whose plan
     the call returns (handed over, sqpmethod's own plan to 1e-6); with a budget the same
-    solves give the fallback input, the next input of the plan held."""
+    calls go to the single-shooting descent (not handed over), whose plan's states are the
+    model's step under its inputs and whose merit never rose."""
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
     bounds = Constraints(u_min=[-20.0], u_max=[20.0])
@@ -358,16 +364,66 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
     handing = MPC(model, 20, cost, bounds, solver="condensed", **options)
     timed = MPC(model, 20, cost, bounds, solver="condensed", time_budget=0.05, **options)
     x = np.array([0.0, 0.1, 0.0, 0.0])
-    plans = [ctrl.start(x) for ctrl in (reference, handing, timed)]
+    for ctrl in (reference, handing, timed):
+        ctrl.start(x)
     for ctrl in (handing, timed):
         ctrl._condensed.solve = lambda *args, **kwargs: None  # unfinished, whatever the cause
-    for k in range(4):
+    for _ in range(4):
         want, got, held = reference(x), handing(x), timed(x)
         assert got.status.ok and got.handed_over
         np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-6)
-        assert held.fallback and not held.handed_over
-        np.testing.assert_allclose(held.u, plans[2].u_plan[k])
+        assert held.status.ok and held.descended and not held.handed_over
+        np.testing.assert_allclose(held.x, _simulated(model, x, held.u_plan), atol=1e-10)
+        merits = np.array(timed._stats()["merits"])
+        assert np.all(np.diff(merits) <= 1e-12 * merits[:-1])
         x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
+
+
+def _simulated(model: DiscreteModel, x: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+    """The states ``(N + 1, nx)`` of the model's step from ``x`` under ``inputs (N, nu)``."""
+    states = [np.asarray(x, dtype=np.float64)]
+    for u in inputs:
+        states.append(np.asarray(model.step(states[-1], u, model.p_default)).ravel())
+    return np.array(states)
+
+
+def test_the_descent_reaches_fatrops_swing_up_from_the_state_held():
+    """The cart-pole swing-up on a soft rail (|s| <= 0.6 m) from the state held and no
+    input, a cold guess far from the plan: every accepted iterate of the single-shooting
+    descent lowers the merit (never rises above round-off), it converges (in fewer
+    iterations than its cap, 200), and its plan is fatrop's to 1e-3 in the inputs with an
+    objective no more than 1e-6 above it; the plan's states are the model's step under its
+    inputs. With no budget left after its first iteration it returns that iterate (the
+    descent's status), its merit below the guess's."""
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
+    bounds = Constraints(
+        u_min=[-20.0], u_max=[20.0], obs_min=[-0.6, -np.inf, -np.inf, -np.inf],
+        obs_max=[0.6, np.inf, np.inf, np.inf], soft_bounds=True, bound_weight=1e3,
+    )  # fmt: skip
+    options = dict(transcription="implicit", tol=1e-6, max_iter=200)
+    ctrl = MPC(model, 20, cost, bounds, solver="condensed", **options)
+    x = np.array([0.0, 0.1, 0.0, 0.0])
+    guess = np.asarray(ctrl._initial_guess(x)).ravel()
+    refs = np.stack([ctrl.cost.reference(0.05 * k) for k in range(21)])
+    P = np.asarray(_parameters(ctrl, x)).ravel()
+    lbx, ubx = (np.asarray(ctrl._bounds[k]).ravel() for k in ("lbx", "ubx"))
+    cond = ctrl._condensed
+    args = (P, lbx, ubx, refs, ctrl._u_prev, model.p_default)
+    w, f, _ = cond.descend(guess.copy(), *args)
+    stats = cond.stats()
+    assert stats["success"] and stats["iter_count"] < 200
+    merits = np.array(stats["merits"])
+    assert merits.size > 10 and np.all(np.diff(merits) <= 1e-12 * merits[:-1])
+    L = ctrl._layout
+    np.testing.assert_allclose(w[L.x], _simulated(model, x, w[L.u]), atol=1e-10)
+    want = MPC(model, 20, cost, bounds, solver="fatrop", **options).start(x)
+    np.testing.assert_allclose(w[L.u], want.u_plan, atol=1e-3)
+    assert f <= want.cost + 1e-6 * abs(want.cost)
+    cond.max_iter = 1
+    w1, f1, _ = cond.descend(guess.copy(), *args)
+    assert cond.stats()["return_status"] == DESCENT_STATUS and f1 < merits[0]
+    np.testing.assert_allclose(w1[L.x], _simulated(model, x, w1[L.u]), atol=1e-10)
 
 
 class _FailingOnce:

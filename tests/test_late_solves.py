@@ -183,7 +183,10 @@ MU = {"ipopt": {"mu_init": 0.01}}
         ({"period": math.nan}, "period must be a positive finite number, got nan"),
         ({"period": "0.05"}, "period must be a positive number, got '0.05'"),
         ({"time_budget": -0.01}, "time_budget must be a positive number: the finite wall"),
-        ({"time_budget": 0.0}, "take, got 0.0; leave time_budget unset (None) for no budget"),
+        (
+            {"time_budget": 0.0},
+            'take, got 0.0; leave time_budget unset (None), or "none", for no budget',
+        ),
         ({"time_budget": math.nan}, "the finite wall time [s] a solve may take, got nan"),
         ({"time_budget": math.inf}, "may take, got inf"),
         ({"time_budget": True}, "may take, got True"),

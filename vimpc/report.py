@@ -217,6 +217,15 @@ def summary_table(
                 "solved call's tube, shifted (it did not converge with the tube along the guess)",
             )
         )
+    if summary.get("descended_solves", 0):
+        rows.append(
+            (
+                "descended",
+                f"{summary['descended_solves']} solves by the condensed SQP's single-shooting "
+                "descent in the rest of the time budget (its tries did not converge in their "
+                f"shares), {summary['descended_iterates']} of them its last iterate unconverged",
+            )
+        )
     if np.isfinite(summary.get("period_ms", np.nan)):
         rows.append(
             (

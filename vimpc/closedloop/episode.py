@@ -31,7 +31,9 @@ class Trajectory:
     (T,)``: the calls ``solver = "condensed"`` handed to its ``condensed_start`` solver
     (``MPCResult.handed_over``; empty for a record made before it existed); ``tube_kept
     (T,)``: the calls the condensed SQP solved with the last solved call's tube
-    (``MPCResult.tube_kept``; likewise); ``plan_obs (T,
+    (``MPCResult.tube_kept``; likewise); ``descended (T,)``: the calls whose solution came
+    from the condensed SQP's single-shooting descent (``MPCResult.descended``; likewise);
+    ``plan_obs (T,
     N + 1, nobs)``: the observations the plan of step ``k`` predicts for steps ``k .. k +
     N`` (NaN when the controller fell back); ``tube (T, N + 1, m)``: the tightening that
     plan applied to each of the controller's ``m`` safety rows at each stage (zeros without
@@ -70,6 +72,7 @@ class Trajectory:
     plan_constraint: np.ndarray = field(default_factory=lambda: np.zeros(0))
     handed_over: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     tube_kept: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    descended: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     start_time: np.ndarray = field(default_factory=lambda: np.array(np.nan))
     preparation_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
@@ -207,6 +210,7 @@ def run_episode(
             "late",
             "handed_over",
             "tube_kept",
+            "descended",
         )
     }
     prepare = getattr(controller, "prepare", None)
@@ -254,6 +258,7 @@ def run_episode(
         rec["plan_constraint"].append(float(getattr(result, "plan_constraint", np.nan)))
         rec["handed_over"].append(bool(getattr(result, "handed_over", False)))
         rec["tube_kept"].append(bool(getattr(result, "tube_kept", False)))
+        rec["descended"].append(bool(getattr(result, "descended", False)))
         rec["preparation_times"].append(prepared)
         # late: the input came after the next sample, or the next call's preparation ended
         # after it
@@ -273,6 +278,7 @@ def run_episode(
         late=np.array(rec["late"], dtype=bool),
         handed_over=np.array(rec["handed_over"], dtype=bool),
         tube_kept=np.array(rec["tube_kept"], dtype=bool),
+        descended=np.array(rec["descended"], dtype=bool),
         period=np.array(period, dtype=np.float64),
         start_time=np.array(start_time, dtype=np.float64),
         status=np.array(rec["status"], dtype=str),

@@ -384,7 +384,9 @@ def summarize(
     and the solve counts (``solves``, ``failed_solves``, ``time_limit_solves``,
     ``over_budget_solves``, ``iteration_limit_solves``; ``handed_over_solves``, the calls
     ``solver = "condensed"`` handed to its ``condensed_start`` solver; ``tube_kept_solves``,
-    the calls it solved with the last solved call's tube; ``late_solves`` with
+    the calls it solved with the last solved call's tube; ``descended_solves``, the calls
+    whose solution came from its single-shooting descent (a time budget), of which
+    ``descended_iterates`` used its last accepted iterate unconverged; ``late_solves`` with
     ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
     ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``,
     ``first_plan_time_median_ms`` and ``_max_ms`` (the plans made before each episode's
@@ -479,6 +481,14 @@ def summarize(
     out["iteration_limit_solves"] = int(np.count_nonzero(status == ITERATION_LIMIT_STATUS))
     out["handed_over_solves"] = int(sum(np.count_nonzero(t.handed_over) for t in trajectories))
     out["tube_kept_solves"] = int(sum(np.count_nonzero(t.tube_kept) for t in trajectories))
+    out["descended_solves"] = int(sum(np.count_nonzero(t.descended) for t in trajectories))
+    out["descended_iterates"] = int(
+        sum(
+            np.count_nonzero(t.descended & (t.status == ITERATION_LIMIT_STATUS))
+            for t in trajectories
+            if t.descended.size
+        )
+    )
     out["nonfinite_plans"] = int(sum(m.get("nonfinite_plans", 0) for m in per_episode))
     if all("empty_tube_steps" in m for m in per_episode):
         # the share of control steps whose tightened set was empty at some stage

@@ -61,6 +61,9 @@ from vimpc.mpc.tube import (
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
+#: ``solver = "condensed"`` with a time budget: the share of it each of a warm call's
+#: condensed SQP tries may take before the single-shooting descent takes the rest
+TRY_SHARE = 0.3
 
 
 class MPC:
@@ -561,6 +564,7 @@ class MPC:
         # the condensed SQP with a tube: the margins (tube, tube_inputs) of the last call
         # that solved, its second try's (see _condensed_step)
         self._solved_tube: tuple[np.ndarray, np.ndarray] | None = None
+        self._descended = False  # this call's solution is the condensed SQP's descent's
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -747,6 +751,7 @@ class MPC:
                 self._deadline.arm(np.inf if self._unhurried else self.time_budget)
             if not self._split:
                 self._stepper = self._solver  # the condensed step may change it
+            self._descended = False
             warm = not self._unhurried  # start's plans are the cold-start solver's
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
@@ -839,6 +844,7 @@ class MPC:
             plan_constraint=plan_constraint,
             handed_over=self._condensed is not None and self._stepper is not self._condensed,
             tube_kept=kept is not None,
+            descended=self._descended and not inputs_empty,
             **phases,
         )
 
@@ -852,11 +858,17 @@ class MPC:
         after :meth:`start`): the problem that plan solved, one step on (the tube along the
         new guess can move the rails so far that the full Gauss–Newton steps diverge; on the
         CLNN cart-pole they did in the swing-up's first steps). Where neither converges,
-        ``condensed_start`` from the same guess without a time budget, and None with one
-        (the fallback input). Returns the solution (or None) and the margins
-        ``(tube, tube_inputs)`` of the second try where it solved, else None."""
+        ``condensed_start`` from the same guess without a time budget. With one, each try
+        stops at :data:`TRY_SHARE` of it (the second at twice that from the call's start),
+        and the rest goes to :meth:`CondensedSQP.descend` from the same guess, whose last
+        accepted iterate (states the model's step under its inputs, the merit no worse than
+        the guess's) is the call's solution where it meets the NLP's rows
+        (``ITERATION_LIMIT``, else the fallback input), the call's ``descended``. Returns
+        the solution (or None) and the margins ``(tube, tube_inputs)`` of the second try
+        where it solved, else None."""
         cond, L = self._condensed, self._layout
         self._stepper = cond
+        self._descended = False
         started = time.perf_counter()
         budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
         guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
@@ -866,20 +878,26 @@ class MPC:
         def solve(P, lbx, ubx, left: float):
             return cond.solve(guess.copy(), P, lbx, ubx, refs.T, self._u_prev, p, left)
 
-        found = solve(args["p"], args["lbx"], args["ubx"], budget)
+        found = solve(args["p"], args["lbx"], args["ubx"], budget * TRY_SHARE)
         kept = None
         if found is None and self._solved_tube is not None:
             tube, tube_inputs = self._solved_tube
             if not self._current:
                 tube, tube_inputs = _shifted(tube, tube_inputs)
             bounds = self._tightened_bounds(tube_inputs)
-            left = budget - (time.perf_counter() - started)
+            left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
             found = solve(self._with_margins(P_given, tube, tube_inputs), *bounds, left)
             kept = None if found is None else (tube, tube_inputs)
         if found is None and self.time_budget is None:  # no deadline: the cold-start solver
             self._stepper = self._solver
             given = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
             return self._solver(**given), None
+        left = budget - (time.perf_counter() - started)
+        if found is None and left > 0:  # the rest of the budget: the single-shooting descent
+            self._descended = True
+            found = cond.descend(
+                guess.copy(), args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, left
+            )
         if found is None:
             return None, None
         w, f, g = found

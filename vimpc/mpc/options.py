@@ -52,8 +52,9 @@ SETTINGS: dict[str, Setting] = {
         "sqpmethod",
         "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs and slacks "
         "(implicit transcription; cold starts by `condensed_start`, and a warm solve it does "
-        "not finish too, unless `time_budget` is set: then the fallback input; `tol` its step "
-        "[input units])",
+        "not finish too, unless `time_budget` is set: then its single-shooting descent in "
+        "the rest of the budget, whose last iterate is used, else the fallback input; `tol` "
+        "its step [input units])",
         choices=SOLVERS,
     ),
     "transcription": Setting(
@@ -122,7 +123,9 @@ SETTINGS: dict[str, Setting] = {
         "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
         "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`, `condensed`'s own "
         "clock, not for its cold starts; `fatrop` has no time limit and is refused): a solve "
-        "stopped by it reports `TIME_LIMIT` and applies the fallback input; not set: none",
+        "stopped by it reports `TIME_LIMIT` and applies the fallback input (`condensed`: "
+        "its descent's last iterate where it meets the constraints, `ITERATION_LIMIT`); not "
+        'set or `"none"`: none',
         rule=POSITIVE,
     ),
     "jit": Setting(
@@ -220,7 +223,10 @@ def check_option(key: str, value: Any) -> Any:
 
 
 def _time_budget(value: Any) -> float | None:
-    """The time budget in seconds (None: none), or an InputError naming it."""
+    """The time budget in seconds (None, or ``"none"`` where a scenario's budget is
+    overridden: none), or an InputError naming it."""
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return None
     bad = isinstance(value, (bool, np.bool_, str, bytes))
     try:
         budget = math.nan if bad else float(value)
@@ -229,7 +235,7 @@ def _time_budget(value: Any) -> float | None:
     if not math.isfinite(budget) or budget <= 0.0:
         raise InputError(
             "time_budget must be a positive number: the finite wall time [s] a solve may "
-            f"take, got {value!r}; leave time_budget unset (None) for no budget"
+            f'take, got {value!r}; leave time_budget unset (None), or "none", for no budget'
         )
     return budget
 

@@ -12,7 +12,10 @@ class Status(enum.Enum):
     """Outcome of one solve; values read as messages."""
 
     SOLVED = "solved to tolerance"
-    ITERATION_LIMIT = "stopped at the iteration limit; the iterate is used"
+    ITERATION_LIMIT = (
+        "stopped before convergence (the iteration limit; the condensed SQP's descent at the "
+        "time budget) at an iterate that meets the constraints; the iterate is used"
+    )
     LATE = "solved, but the solve ran past the time budget (checked between iterations)"
     TIME_LIMIT = "stopped at the time budget: fell back to the shifted previous plan"
     INFEASIBLE = "infeasible: fell back to the shifted previous plan"
@@ -51,6 +54,11 @@ class MPCResult:
             this call with the margins of the last call that solved, shifted by one stage,
             after it did not converge with the tube along this call's guess (``tube`` is
             then those margins).
+        descended: ``solver = "condensed"`` with a time budget: True when the call's solution
+            came from the condensed SQP's single-shooting descent (``CondensedSQP.descend``),
+            after its condensed SQP tries did not converge within their shares of the budget:
+            converged (``SOLVED``), or its last accepted iterate (``ITERATION_LIMIT``; the
+            fallback where that does not meet the rows).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
         tube: the tightening applied to each safety row at each stage in this solve,
@@ -101,3 +109,4 @@ class MPCResult:
     plan_constraint: float = float("nan")
     handed_over: bool = False
     tube_kept: bool = False
+    descended: bool = False
