@@ -379,6 +379,33 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
         x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
 
 
+def test_a_descent_iterate_with_slack_gives_the_fallback_input():
+    """With a time budget and both tries made to fail, the descent's unconverged iterate is
+    the call's plan (ITERATION_LIMIT) where its soft rows hold without slack; the same
+    iterate with a slack of 1e-3 on a rail row gives the fallback input instead (an
+    unconverged iterate's slacks are not a solution's: on the CLNN cart-pole they reached
+    57 m past the tightened rail)."""
+    results = {}
+    for slack in (0.0, 1e-3):
+        ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
+        ctrl._condensed.max_iter = 1  # the descent stops unconverged
+        x = np.array([-0.5, 0.0])
+        ctrl.start(x)
+        ctrl._condensed.solve = lambda *args: None
+        descend = ctrl._condensed.descend
+
+        def with_slack(*args, slack=slack, descend=descend, rows=ctrl._layout.s[1:, 0]):
+            w, f, g = descend(*args)
+            w[rows] += slack  # the rows hold: a slack only loosens them
+            return w, f, g
+
+        ctrl._condensed.descend = with_slack
+        results[slack] = ctrl(x)
+        assert results[slack].descended
+    assert results[0.0].status.name == "ITERATION_LIMIT" and not results[0.0].fallback
+    assert results[1e-3].status.name == "FAILED" and results[1e-3].fallback
+
+
 def _simulated(model: DiscreteModel, x: np.ndarray, inputs: np.ndarray) -> np.ndarray:
     """The states ``(N + 1, nx)`` of the model's step from ``x`` under ``inputs (N, nu)``."""
     states = [np.asarray(x, dtype=np.float64)]
@@ -393,8 +420,9 @@ def test_the_descent_reaches_fatrops_swing_up_from_the_state_held():
     descent lowers the merit (never rises above round-off), it converges (in fewer
     iterations than its cap, 200), and its plan is fatrop's to 1e-3 in the inputs with an
     objective no more than 1e-6 above it; the plan's states are the model's step under its
-    inputs. With no budget left after its first iteration it returns that iterate (the
-    descent's status), its merit below the guess's."""
+    inputs. Given the far guess and that plan, it starts from the plan (the lower merit)
+    and stops at once. With no budget left after its first iteration it returns that
+    iterate (the descent's status), its merit below the guess's."""
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
     bounds = Constraints(
@@ -420,6 +448,9 @@ def test_the_descent_reaches_fatrops_swing_up_from_the_state_held():
     want = MPC(model, 20, cost, bounds, solver="fatrop", **options).start(x)
     np.testing.assert_allclose(w[L.u], want.u_plan, atol=1e-3)
     assert f <= want.cost + 1e-6 * abs(want.cost)
+    again = cond.descend([guess.copy(), w.copy()], *args)  # from the better of the two
+    assert cond.stats()["merits"][0] <= f + 1e-9 * abs(f) and cond.stats()["iter_count"] <= 2
+    np.testing.assert_allclose(again[0][L.u], w[L.u], atol=1e-6)
     cond.max_iter = 1
     w1, f1, _ = cond.descend(guess.copy(), *args)
     assert cond.stats()["return_status"] == DESCENT_STATUS and f1 < merits[0]

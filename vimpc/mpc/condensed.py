@@ -249,6 +249,8 @@ class CondensedSQP:
         self._stats: dict[str, Any] = {}
         self._step_fn = m.step
         self._simulate: _Buffered | None = None  # built at the first descent
+        #: the last iterate of the last :meth:`solve` that did not converge
+        self.last_iterate: np.ndarray | None = None
         # the merit's weight of the rows' violation: above the slacks' own (exact) penalty
         self._penalty = MERIT_FACTOR * max(1.0, float(self._slack_weights.max(initial=0.0)))
 
@@ -405,11 +407,12 @@ class CondensedSQP:
             "success": False, "return_status": status, "iter_count": it,
             "evaluations": evaluations, "t_wall_total": time.perf_counter() - start,
         }  # fmt: skip
+        self.last_iterate = w
         return None
 
     def descend(
         self,
-        w: np.ndarray,
+        w: np.ndarray | list[np.ndarray],
         P: np.ndarray,
         lbw: np.ndarray,
         ubw: np.ndarray,
@@ -428,12 +431,17 @@ class CondensedSQP:
         iterate meets the model's step equations and none is worse than the last: where
         :meth:`solve`'s full steps diverge, this still descends, if more slowly (on the CLNN
         cart-pole's first swing-up steps: 6-30 iterations at ~5 ms, against fatrop's
-        120-400 ms). Returns ``(w, cost, g)`` (:meth:`solve`'s) when converged, and
-        otherwise, when stopped by ``budget`` or ``max_iter``, the last accepted iterate
-        (its ``stats()``: ``success`` false, the status :data:`DESCENT_STATUS`; in both,
-        the merits of the guess and of every accepted iterate in ``merits``); None where the guess's inputs do not simulate (a non-finite
-        state). No iteration begins that would end past ``budget``, by the longest so far;
-        the first always runs."""
+        120-400 ms). ``w`` may be a list of guesses (the last iterates of :meth:`solve`'s
+        tries that did not finish, :attr:`last_iterate`, and the shifted plan): it starts
+        from the one whose inputs simulate to the lowest merit, of those evaluated within
+        ``budget`` (the first always). Returns ``(w, cost, g)``
+        (:meth:`solve`'s) when converged, and otherwise, when stopped by ``budget`` or
+        ``max_iter``, the last accepted iterate (its ``stats()``: ``success`` false, the
+        status :data:`DESCENT_STATUS`; in both, the merits of the start and of every
+        accepted iterate in ``merits``); None where no guess's inputs simulate (a
+        non-finite state). No iteration begins that would end past ``budget``, by the
+        longest so far (the first by the longest evaluation of a guess): where none fits,
+        the start is the iterate returned."""
         start = time.perf_counter()
         L = self.layout
         if self._simulate is None:
@@ -441,20 +449,30 @@ class CondensedSQP:
         P = np.asarray(P, dtype=np.float64).reshape(-1)
         lbw, ubw = np.asarray(lbw, np.float64).reshape(-1), np.asarray(ubw, np.float64).reshape(-1)
         args = (u_prev, refs, p)
-        w = self._simulated(np.array(w, dtype=np.float64).reshape(-1), p)
-        if w is None:
+        evaluated, longest = [], 0.0
+        for guess in w if isinstance(w, list) else [w]:
+            begun = time.perf_counter()
+            if evaluated and begun + longest > start + budget:
+                break
+            guess = np.array(guess, dtype=np.float64).reshape(-1)
+            simulated = self._simulated(guess, p) if np.all(np.isfinite(guess)) else None
+            if simulated is not None:
+                evaluated.append((simulated, *self._evaluated(simulated, P, args)))
+                # an iteration: one such evaluation and a QP
+                longest = max(longest, time.perf_counter() - begun)
+        if not evaluated:
             self._stats = {
-                "success": False, "return_status": "the guess's inputs do not simulate",
+                "success": False, "return_status": "no guess's inputs simulate",
                 "iter_count": 0, "t_wall_total": time.perf_counter() - start,
             }  # fmt: skip
             return None
-        out, rows, merit = self._evaluated(w, P, args)
-        merits, damping, evaluations = [merit], 0.0, 1
-        longest, begun, tried = 0.0, start, 0
+        w, out, rows, merit = min(evaluated, key=lambda e: e[3])
+        merits, damping, evaluations = [merit], 0.0, len(evaluated)
+        begun, tried = start, 0
         for it in range(self.max_iter):
             now = time.perf_counter()
-            longest = max(longest, now - begun) if it else 0.0
-            if it and now + longest > start + budget:
+            longest = max(longest, now - begun) if it else longest
+            if now + longest > start + budget:
                 break
             begun, tried = now, it + 1
             try:

@@ -63,7 +63,7 @@ from vimpc.mpc.tube import (
 FEASIBILITY_TOL = 1e-6
 #: ``solver = "condensed"`` with a time budget: the share of it each of a warm call's
 #: condensed SQP tries may take before the single-shooting descent takes the rest
-TRY_SHARE = 0.3
+TRY_SHARE = 0.4
 
 
 class MPC:
@@ -860,10 +860,11 @@ class MPC:
         CLNN cart-pole they did in the swing-up's first steps). Where neither converges,
         ``condensed_start`` from the same guess without a time budget. With one, each try
         stops at :data:`TRY_SHARE` of it (the second at twice that from the call's start),
-        and the rest goes to :meth:`CondensedSQP.descend` from the same guess, whose last
-        accepted iterate (states the model's step under its inputs, the merit no worse than
-        the guess's) is the call's solution where it meets the NLP's rows
-        (``ITERATION_LIMIT``, else the fallback input), the call's ``descended``. Returns
+        and the rest goes to :meth:`CondensedSQP.descend`, from the guess or the tries' last
+        iterates, whichever simulates to the lowest merit; its last accepted iterate
+        (states the model's step under its inputs, the merit no worse than its start's) is
+        the call's solution where it meets the NLP's rows with no slack (``ITERATION_LIMIT``,
+        else the fallback input), the call's ``descended``. Returns
         the solution (or None) and the margins ``(tube, tube_inputs)`` of the second try
         where it solved, else None."""
         cond, L = self._condensed, self._layout
@@ -879,15 +880,19 @@ class MPC:
             return cond.solve(guess.copy(), P, lbx, ubx, refs.T, self._u_prev, p, left)
 
         found = solve(args["p"], args["lbx"], args["ubx"], budget * TRY_SHARE)
-        kept = None
-        if found is None and self._solved_tube is not None:
+        kept, starts = None, []  # the descent's: the tries' last iterates, then the guess
+        if found is None:
+            starts.append(cond.last_iterate)
+        left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
+        if found is None and self._solved_tube is not None and left > 0:
             tube, tube_inputs = self._solved_tube
             if not self._current:
                 tube, tube_inputs = _shifted(tube, tube_inputs)
             bounds = self._tightened_bounds(tube_inputs)
-            left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
             found = solve(self._with_margins(P_given, tube, tube_inputs), *bounds, left)
             kept = None if found is None else (tube, tube_inputs)
+            if found is None:
+                starts.append(cond.last_iterate)
         if found is None and self.time_budget is None:  # no deadline: the cold-start solver
             self._stepper = self._solver
             given = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
@@ -896,7 +901,7 @@ class MPC:
         if found is None and left > 0:  # the rest of the budget: the single-shooting descent
             self._descended = True
             found = cond.descend(
-                guess.copy(), args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, left
+                [*starts, guess], args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, left
             )
         if found is None:
             return None, None
@@ -1202,9 +1207,14 @@ class MPC:
             return Status.TIME_LIMIT
         if stats.get("success", False):
             result = Status.SOLVED
-        elif self._one_iteration() or self._violation(sol) <= FEASIBILITY_TOL:
+        elif self._one_iteration() or (
+            self._violation(sol) <= FEASIBILITY_TOL
+            and not (self._descended and self._slack(sol) > FEASIBILITY_TOL)
+        ):
             # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
-            # iteration is never converged by design
+            # iteration is never converged by design; the condensed SQP's descent's only where
+            # its soft rows hold without slack (its slacks can be far larger than a solution's:
+            # on the CLNN cart-pole up to 57 m past the tightened rail)
             result = Status.ITERATION_LIMIT
         else:
             return Status.FAILED
@@ -1226,6 +1236,11 @@ class MPC:
         if self._condensed is not None and self._stepper is self._condensed:
             return stats.get("return_status") == BUDGET_STATUS
         return stats.get("return_status") == "Maximum_WallTime_Exceeded"
+
+    def _slack(self, sol) -> float:
+        """The largest slack of the returned iterate (0 without soft rows)."""
+        w = np.asarray(sol["x"]).reshape(-1)
+        return float(w[self._layout.s].max(initial=0.0))
 
     def _violation(self, sol) -> float:
         """Largest violation of the NLP's constraints at the returned iterate."""
