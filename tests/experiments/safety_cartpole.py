@@ -81,6 +81,11 @@ ROWS = {
     "CLNN, feedback tube, gaussian (scenario)": (CLNN, []),
     "CLNN, no tightening": (CLNN, [NO_TUBE]),
     "CLNN, feedback tube, gaussian, fatrop alone": (CLNN, FATROP),
+    # no time budget: the warm solves the condensed SQP does not finish go to fatrop
+    "CLNN, feedback tube, gaussian, no time budget (unfinished solves to fatrop)": (
+        CLNN,
+        ['controller.time_budget="none"'],
+    ),
     # half the scenario's time budget (a machine twice as busy): less for the descent
     "CLNN, feedback tube, gaussian, 15 ms budget": (CLNN, ["controller.time_budget=0.015"]),
     # the tube along the plan widened towards the previous call's
