@@ -262,6 +262,20 @@ def test_a_scenario_with_bad_timing_is_refused_on_load(tmp_path, overrides, mess
         scenario.load_scenario(path, ["controller.time_budget=0"])
 
 
+def test_none_unsets_a_scenarios_time_budget(tmp_path):
+    """TOML has no null: ``--set controller.time_budget="none"`` takes a scenario's budget
+    away (so fatrop, which cannot keep one, can be set with it), another word is refused."""
+    path = tmp_path / "timing.toml"
+    text = SCENARIO.replace("horizon = 5", "horizon = 5\ntime_budget = 0.01")
+    path.write_text(text, encoding="utf-8")
+    budgeted = scenario.load_scenario(path)
+    assert budgeted["controller"]["time_budget"] == 0.01
+    unset = ['controller.time_budget="none"', 'controller.solver="fatrop"']
+    assert scenario.load_scenario(path, unset)["controller"].get("time_budget") is None
+    with pytest.raises(ConfigError, match="controller.time_budget must be a number"):
+        scenario.load_scenario(path, ['controller.time_budget="never"'])
+
+
 # -- the first plan, before the clock --------------------------------------------------------
 
 #: 40 stages to the top from 0.75 rad below it: a cold start takes several iterations

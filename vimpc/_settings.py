@@ -97,6 +97,8 @@ class Setting:
         length: the exact length of an array.
         infinite: the one infinity a ``float`` array accepts as "no bound": ``"inf"`` for
             upper bounds, ``"-inf"`` for lower bounds (the other one excludes every value).
+        unset: for a key whose default is ``None``, the string that sets it back to not set
+            (TOML has no null: a scenario's value overridden by ``--set``).
     """
 
     kind: type
@@ -107,11 +109,12 @@ class Setting:
     items: type | None = None
     length: int | None = None
     infinite: str = ""
+    unset: str = ""
 
     def check(self, key: str, value: Any, error: type[VimpcError] = ConfigError) -> Any:
         """``value`` converted (int to float where a number is expected), or ``error``
         naming ``key``, the value and what was expected."""
-        if value is None and self.default is None:
+        if self.default is None and (value is None or (self.unset and value == self.unset)):
             return None
         value = _typed(key, value, self.kind, error)
         if self.choices and value not in self.choices:
@@ -160,6 +163,8 @@ class Setting:
             text = f"array of {words}s" if self.kind is list else words
             if self.length is not None:
                 text += f" ({self.length})"
+        if self.unset:
+            text += f' or `"{self.unset}"` (not set)'
         return text
 
     def default_text(self) -> str:

@@ -125,8 +125,9 @@ SETTINGS: dict[str, Setting] = {
         "clock, not for its cold starts; `fatrop` has no time limit and is refused): a solve "
         "stopped by it reports `TIME_LIMIT` and applies the fallback input (`condensed`: "
         "its descent's last iterate where it meets the constraints, `ITERATION_LIMIT`); not "
-        'set or `"none"`: none',
+        "set: none",
         rule=POSITIVE,
+        unset="none",
     ),
     "jit": Setting(
         str,
