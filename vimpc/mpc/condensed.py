@@ -33,13 +33,18 @@ converge within ``max_iter`` iterations (or meets a non-finite value, a singular
 or a QP that fails) too, from the same guess (with a tube, after a second try with the
 last solved call's margins: ``MPC._condensed_step``); where that solver does not finish it
 either, the call gives the fallback input and the next call is a cold start. With a time
-budget such a solve (or one the budget stops) gives the fallback input instead, and the
-next call starts from the plan shifted once more. No
-line search: one with an exact penalty (the step equations' multipliers recovered by a
-backward recursion) and a filter's acceptance with one entry solved none of the CLNN
-cart-pole's cold starts on its short rail (seeds 1000-1009: no decrease along the step, or
-the iteration limit), and in an episode (seed 1000) the same two warm solves failed as
-with full steps, each iteration one trial evaluation dearer.
+budget such a solve goes instead, in the rest of the budget, to :meth:`CondensedSQP.descend`:
+the same QP in single shooting (every iterate's states simulated by the model's step) with
+Levenberg–Marquardt damping and a ratio test on a merit, so that no iterate is worse than
+its start; its last iterate is the call's plan where the tightened rows hold without slack,
+and otherwise the call gives the fallback input and the next call starts from the plan
+shifted once more. The full steps of :meth:`CondensedSQP.solve` are not globalised: a line
+search with an exact penalty (the step equations' multipliers recovered by a backward
+recursion) and a filter's acceptance with one entry solved none of the CLNN cart-pole's
+cold starts on its short rail (seeds 1000-1009: no decrease along the step, or the
+iteration limit), and the same damping with a ratio test on the multiple-shooting iterates
+(their states not simulated) stalled there: even the undamped limit, a Newton step of the
+step equations alone, raised their residual.
 
 Needs: the implicit transcription and no energy shaping.
 """
@@ -429,9 +434,8 @@ class CondensedSQP:
         linear model predicts, and damped more and tried again from the same iterate where
         it does not (the damping relaxed after steps the model predicted well). So every
         iterate meets the model's step equations and none is worse than the last: where
-        :meth:`solve`'s full steps diverge, this still descends, if more slowly (on the CLNN
-        cart-pole's first swing-up steps: 6-30 iterations at ~5 ms, against fatrop's
-        120-400 ms). ``w`` may be a list of guesses (the last iterates of :meth:`solve`'s
+        :meth:`solve`'s full steps diverge (the CLNN cart-pole's first swing-up steps), this
+        still descends, if slowly (each iteration simulates the horizon). ``w`` may be a list of guesses (the last iterates of :meth:`solve`'s
         tries that did not finish, :attr:`last_iterate`, and the shifted plan): it starts
         from the one whose inputs simulate to the lowest merit, of those evaluated within
         ``budget`` (the first always). Returns ``(w, cost, g)``

@@ -869,7 +869,6 @@ class MPC:
         where it solved, else None."""
         cond, L = self._condensed, self._layout
         self._stepper = cond
-        self._descended = False
         started = time.perf_counter()
         budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
         guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
