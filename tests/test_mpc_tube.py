@@ -276,6 +276,8 @@ def test_tube_without_expandable_step_uses_mx_and_agrees():
     Ad, Bd = np.linalg.inv(E), np.linalg.inv(E) @ np.array([[0.0], [DT]])
     gains, sigmas = _feedback_by_hand(w, N, Q, R, Ad, Bd)
     np.testing.assert_allclose(fb[0][0][1], [np.sqrt(S[1, 1]) for S in sigmas], rtol=1e-9)
+    # the gains the tube assumes, side by side: the controller's fallback applies them
+    np.testing.assert_allclose(fb[0][2], np.hstack(gains), rtol=1e-9)
 
 
 def test_failed_solve_still_reports_the_applied_tube():
@@ -440,6 +442,50 @@ def test_feedback_tube_matches_the_hand_riccati_and_ellipsoid(transcription):
         assert np.all(result.u_plan[:, 0] >= -1.0 + result.tube_inputs[:, 0] - 1e-8)
         assert result.empty_tube_stages == 0
         x = A @ x + B @ result.u
+
+
+class _Failing:
+    """A solver whose calls return a non-finite iterate (a failed solve)."""
+
+    def __init__(self, solver) -> None:
+        self.solver = solver
+
+    def __call__(self, **args):
+        sol = self.solver(**args)
+        return {**sol, "x": ca.DM.nan(*sol["x"].shape)}
+
+    def stats(self):
+        return self.solver.stats()
+
+
+@pytest.mark.parametrize("solver", ["sqpmethod", "fatrop"])
+def test_with_the_feedback_tube_the_fallback_applies_the_tubes_feedback(solver):
+    """A call that fails after a solve applies the plan's next input plus the LQR feedback
+    the tube assumes (the hand Riccati's gain of stage 1) on the measured state's deviation
+    from the plan's prediction; on the prediction itself, the plan's input alone; the plan
+    shifted for the call after."""
+    w, N = np.array([2e-3, 1e-2]), 12
+    M = np.array([[1.0, 0.0], [-0.5, 2.0]])
+    model = _double_integrator(w, to_obs=M)
+    Qobs, R = np.diag([4.0, 0.5]), np.array([[0.2]])
+    gains, _ = _feedback_by_hand(w, N, M.T @ Qobs @ M, R)
+    cons = Constraints(u_min=[-1.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, 3.0])
+    x, deviation = np.array([0.3, -0.2]), np.array([0.02, -0.05])
+    for off in (np.zeros(2), deviation):
+        ctrl = MPC(
+            model, N, Cost(Q=[1.0, 0.1], R=[0.1]), cons, solver=solver, tightening="tube",
+            tube="feedback", tube_Q=[4.0, 0.5], tube_R=0.2,
+        )  # fmt: skip
+        solved = ctrl(M @ x)
+        assert solved.status.ok
+        ctrl._solver = _Failing(ctrl._solver)
+        failed = ctrl(M @ (solved.x[1] + off))
+        assert failed.fallback
+        want = solved.u_plan[1] + gains[1] @ off
+        assert -1.0 < want[0] < 2.0  # inside the bounds: no clipping
+        np.testing.assert_allclose(failed.u, want, rtol=1e-9, atol=1e-12)
+        then = ctrl(M @ (solved.x[2] + off))
+        np.testing.assert_allclose(then.u, solved.u_plan[2] + gains[1] @ off, atol=1e-9)
 
 
 def _memory_controller(w, N, soft, memory):

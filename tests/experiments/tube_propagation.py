@@ -177,7 +177,7 @@ def part_one(cfg, model, env) -> list[dict]:
             fn = tube_function(
                 model, N, ctrl.safety_function, kind="feedback", Q=Q, R=R, errors=errors
             )
-            t, t_u = fn(np.tile(x, (N + 1, 1)).T, np.zeros((model.nu, N)), p)
+            t, t_u, _ = fn(np.tile(x, (N + 1, 1)).T, np.zeros((model.nu, N)), p)
             mine, mine_u = tubes[name]
             # row 1 of the safety function: s <= 1 (obs = state for this model)
             np.testing.assert_allclose(np.asarray(t)[1], mine, rtol=1e-6, atol=1e-12)

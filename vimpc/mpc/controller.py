@@ -553,6 +553,7 @@ class MPC:
         self._lam_g0: np.ndarray | None = None
         self._lam_x0: np.ndarray | None = None
         self._plan_u: np.ndarray | None = None
+        self._plan_x: np.ndarray | None = None  # the states that plan predicts
         self._u_prev = self.safe_input.copy()
         self._layout = L
         self._diagnosis: tuple[ca.Function, ca.Function] | None = None
@@ -602,7 +603,7 @@ class MPC:
 
     def reset(self) -> None:
         """Forget the warm start and the previous plan (call between episodes)."""
-        self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = None
+        self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = self._plan_x = None
         self._u_prev = self.safe_input.copy()
         self._ready = None
         self._current = False
@@ -648,12 +649,12 @@ class MPC:
     def _solved_again(self, obs, t, p, result: MPCResult) -> MPCResult:
         """:meth:`start`'s solve once more, from its plan ``result``, unshifted: the second
         result where it converged, else the first, with both solves' time and iterations."""
-        kept = (self._w0, self._lam_g0, self._lam_x0, self._plan_u)
+        kept = (self._w0, self._lam_g0, self._lam_x0, self._plan_u, self._plan_x)
         self._u_prev, self._current = self.safe_input.copy(), True
         again = self(obs, t, p)
         better = again.status == Status.SOLVED
         if not better:  # the first plan stays
-            self._w0, self._lam_g0, self._lam_x0, self._plan_u = kept
+            self._w0, self._lam_g0, self._lam_x0, self._plan_u, self._plan_x = kept
         return dataclasses.replace(
             again if better else result,
             call_time=result.call_time + again.call_time,
@@ -705,7 +706,7 @@ class MPC:
         if self._tube_fn is not None:
             start = time.perf_counter()
             try:
-                P, applied, applied_u = self._tube_fn(w0, P)
+                P, applied, applied_u, _ = self._tube_fn(w0, P)
                 unevaluated = None
             except RuntimeError as exc:  # a function along the plan failed to evaluate
                 applied = ca.DM.inf(self._tube_shape[1], N + 1)
@@ -784,13 +785,13 @@ class MPC:
             self._w0 = w
             self._lam_g0 = np.asarray(sol["lam_g"]).reshape(-1)
             self._lam_x0 = np.asarray(sol["lam_x"]).reshape(-1)
-            self._plan_u = u_plan
+            self._plan_u, self._plan_x = u_plan, x_plan
             u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
             fallback = False
             if self._condensed is not None and self._tube_fn is not None:
                 self._solved_tube = (tube.copy(), tube_inputs.copy())
         else:
-            u = self._fallback()
+            u = self._fallback(x0, P_given)
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
             x_plan = np.tile(x0, (N + 1, 1))
             slack, cost, fallback = float("nan"), float("nan"), True
@@ -1076,8 +1077,9 @@ class MPC:
         return lbx, ubx
 
     def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
-        """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N))``: the
-        tube along the plan held in the initial guess ``w``. It takes the DMs the solver gets
+        """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N), K (nu,
+        nx N))``: the tube along the plan held in the initial guess ``w``, and the feedback
+        gains it assumes (:func:`~vimpc.mpc.tube.tube_function`). It takes the DMs the solver gets
         anyway, so a solve converts nothing more than the tube it reports. Nothing is capped:
         a margin wider than its constraint's range leaves that stage's tightened set empty,
         which ``__call__`` counts."""
@@ -1097,9 +1099,9 @@ class MPC:
         w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
         X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
         U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
-        t, t_u = fn(X, U, P[n_p - m.np :])
+        t, t_u, K = fn(X, U, P[n_p - m.np :])
         params = [P, ca.vec(t[:, 1:])] + ([ca.vec(t_u)] if self._tr.soft_input_tube else [])
-        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u])
+        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u, K])
 
     def _failed_tube(
         self,
@@ -1181,14 +1183,32 @@ class MPC:
         w[L.x[0]] = x0
         return w
 
-    def _fallback(self) -> np.ndarray:
-        if self._plan_u is not None and self._current:  # start's plan is for this call
-            return np.clip(self._plan_u[0], self._cons.u_min, self._cons.u_max)
-        if self._plan_u is not None and len(self._plan_u) > 1:
-            u = self._plan_u[1]
-            (self._plan_u,) = _shifted(self._plan_u)
-            return np.clip(u, self._cons.u_min, self._cons.u_max)
-        return self.safe_input.copy()
+    def _fallback(self, x0: np.ndarray | None = None, P: ca.DM | None = None) -> np.ndarray:
+        """The input of a call nothing solved, at the measured state ``x0`` (``P``: the
+        NLP's parameters before the tube's): the last plan's input for this call (its first
+        after :meth:`start`, else its next, the plan then shifted), with the feedback tube
+        (and ``x0`` given) plus the tube's feedback on ``x0``'s deviation from the plan's
+        prediction,
+        ``K_k (x0 - x_plan_k)`` (the law its margins assume, the gains along the plan), and
+        ``safe_input`` without a plan; clipped to the input bounds."""
+        if self._plan_u is None or (not self._current and len(self._plan_u) < 2):
+            return self.safe_input.copy()
+        k = 0 if self._current else 1
+        u = self._plan_u[k].copy()
+        if self._tube_fn is not None and self.tube == "feedback" and x0 is not None:
+            L, nx = self._layout, self.model.nx
+            w = np.zeros(L.n_w)
+            w[L.x], w[L.u] = self._plan_x, self._plan_u
+            try:
+                K = np.asarray(self._tube_fn(ca.DM(w), P)[3])[:, k * nx : (k + 1) * nx]
+            except RuntimeError:  # a function along the plan failed: the plan's input alone
+                K = np.zeros((self.model.nu, nx))
+            feedback = K @ (x0 - self._plan_x[k])
+            if np.all(np.isfinite(feedback)):
+                u = u + feedback
+        if k:
+            self._plan_u, self._plan_x = _shifted(self._plan_u, self._plan_x)
+        return np.clip(u, self._cons.u_min, self._cons.u_max)
 
     def _status(self, sol, stats: dict, elapsed: float, error: Exception | None) -> Status:
         if error is not None:

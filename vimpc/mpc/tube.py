@@ -207,9 +207,11 @@ def tube_function(
     R: Any = None,
     errors: str = "box",
 ) -> ca.Function:
-    """``(x (nx, N+1), u (nu, N), p) -> (t (m, N+1), t_u (nu, N))``: the tightening of the
-    ``m`` rows of ``safety`` (a function of the observation) at every stage (column 0 is
-    zero) and of the inputs at every stage (zero open loop and at stage 0).
+    """``(x (nx, N+1), u (nu, N), p) -> (t (m, N+1), t_u (nu, N), K (nu, nx N))``: the
+    tightening of the ``m`` rows of ``safety`` (a function of the observation) at every stage
+    (column 0 is zero) and of the inputs at every stage (zero open loop and at stage 0), and
+    the feedback the tube assumes, ``u_k = u_plan_k + K_k (x_k - x_plan_k)`` (the gains side
+    by side; zero open loop).
 
     ``kind`` is ``"open_loop"`` (the box ``e_{k+1} = |A_k| e_k + w_k``, or the Lipschitz form)
     or ``"feedback"`` (the LQR gains' ellipsoid, with the weights ``Q`` on the observation
@@ -279,9 +281,9 @@ def tube_function(
         return ca.Function(
             "tube",
             [X, U, P],
-            [ca.horzcat(*columns), ca.horzcat(*inputs)],
+            [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)],
             ["x", "u", "p"],
-            ["t", "t_u"],
+            ["t", "t_u", "K"],
         )
 
     As = [out[1][:, k * nx : (k + 1) * nx] for k in range(N)]
@@ -316,9 +318,9 @@ def tube_function(
     return ca.Function(
         "tube",
         [X, U, P],
-        [ca.horzcat(*columns), ca.horzcat(*inputs)],
+        [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)],
         ["x", "u", "p"],
-        ["t", "t_u"],
+        ["t", "t_u", "K"],
     )
 
 
