@@ -86,8 +86,10 @@ ROWS = {
         CLNN,
         ['controller.time_budget="none"'],
     ),
-    # half the scenario's time budget (a machine twice as busy): less for the descent
+    # a smaller time budget (a machine ~1.7 times as slow): less for the tries and the descent
     "CLNN, feedback tube, gaussian, 15 ms budget": (CLNN, ["controller.time_budget=0.015"]),
+    # a larger one: more for them, with the solve's p95 above half the 50 ms period
+    "CLNN, feedback tube, gaussian, 30 ms budget": (CLNN, ["controller.time_budget=0.03"]),
     # the tube along the plan widened towards the previous call's
     "CLNN, feedback tube, gaussian, tube memory 0.8": (CLNN, ["controller.tube_memory=0.8"]),
 }
@@ -468,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
         "held-out open-loop trajectories, reaching the rail through to_obs; the condensed "
         "Gauss-Newton SQP on the implicit transcription to an input step of 1e-3, its cold "
         "starts and the warm solves it does not finish within the scenario's 100 "
-        "iterations within 30 % of the 30 ms time budget (and again with the last solved "
+        "iterations within 40 % of the 25 ms time budget (and again with the last solved "
         "call's tube) by the single-shooting descent in the rest of it, whose last iterate "
         "is used where it meets the rows (else the fallback input), the cold starts by "
         "fatrop to tol 1e-6, or (row 'fatrop alone') fatrop to tol 1e-6 in every call. The "
