@@ -58,7 +58,7 @@ class MPCResult:
             came from the condensed SQP's single-shooting descent (``CondensedSQP.descend``),
             after its condensed SQP tries did not converge within their shares of the budget:
             converged (``SOLVED``), or its last accepted iterate (``ITERATION_LIMIT``; the
-            fallback where that does not meet the rows).
+            fallback where its tightened rows do not hold without slack).
         cost: optimal objective value (nan on failure).
         fallback: True when ``u`` is the documented fallback.
         tube: the tightening applied to each safety row at each stage in this solve,
