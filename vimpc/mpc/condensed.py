@@ -448,7 +448,8 @@ class CondensedSQP:
         the start is the iterate returned."""
         start = time.perf_counter()
         L = self.layout
-        if self._simulate is None:
+        if self._simulate is None:  # interpreted: compiled, the CLNN cart-pole's 20 stages
+            # took 2.4 ms against 2.1 ms (its step is a rootfinder)
             self._simulate = _Buffered(self._step_fn.mapaccum("simulate", self.N))
         P = np.asarray(P, dtype=np.float64).reshape(-1)
         lbw, ubw = np.asarray(lbw, np.float64).reshape(-1), np.asarray(ubw, np.float64).reshape(-1)

@@ -1189,7 +1189,8 @@ class MPC:
         after :meth:`start`, else its next, the plan then shifted), with the feedback tube
         (and ``x0`` given) plus the tube's feedback on ``x0``'s deviation from the plan's
         prediction,
-        ``K_k (x0 - x_plan_k)`` (the law its margins assume, the gains along the plan), and
+        ``K_k (x0 - x_plan_k)`` (the law its margins assume, the gains along the plan; the
+        plan's input alone where they do not evaluate or the term is not finite), and
         ``safe_input`` without a plan; clipped to the input bounds."""
         if self._plan_u is None or (not self._current and len(self._plan_u) < 2):
             return self.safe_input.copy()

@@ -210,7 +210,7 @@ def check_option(key: str, value: Any) -> Any:
     (numpy numbers accepted), or an :class:`InputError` naming the key, the value and what
     the table allows."""
     setting = SETTINGS[key]
-    if value is None and setting.default is None:
+    if setting.default is None and (value is None or (setting.unset and value == setting.unset)):
         return None
     if key == "time_budget":
         return _time_budget(value)
@@ -223,11 +223,9 @@ def check_option(key: str, value: Any) -> Any:
     return setting.check(key, value, InputError)
 
 
-def _time_budget(value: Any) -> float | None:
-    """The time budget in seconds (None, or ``"none"`` where a scenario's budget is
-    overridden: none), or an InputError naming it."""
-    if value is None or (isinstance(value, str) and value.lower() == "none"):
-        return None
+def _time_budget(value: Any) -> float:
+    """The time budget in seconds, or an InputError naming it (None and the setting's
+    ``unset`` word are :func:`check_option`'s)."""
     bad = isinstance(value, (bool, np.bool_, str, bytes))
     try:
         budget = math.nan if bad else float(value)
