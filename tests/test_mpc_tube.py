@@ -14,6 +14,7 @@ from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, PathConstraint
+from vimpc.mpc import tube as tube_module
 from vimpc.mpc.problem import SafetyRows
 from vimpc.mpc.tube import state_jacobian, tube_function
 
@@ -278,6 +279,35 @@ def test_tube_without_expandable_step_uses_mx_and_agrees():
     np.testing.assert_allclose(fb[0][0][1], [np.sqrt(S[1, 1]) for S in sigmas], rtol=1e-9)
     # the gains the tube assumes, side by side: the controller's fallback applies them
     np.testing.assert_allclose(fb[0][2], np.hstack(gains), rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["open_loop", "feedback"])
+def test_a_heavy_bound_stays_mx_and_gives_the_expanded_tube(kind, monkeypatch):
+    # a state-dependent bound with dense products (a GP-like posterior spread over 60
+    # centres, ~10^4 scalar operations): above BOUND_EXPAND_LIMIT it is kept MX and mapped
+    # outside the SX propagation; the margins and gains are those of the fully expanded tube
+    rng = np.random.default_rng(3)
+    centres, P = rng.standard_normal((60, 3)), np.tril(rng.standard_normal((60, 60))) / 60
+    x, u, p = ca.MX.sym("x", 2), ca.MX.sym("u", 1), ca.MX.sym("p", 0)
+    z = ca.vertcat(x, u)
+    k = ca.exp(-0.5 * ca.sum2((ca.DM(centres) - ca.repmat(z.T, 60, 1)) ** 2))
+    spread = 1.0 + ca.sumsqr(ca.mtimes(ca.DM(P), k))
+    bound = ca.Function("bound", [x, u, p], [ca.DM([2e-3, 1e-2]) * spread])
+    assert bound.expand().n_instructions() > tube_module.BOUND_EXPAND_LIMIT
+    model = dataclasses.replace(_double_integrator([0.0, 0.0]), bound=bound)
+    N = 6
+    inputs = np.linspace(-1.0, 1.0, N).reshape(N, 1)
+    xs = model.simulate([0.1, 0.2], inputs)
+    safety = SafetyRows.of(Constraints(obs_max=[1.0, 1.0]).resolved(2, 1), ("s", "v")).function
+    options = dict(kind=kind, Q=np.diag([1.0, 0.5]), R=0.3) if kind == "feedback" else {}
+    kept = tube_function(model, N, safety, **options)
+    monkeypatch.setattr(tube_module, "BOUND_EXPAND_LIMIT", 10**7)
+    expanded = tube_function(model, N, safety, **options)
+    assert (kept.class_name(), expanded.class_name()) == ("MXFunction", "SXFunction")
+    a, b = kept(xs.T, inputs.T, []), expanded(xs.T, inputs.T, [])
+    assert float(ca.mmax(a[0])) > 0
+    for ours, theirs in zip(a, b, strict=True):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-12, atol=1e-15)
 
 
 def test_failed_solve_still_reports_the_applied_tube():

@@ -60,6 +60,12 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 
 TUBES = ("feedback", "open_loop")
+#: A bound whose expansion to scalar operations exceeds this many stays MX and is called
+#: once per stage of the plan, its dense products in loops: the GP-VI cart-pole's bound
+#: (posterior spreads of two GPs on 100 support points: 104,108 operations per stage) took
+#: 3.3 ms expanded against 0.42 ms as MX over a horizon of 20, both compiled (309 s against
+#: 0.5 s to compile); the constant and nominal models' bounds have a few dozen.
+BOUND_EXPAND_LIMIT = 2000
 ERRORS = ("box", "gaussian")
 
 
@@ -240,7 +246,7 @@ def tube_function(
     shape, margin = (
         gaussian_factors(model.delta, nx, bound_steps(model)) if errors == "gaussian" else (nx, 1.0)
     )
-    fns = {"bound": model.bound, "to_obs": model.to_obs, "safety": safety}
+    fns = {"to_obs": model.to_obs, "safety": safety}
     if lipschitz is None:
         fns["jacobians"] = step_jacobians(model)
     expanded = {name: None if keeps_mx(model) else expanded_or_none(fn) for name, fn in fns.items()}
@@ -248,6 +254,7 @@ def tube_function(
         fns, sym = expanded, ca.SX
     else:  # a rootfinder, linear solve, callback or dense products inside: stay with MX
         sym = ca.MX
+    bound = model.bound if sym is ca.MX else _scalar_or_none(model.bound)
     x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
 
     obs = fns["to_obs"](x)
@@ -255,15 +262,14 @@ def tube_function(
     sensitivity = ca.Function(
         "sensitivity", [x], [row_gradients if feedback else ca.fabs(row_gradients)]
     )
-    stage_out = [fns["bound"](x, u, p)]
+    X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
+    # the bound along the plan (nx, N); a bound heavier than BOUND_EXPAND_LIMIT stays MX,
+    # mapped outside the propagation, which takes it as an input
+    W = sym.sym("w", nx, N) if bound is None else bound.map(N)(X[:, :-1], U, ca.repmat(P, 1, N))
     if lipschitz is None:
         A, B = fns["jacobians"](x, u, z, p)
-        stage_out += [A if feedback else ca.fabs(A), B]
-    stage = ca.Function("stage", [x, u, z, p], stage_out)
-
-    X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
-    out = stage.map(N).call([X[:, :-1], U, X[:, 1:], ca.repmat(P, 1, N)])
-    W = out[0]
+        stage = ca.Function("stage", [x, u, z, p], [A if feedback else ca.fabs(A), B])
+        out = stage.map(N).call([X[:, :-1], U, X[:, 1:], ca.repmat(P, 1, N)])
     C = sensitivity.map(N)(X[:, 1:])  # (m, nx N), stages 1..N
     m = safety.numel_out(0)
     columns = [sym.zeros(m, 1)]
@@ -272,22 +278,17 @@ def tube_function(
         e = sym.zeros(nx, 1)
         for k in range(N):
             if lipschitz is None:
-                grown = ca.mtimes(out[1][:, k * nx : (k + 1) * nx], e)
+                grown = ca.mtimes(out[0][:, k * nx : (k + 1) * nx], e)
             else:
                 grown = lipschitz * ca.mmax(e) * sym.ones(nx, 1)
             e = grown + W[:, k]
             columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
         inputs += [sym.zeros(nu, 1)] * (N - 1)
-        return ca.Function(
-            "tube",
-            [X, U, P],
-            [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)],
-            ["x", "u", "p"],
-            ["t", "t_u", "K"],
-        )
+        outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)]
+        return _assembled(outputs, (X, U, P, W), None if bound is not None else model.bound)
 
-    As = [out[1][:, k * nx : (k + 1) * nx] for k in range(N)]
-    Bs = [out[2][:, k * nu : (k + 1) * nu] for k in range(N)]
+    As = [out[0][:, k * nx : (k + 1) * nx] for k in range(N)]
+    Bs = [out[1][:, k * nu : (k + 1) * nu] for k in range(N)]
     to_obs_jac = ca.Function("to_obs_jacobian", [x], [ca.jacobian(obs, x)]).map(N + 1)(X)
     Qx = [
         ca.mtimes([to_obs_jac[:, k * nx : (k + 1) * nx].T, Q, to_obs_jac[:, k * nx : (k + 1) * nx]])
@@ -315,13 +316,24 @@ def tube_function(
         if k + 1 < N:
             Kn = gains[k + 1]
             inputs.append(margin * _root(ca.sum2(ca.mtimes(Kn, Sigma) * Kn)))
-    return ca.Function(
-        "tube",
-        [X, U, P],
-        [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)],
-        ["x", "u", "p"],
-        ["t", "t_u", "K"],
-    )
+    outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)]
+    return _assembled(outputs, (X, U, P, W), None if bound is not None else model.bound)
+
+
+def _assembled(outputs: list, symbols: tuple, kept_bound: ca.Function | None) -> ca.Function:
+    """The tube function ``(x, u, p) -> (t, t_u, K)`` from its ``outputs`` in the
+    ``symbols`` ``(X, U, P, W)``; with ``kept_bound`` (an MX bound, see
+    :data:`BOUND_EXPAND_LIMIT`) the propagation, a function of ``W`` too, is called with
+    that bound mapped along the plan."""
+    X, U, P, W = symbols
+    names = (["x", "u", "p"], ["t", "t_u", "K"])
+    if kept_bound is None:
+        return ca.Function("tube", [X, U, P], outputs, *names)
+    propagation = ca.Function("tube_propagation", [X, U, P, W], outputs, [*names[0], "w"], names[1])
+    Xm, Um, Pm = (ca.MX.sym(n, v.shape) for n, v in zip(names[0], (X, U, P), strict=True))
+    N = U.shape[1]
+    Wm = kept_bound.map(N)(Xm[:, :-1], Um, ca.repmat(Pm, 1, N))
+    return ca.Function("tube", [Xm, Um, Pm], propagation(Xm, Um, Pm, Wm), *names)
 
 
 def tube_failure_cause(
@@ -422,6 +434,15 @@ def _root(q):
     """``sqrt(q)`` of a quadratic form, 0 where round-off makes it negative; NaN and inf pass
     through (``fmax(q, 0)`` would turn a NaN, an ellipsoid that is not finite, into 0)."""
     return ca.if_else(q < 0, 0, ca.sqrt(q))
+
+
+def _scalar_or_none(bound: ca.Function) -> ca.Function | None:
+    """``bound`` expanded to SX where that gives at most :data:`BOUND_EXPAND_LIMIT`
+    operations; None where it stays MX (no SX form, or heavier)."""
+    expanded = expanded_or_none(bound)
+    if expanded is None or expanded.n_instructions() > BOUND_EXPAND_LIMIT:
+        return None
+    return expanded
 
 
 def expanded_or_none(fn: ca.Function) -> ca.Function | None:
