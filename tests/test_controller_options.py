@@ -192,6 +192,7 @@ BAD = [
     ("rti_start", "fatropp", "one of"),
     ("condensed_start", "none", "one of"),
     ("warm_barrier", 0.0, "positive"),
+    ("warm_max_iter", 0, "positive integer"),
     ("rti_regularization", -1.0, "non-negative"),
     ("max_iter", 0, "positive integer"),
     ("max_iter", 2.5, "integer"),

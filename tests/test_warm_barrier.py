@@ -1,6 +1,7 @@
 """``warm_barrier``: fatrop's and ipopt's solves from the previous plan start at a small
 barrier parameter; the first plan keeps the solver's own start, the plans stay the same,
-and the option is refused where no interior-point solver reads it."""
+and the option is refused where no interior-point solver reads it. ``warm_max_iter``: the
+same solves stop at their own iteration limit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost
-from vimpc.mpc.solvers import WARM_BOUND_PUSH, warm_barrier_options
+from vimpc.mpc.solvers import WARM_BOUND_PUSH, warm_options
 
 MODEL = NominalModel(Pendulum(), 0.05).discrete_model()
 COST = Cost(Q=[1.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
@@ -61,7 +62,7 @@ def test_a_failed_solve_makes_the_next_one_cold():
 
 def test_the_options_of_the_warm_instance():
     opts = {"fatrop": {"print_level": 0, "tol": 1e-4}, "expand": True}
-    warm = warm_barrier_options("fatrop", opts, 1e-3)
+    warm = warm_options("fatrop", opts, 1e-3)
     assert warm["fatrop"] == {
         "print_level": 0,
         "tol": 1e-4,
@@ -69,8 +70,38 @@ def test_the_options_of_the_warm_instance():
         "bound_push": WARM_BOUND_PUSH,
     }
     assert opts["fatrop"] == {"print_level": 0, "tol": 1e-4}  # the cold options untouched
-    assert warm_barrier_options("ipopt", {"ipopt": {}}, 1e-2) == {"ipopt": {"mu_init": 1e-2}}
-    assert warm_barrier_options("fatrop", opts, None) is None
+    assert warm_options("ipopt", {"ipopt": {}}, 1e-2) == {"ipopt": {"mu_init": 1e-2}}
+    assert warm_options("fatrop", opts, None) is None
+    limited = warm_options("fatrop", opts, None, 7)
+    assert limited["fatrop"] == {"print_level": 0, "tol": 1e-4, "max_iter": 7}  # no mu_init
+    assert warm_options("ipopt", {"ipopt": {}}, 1e-2, 7) == {
+        "ipopt": {"mu_init": 1e-2, "max_iter": 7}
+    }
+
+
+@pytest.mark.parametrize("solver", ["fatrop", "ipopt"])
+def test_warm_max_iter_limits_the_solves_from_the_previous_plan_alone(solver):
+    kw = dict(solver=solver, tol=1e-8, max_iter=200, jit="none")
+    x = np.array([0.1, 0.0])
+    free, limited = (
+        MPC(MODEL, 20, COST, CONS, **kw),
+        MPC(MODEL, 20, COST, CONS, warm_max_iter=2, **kw),
+    )
+    first, first_limited = free.start(x), limited.start(x)
+    assert first_limited.iterations == first.iterations > 2  # the first plan keeps max_iter
+    free_its, statuses = [], set()
+    for _ in range(30):
+        r, r_limited = free(x), limited(x)
+        free_its.append(r.iterations)
+        if limited._stepper is limited._warm_solver:  # a solve after a failed one is cold
+            # stopped after 2 iterations (fatrop counts the one it stopped in: 3)
+            assert r_limited.iterations <= 3, r_limited.iterations
+            statuses.add(r_limited.status.name)
+        else:
+            assert statuses - {"SOLVED"}  # only after a solve the limit stopped
+        x = np.asarray(MODEL.step(x, r.u, MODEL.p_default)).reshape(-1)
+    assert max(free_its) > 3  # the limit did stop solves that needed more
+    assert statuses <= {"SOLVED", "ITERATION_LIMIT", "FAILED"} and statuses - {"SOLVED"}
 
 
 def test_a_compiled_nlp_serves_both_instances_from_one_library(tmp_path, monkeypatch, caplog):
@@ -95,3 +126,5 @@ def test_warm_barrier_is_refused_with_a_solver_that_would_ignore_it():
     with pytest.raises(InputError) as err:
         MPC(MODEL, 5, COST, solver="sqpmethod", warm_barrier=1e-3)
     assert "warm_barrier=0.001 applies only to solver='fatrop' or 'ipopt'" in str(err.value)
+    with pytest.raises(InputError, match="warm_max_iter=5 applies only to solver='fatrop'"):
+        MPC(MODEL, 5, COST, solver="sqpmethod", warm_max_iter=5)

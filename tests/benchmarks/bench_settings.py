@@ -8,6 +8,7 @@ Run from the repository root::
     python tests/benchmarks/bench_settings.py --study tube_memory ...
     python tests/benchmarks/bench_settings.py --study jit ...
     python tests/benchmarks/bench_settings.py --study horizon ...
+    python tests/benchmarks/bench_settings.py --study warm_max_iter ...
 
 ``warm_barrier`` (the scenarios whose controller is ``fatrop``; values none, 1e-2, 1e-3,
 1e-4): ``none``: every solve starts at fatrop's own barrier parameter 0.1 and bound push
@@ -20,6 +21,9 @@ a network's dense products, with an NLP solver; values none, nlp): the NLP inter
 compiled to C with the dense products on CasADi's OpenBLAS (what ``"auto"`` chooses where
 CasADi ships it, marked). ``horizon`` (the scenarios solved by the condensed SQP, whose
 solve time grows with it; values 5, 8, 10, 20): the prediction horizon in steps.
+``warm_max_iter`` (the scenarios whose controller is ``fatrop``; values none, 15, 25, 40): the
+iteration limit of the solves from the previous plan (``none``: ``max_iter``); a solve it
+stops uses its iterate where that meets the constraints, else the fallback input.
 
 Each scenario runs closed loop at its settings but the study's (the scenario's own value
 among the rows, marked), once per value, over the same episodes (reset seeds from
@@ -27,6 +31,7 @@ among the rows, marked), once per value, over the same episodes (reset seeds fro
 one process, the NLP compiled as ``jit = "auto"`` chooses but in the jit study). Solve times
 and iterations pooled over every call; not SOLVED: calls whose status is not ``SOLVED`` (iteration limit
 and failures, each applying what the status says); late: calls longer than the period;
+slowest call: the longest controller call (tube, solve and the Python around them);
 success: the scenario's success test, with its Wilson 95 % interval; violation: the
 largest violation of the scenario's safety rows by the true state (0: none); min margin:
 the smallest distance of the true state inside them; the tracking RMSE of the success test's
@@ -71,6 +76,11 @@ def _steps(text: str) -> int:
     return steps
 
 
+def _iterations(text: str) -> int | None:
+    """An iteration limit: ``none`` or a whole number >= 1."""
+    return None if text == "none" else _steps(text)
+
+
 def _jit(text: str) -> str:
     if text not in ("none", "nlp", "model"):
         raise ValueError(text)
@@ -111,9 +121,20 @@ STUDIES = {
         ("pendulum_swingup", ["5", "10"]),
         _steps,
     ),
+    "warm_max_iter": (
+        lambda cfg: cfg["controller"]["solver"] == "fatrop",
+        ["none", "15", "25", "40"],
+        "fatrop's solves from the previous plan: their iteration limit",
+        ("cartpole_swingup", ["none", "3"]),
+        _iterations,
+    ),
 }
 #: what each study's values must be, for the message of a wrong one
-EXPECTED = {"jit": "'none', 'nlp' or 'model'", "horizon": "a whole number >= 1"}
+EXPECTED = {
+    "jit": "'none', 'nlp' or 'model'",
+    "horizon": "a whole number >= 1",
+    "warm_max_iter": "'none' or a whole number >= 1",
+}
 QUICK = {"episodes": 1}
 #: the smoke test's overrides of a quick scenario: the safe cart-pole's bound calibrated on
 #: held-out data, not on 100 closed-loop episodes (~95 s)
@@ -184,6 +205,8 @@ def run(
                 "episodes": len(eps),
                 "solves": len(times),
                 **ms_stats(times),
+                "call_max_ms": 1e3
+                * float(np.nanmax(np.concatenate([t.call_times for t, _ in eps]))),
                 "iterations_median": float(np.median(its)),
                 "iterations_p95": float(np.percentile(its, 95)),
                 "iterations_max": int(its.max()),
@@ -236,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("median_ms", "median [ms]", ".3g"),
                 ("p95_ms", "p95 [ms]", ".3g"),
                 ("max_ms", "max [ms]", ".3g"),
+                ("call_max_ms", "slowest call [ms]", ".3g"),
                 ("iterations_median", "iterations median", ".0f"),
                 ("iterations_p95", "iterations p95", ".0f"),
                 ("iterations_max", "iterations max", ""),

@@ -49,7 +49,7 @@ from vimpc.mpc.solvers import (
     qp_options,
     qp_solver,
     time_budget_options,
-    warm_barrier_options,
+    warm_options,
 )
 from vimpc.mpc.transcription import n_slacks, transcribe
 from vimpc.mpc.tube import (
@@ -128,6 +128,12 @@ class MPC:
             iterations walking back to a plan it already had; a small start saves them
             where the plan changes little between samples, and fails more solves where it
             changes much (``results/benchmarks/warm_barrier.md``).
+        warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
+            previous plan; the first plan (:meth:`start`) and a solve after a failed one keep
+            ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
+            (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
+            meets the constraints (the iterate is used), else ``FAILED`` (the fallback).
+            ``None`` (default): ``max_iter``.
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
         period: the sampling period [s], the time between two calls (default ``model.dt``:
             the controller is called once per model step). A call whose wall time (tube,
@@ -280,6 +286,7 @@ class MPC:
         rti_regularization: float = DEFAULTS["rti_regularization"],
         condensed_start: str = DEFAULTS["condensed_start"],
         warm_barrier: float | None = DEFAULTS["warm_barrier"],
+        warm_max_iter: int | None = DEFAULTS["warm_max_iter"],
         max_iter: int = DEFAULTS["max_iter"],
         tol: float = DEFAULTS["tol"],
         period: float | None = DEFAULTS["period"],
@@ -507,9 +514,11 @@ class MPC:
                 if self._real_time(solver, hessian, given_options):
                     self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
                 else:
-                    # fatrop/ipopt with warm_barrier: a second instance of the same NLP (one
-                    # compiled library) for the solves from a previous plan
-                    warm_opts = warm_barrier_options(plugin, opts, checked["warm_barrier"])
+                    # fatrop/ipopt with warm_barrier or warm_max_iter: a second instance of
+                    # the same NLP (one compiled library) for the solves from a previous plan
+                    warm_opts = warm_options(
+                        plugin, opts, checked["warm_barrier"], checked["warm_max_iter"]
+                    )
                     variants = [opts] + ([] if warm_opts is None else [warm_opts])
                     first = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
                     solvers = compiled_nlpsol(first, plugin, variants) if cached_nlp else None

@@ -35,6 +35,7 @@ SOLVER_OPTIONS = {
     **dict.fromkeys(RTI_OPTIONS, ("rti",)),
     "condensed_start": ("condensed",),
     "warm_barrier": INTERIOR_POINT,
+    "warm_max_iter": INTERIOR_POINT,
 }
 #: every option that only some solvers read, the SQP presets' among them, and its readers
 OPTION_READERS = {**SOLVER_OPTIONS, **dict.fromkeys(SQP_OPTIONS, SQP_SOLVERS)}
@@ -108,6 +109,16 @@ SETTINGS: dict[str, Setting] = {
         "on the nominal cart-pole it fails more solves (results/benchmarks/warm_barrier.md)",
         rule=POSITIVE,
     ),
+    "warm_max_iter": Setting(
+        int,
+        None,
+        "`fatrop`/`ipopt` only: the iteration limit of a solve from the previous plan (an "
+        "episode's first plan and a solve after a failed one keep `max_iter`): the bound on "
+        "a real-time solve for fatrop, which has no time limit. A solve stopped there uses "
+        "its iterate where that meets the constraints (`ITERATION_LIMIT`), else applies the "
+        "fallback input (`FAILED`). Not set: `max_iter`",
+        rule=POSITIVE,
+    ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
     "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
     "period": Setting(
@@ -122,7 +133,7 @@ SETTINGS: dict[str, Setting] = {
         None,
         "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
         "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`, `condensed`'s own "
-        "clock, not for its cold starts; `fatrop` has no time limit and is refused): a solve "
+        "clock, not for its cold starts; `fatrop` has no time limit and is refused: see `warm_max_iter`): a solve "
         "stopped by it reports `TIME_LIMIT` and applies the fallback input (`condensed`: "
         "its descent's last iterate where it meets the constraints, `ITERATION_LIMIT`); not "
         "set: none",
@@ -267,7 +278,8 @@ def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
 
 def ignored_solver_options(solver: str, options: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The options that some solvers alone read (:data:`SOLVER_OPTIONS`: ``rti_start``,
-    ``rti_regularization``, ``condensed_start``, ``warm_barrier``) that ``options`` sets away
+    ``rti_regularization``, ``condensed_start``, ``warm_barrier``, ``warm_max_iter``) that
+    ``options`` sets away
     from their defaults while ``solver`` is another: ``(option, the solvers that read it)``,
     the solvers quoted and joined by "or" (``"'fatrop' or 'ipopt'"``)."""
     return [

@@ -136,6 +136,7 @@ def nlpsol_options(
 
 
 #: the interior-point solvers, whose solves from a previous plan ``warm_barrier`` starts
+#: and ``warm_max_iter`` limits
 INTERIOR_POINT = ("fatrop", "ipopt")
 #: fatrop's ``bound_push`` for the solves that ``warm_barrier`` starts: how far (relative) the
 #: previous plan's variables are pushed into the interior of their bounds (fatrop's own is
@@ -144,20 +145,24 @@ INTERIOR_POINT = ("fatrop", "ipopt")
 WARM_BOUND_PUSH = 1e-6
 
 
-def warm_barrier_options(
-    plugin: str, opts: dict[str, Any], mu: float | None
+def warm_options(
+    plugin: str, opts: dict[str, Any], mu: float | None, max_iter: int | None = None
 ) -> dict[str, Any] | None:
     """The options ``opts`` of an interior-point ``plugin`` (``fatrop``, ``ipopt``) for
     its solves from a previous plan: the barrier parameter starting at ``mu`` (``mu_init``),
     and for fatrop the bounds' push at :data:`WARM_BOUND_PUSH` (at most ``mu``'s own push
-    where ``opts`` sets a smaller one); None when ``mu`` is None or ``plugin`` is none of
-    them (the preset check refuses ``warm_barrier`` with other solvers before this)."""
-    if mu is None or plugin not in INTERIOR_POINT:
+    where ``opts`` sets a smaller one); the iteration limit ``max_iter``. None when both are
+    None or ``plugin`` is none of them (the preset check refuses ``warm_barrier`` and
+    ``warm_max_iter`` with other solvers before this)."""
+    if (mu is None and max_iter is None) or plugin not in INTERIOR_POINT:
         return None
     table = dict(opts.get(plugin, {}))
-    table["mu_init"] = mu
-    if plugin == "fatrop":
-        table["bound_push"] = min(WARM_BOUND_PUSH, table.get("bound_push", WARM_BOUND_PUSH))
+    if mu is not None:
+        table["mu_init"] = mu
+        if plugin == "fatrop":
+            table["bound_push"] = min(WARM_BOUND_PUSH, table.get("bound_push", WARM_BOUND_PUSH))
+    if max_iter is not None:
+        table["max_iter"] = max_iter
     return {**opts, plugin: table}
 
 
@@ -372,7 +377,8 @@ def check_timed(
             f"{prefix}time_budget = {budget!r} s cannot be kept by {prefix}solver = {solver!r}: "
             f"in CasADi {ca.__version__} it has no wall-time option and does not call an "
             "iteration callback; use solver 'ipopt' or 'sqpmethod' with a time budget, or "
-            f"bound {solver}'s solves by max_iter and leave {prefix}time_budget unset"
+            f"bound {solver}'s solves from the previous plan by {prefix}warm_max_iter and "
+            f"leave {prefix}time_budget unset"
         )
 
 
