@@ -255,6 +255,7 @@ def tube_function(
     else:  # a rootfinder, linear solve, callback or dense products inside: stay with MX
         sym = ca.MX
     bound = model.bound if sym is ca.MX else _scalar_or_none(model.bound)
+    kept = model.bound if bound is None else None  # mapped outside the propagation
     x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
 
     obs = fns["to_obs"](x)
@@ -285,7 +286,7 @@ def tube_function(
             columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
         inputs += [sym.zeros(nu, 1)] * (N - 1)
         outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)]
-        return _assembled(outputs, (X, U, P, W), None if bound is not None else model.bound)
+        return _assembled(outputs, (X, U, P, W), kept)
 
     As = [out[0][:, k * nx : (k + 1) * nx] for k in range(N)]
     Bs = [out[1][:, k * nu : (k + 1) * nu] for k in range(N)]
@@ -317,7 +318,7 @@ def tube_function(
             Kn = gains[k + 1]
             inputs.append(margin * _root(ca.sum2(ca.mtimes(Kn, Sigma) * Kn)))
     outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)]
-    return _assembled(outputs, (X, U, P, W), None if bound is not None else model.bound)
+    return _assembled(outputs, (X, U, P, W), kept)
 
 
 def _assembled(outputs: list, symbols: tuple, kept_bound: ca.Function | None) -> ca.Function:
