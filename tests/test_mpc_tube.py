@@ -284,7 +284,7 @@ def test_tube_without_expandable_step_uses_mx_and_agrees():
 @pytest.mark.parametrize("kind", ["open_loop", "feedback"])
 def test_a_heavy_bound_stays_mx_and_gives_the_expanded_tube(kind, monkeypatch):
     # a state-dependent bound with dense products (a GP-like posterior spread over 60
-    # centres, ~10^4 scalar operations): above BOUND_EXPAND_LIMIT it is kept MX and mapped
+    # centres, ~10^4 scalar operations): above CALL_LIMIT it is kept MX and mapped
     # outside the SX propagation; the margins and gains are those of the fully expanded tube
     rng = np.random.default_rng(3)
     centres, P = rng.standard_normal((60, 3)), np.tril(rng.standard_normal((60, 60))) / 60
@@ -293,7 +293,7 @@ def test_a_heavy_bound_stays_mx_and_gives_the_expanded_tube(kind, monkeypatch):
     k = ca.exp(-0.5 * ca.sum2((ca.DM(centres) - ca.repmat(z.T, 60, 1)) ** 2))
     spread = 1.0 + ca.sumsqr(ca.mtimes(ca.DM(P), k))
     bound = ca.Function("bound", [x, u, p], [ca.DM([2e-3, 1e-2]) * spread])
-    assert bound.expand().n_instructions() > tube_module.BOUND_EXPAND_LIMIT
+    assert bound.expand().n_instructions() > tube_module.CALL_LIMIT
     model = dataclasses.replace(_double_integrator([0.0, 0.0]), bound=bound)
     N = 6
     inputs = np.linspace(-1.0, 1.0, N).reshape(N, 1)
@@ -301,13 +301,34 @@ def test_a_heavy_bound_stays_mx_and_gives_the_expanded_tube(kind, monkeypatch):
     safety = SafetyRows.of(Constraints(obs_max=[1.0, 1.0]).resolved(2, 1), ("s", "v")).function
     options = dict(kind=kind, Q=np.diag([1.0, 0.5]), R=0.3) if kind == "feedback" else {}
     kept = tube_function(model, N, safety, **options)
-    monkeypatch.setattr(tube_module, "BOUND_EXPAND_LIMIT", 10**7)
+    monkeypatch.setattr(tube_module, "CALL_LIMIT", 10**7)
     expanded = tube_function(model, N, safety, **options)
     assert (kept.class_name(), expanded.class_name()) == ("MXFunction", "SXFunction")
     a, b = kept(xs.T, inputs.T, []), expanded(xs.T, inputs.T, [])
     assert float(ca.mmax(a[0])) > 0
     for ours, theirs in zip(a, b, strict=True):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"lipschitz": 1.5}, {"kind": "feedback", "Q": np.diag([1.0, 0.5]), "R": 0.3}],
+    ids=["open_loop", "lipschitz", "feedback"],
+)
+def test_stage_functions_called_per_stage_give_the_inlined_tube(options, monkeypatch):
+    # above CALL_LIMIT operations a stage, the bound and the step's Jacobians are mapped as
+    # calls (one MX function) instead of inlined (one SX function): the same tube
+    model = _double_integrator(np.array([2e-3, 1e-2]), A=np.array([[1.0, DT], [-0.3, 0.9]]))
+    N = 5
+    inputs = np.linspace(-1.0, 1.0, N).reshape(N, 1)
+    xs = model.simulate([0.1, 0.2], inputs)
+    safety = SafetyRows.of(Constraints(obs_max=[1.0, 1.0]).resolved(2, 1), ("s", "v")).function
+    inlined = tube_function(model, N, safety, **options)
+    monkeypatch.setattr(tube_module, "CALL_LIMIT", 0)
+    called = tube_function(model, N, safety, **options)
+    assert (inlined.class_name(), called.class_name()) == ("SXFunction", "MXFunction")
+    for ours, theirs in zip(called(xs.T, inputs.T, []), inlined(xs.T, inputs.T, []), strict=True):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-13, atol=1e-16)
 
 
 def test_failed_solve_still_reports_the_applied_tube():

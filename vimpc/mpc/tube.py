@@ -60,12 +60,15 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 
 TUBES = ("feedback", "open_loop")
-#: A bound whose expansion to scalar operations exceeds this many stays MX and is called
-#: once per stage of the plan, its dense products in loops: the GP-VI cart-pole's bound
-#: (posterior spreads of two GPs on 100 support points: 104,108 operations per stage) took
-#: 3.3 ms expanded against 0.42 ms as MX over a horizon of 20, both compiled (309 s against
-#: 0.5 s to compile); the constant and nominal models' bounds have a few dozen.
-BOUND_EXPAND_LIMIT = 2000
+#: A tube whose bound expands to more than this many scalar operations a stage, or whose
+#: step Jacobians do, maps them over the plan as calls (the bound kept MX, its dense products
+#: in loops) rather than inlining a copy per stage. The GP-VI cart-pole's bound (posterior
+#: spreads of two GPs on 100 support points: 104,108 operations a stage) took 3.3 ms
+#: expanded against 0.42 ms as MX over a horizon of 20, both compiled (309 s against 0.5 s
+#: to compile); with its Jacobians (19,456 operations a stage) called too, its whole tube
+#: compiles in 5.5 s instead of 92 s and runs in 0.61 ms instead of 0.77. The nominal
+#: models' bounds and Jacobians have at most a few hundred.
+CALL_LIMIT = 2000
 ERRORS = ("box", "gaussian")
 
 
@@ -254,8 +257,6 @@ def tube_function(
         fns, sym = expanded, ca.SX
     else:  # a rootfinder, linear solve, callback or dense products inside: stay with MX
         sym = ca.MX
-    bound = model.bound if sym is ca.MX else _scalar_or_none(model.bound)
-    kept = model.bound if bound is None else None  # mapped outside the propagation
     x, u, z, p = sym.sym("x", nx), sym.sym("u", nu), sym.sym("x_next", nx), sym.sym("p", model.np)
 
     obs = fns["to_obs"](x)
@@ -263,14 +264,18 @@ def tube_function(
     sensitivity = ca.Function(
         "sensitivity", [x], [row_gradients if feedback else ca.fabs(row_gradients)]
     )
-    X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
-    # the bound along the plan (nx, N); a bound heavier than BOUND_EXPAND_LIMIT stays MX,
-    # mapped outside the propagation, which takes it as an input
-    W = sym.sym("w", nx, N) if bound is None else bound.map(N)(X[:, :-1], U, ca.repmat(P, 1, N))
+    # per stage of the plan: the bound, and the step's Jacobians (|A| for the box); they enter
+    # the propagation as inputs (W (nx, N), A (nx, nx N), B (nx, nu N))
+    scalar_bound = None if sym is ca.MX else _scalar_or_none(model.bound)
+    stage = None
     if lipschitz is None:
         A, B = fns["jacobians"](x, u, z, p)
         stage = ca.Function("stage", [x, u, z, p], [A if feedback else ca.fabs(A), B])
-        out = stage.map(N).call([X[:, :-1], U, X[:, 1:], ca.repmat(P, 1, N)])
+    inline = scalar_bound is not None and (stage is None or stage.n_instructions() <= CALL_LIMIT)
+    maps = (model.bound if scalar_bound is None else scalar_bound, stage, inline)
+    X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
+    W = sym.sym("w", nx, N)
+    out = [] if stage is None else [sym.sym("a", nx, nx * N), sym.sym("b", nx, nu * N)]
     C = sensitivity.map(N)(X[:, 1:])  # (m, nx N), stages 1..N
     m = safety.numel_out(0)
     columns = [sym.zeros(m, 1)]
@@ -286,7 +291,7 @@ def tube_function(
             columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
         inputs += [sym.zeros(nu, 1)] * (N - 1)
         outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)]
-        return _assembled(outputs, (X, U, P, W), kept)
+        return _assembled(ca.Function("propagation", [X, U, P, W, *out], outputs), *maps)
 
     As = [out[0][:, k * nx : (k + 1) * nx] for k in range(N)]
     Bs = [out[1][:, k * nu : (k + 1) * nu] for k in range(N)]
@@ -318,23 +323,27 @@ def tube_function(
             Kn = gains[k + 1]
             inputs.append(margin * _root(ca.sum2(ca.mtimes(Kn, Sigma) * Kn)))
     outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)]
-    return _assembled(outputs, (X, U, P, W), kept)
+    return _assembled(ca.Function("propagation", [X, U, P, W, *out], outputs), *maps)
 
 
-def _assembled(outputs: list, symbols: tuple, kept_bound: ca.Function | None) -> ca.Function:
-    """The tube function ``(x, u, p) -> (t, t_u, K)`` from its ``outputs`` in the
-    ``symbols`` ``(X, U, P, W)``; with ``kept_bound`` (an MX bound, see
-    :data:`BOUND_EXPAND_LIMIT`) the propagation, a function of ``W`` too, is called with
-    that bound mapped along the plan."""
-    X, U, P, W = symbols
-    names = (["x", "u", "p"], ["t", "t_u", "K"])
-    if kept_bound is None:
-        return ca.Function("tube", [X, U, P], outputs, *names)
-    propagation = ca.Function("tube_propagation", [X, U, P, W], outputs, [*names[0], "w"], names[1])
-    Xm, Um, Pm = (ca.MX.sym(n, v.shape) for n, v in zip(names[0], (X, U, P), strict=True))
-    N = U.shape[1]
-    Wm = kept_bound.map(N)(Xm[:, :-1], Um, ca.repmat(Pm, 1, N))
-    return ca.Function("tube", [Xm, Um, Pm], propagation(Xm, Um, Pm, Wm), *names)
+def _assembled(
+    propagation: ca.Function, bound: ca.Function, stage: ca.Function | None, inline: bool
+) -> ca.Function:
+    """The tube function ``(x, u, p) -> (t, t_u, K)``: the ``propagation`` ``(x, u, p, w[, a,
+    b]) -> (t, t_u, K)`` of the bound ``w`` and the step's Jacobians ``a, b`` along the plan,
+    those made by mapping ``bound`` and ``stage`` (None with a Lipschitz constant) over its
+    stages: ``inline``, one SX function (every part SX, none heavier than
+    :data:`CALL_LIMIT`); else one MX function whose maps are loops over calls of the stage
+    functions, each compiled once rather than once per stage."""
+    N = propagation.size2_in(1)
+    sym = ca.SX if inline else ca.MX
+    X, U, P = (sym.sym(name, propagation.sparsity_in(i)) for i, name in enumerate("xup"))
+    P_N = ca.repmat(P, 1, N)
+    W = bound.map(N)(X[:, :-1], U, P_N)
+    AB = [] if stage is None else stage.map(N).call([X[:, :-1], U, X[:, 1:], P_N])
+    return ca.Function(
+        "tube", [X, U, P], propagation.call([X, U, P, W, *AB]), ["x", "u", "p"], ["t", "t_u", "K"]
+    )
 
 
 def tube_failure_cause(
@@ -438,10 +447,10 @@ def _root(q):
 
 
 def _scalar_or_none(bound: ca.Function) -> ca.Function | None:
-    """``bound`` expanded to SX where that gives at most :data:`BOUND_EXPAND_LIMIT`
-    operations; None where it stays MX (no SX form, or heavier)."""
+    """``bound`` expanded to SX where that gives at most :data:`CALL_LIMIT` operations; None
+    where it stays MX (no SX form, or heavier)."""
     expanded = expanded_or_none(bound)
-    if expanded is None or expanded.n_instructions() > BOUND_EXPAND_LIMIT:
+    if expanded is None or expanded.n_instructions() > CALL_LIMIT:
         return None
     return expanded
 
