@@ -60,6 +60,47 @@ def test_a_failed_solve_makes_the_next_one_cold():
     assert ctrl._stepper is ctrl._solver
 
 
+@pytest.mark.parametrize("solver", ["fatrop", "ipopt"])
+def test_a_failed_warm_solve_hands_its_guess_to_a_solve_at_the_solvers_own_barrier(solver):
+    kw = dict(solver=solver, tol=1e-8, max_iter=200, jit="none", warm_max_iter=1)
+    ctrl = MPC(MODEL, 20, COST, CONS, **kw)
+    x = np.array([0.1, 0.0])
+    ctrl.start(x)
+    for _ in range(40):
+        r = ctrl(x)
+        x = np.asarray(MODEL.step(x, r.u, MODEL.p_default)).reshape(-1)
+        if r.status.name == "FAILED":  # stopped by warm_max_iter at an infeasible iterate
+            break
+    else:
+        pytest.fail("no warm solve failed")
+    assert ctrl._stepper is ctrl._warm_solver
+    failed_guess = ctrl._w0.copy()
+    # the next solve: the cold instance (the solver's own barrier and max_iter) from that
+    # guess moved on by one stage, the measured state first
+    given = {}
+    cold = ctrl._solver
+
+    class Spy:
+        def __call__(self, **args):
+            given.update(args)
+            return cold(**args)
+
+        def stats(self):
+            return cold.stats()
+
+    ctrl._solver = Spy()
+    recovered = ctrl(x)
+    ctrl._solver = cold
+    assert recovered.status.name == "SOLVED" and "lam_g0" not in given  # no multipliers
+    L = ctrl._layout
+    start = np.asarray(given["x0"]).reshape(-1)
+    np.testing.assert_array_equal(start[L.x[0]], x)
+    np.testing.assert_array_equal(start[L.x[1:-1]], failed_guess[L.x[2:]])
+    np.testing.assert_array_equal(start[L.u[:-1]], failed_guess[L.u[1:]])
+    ctrl(x)  # and the solves from the previous plan go on
+    assert ctrl._stepper is ctrl._warm_solver
+
+
 def test_the_options_of_the_warm_instance():
     opts = {"fatrop": {"print_level": 0, "tol": 1e-4}, "expand": True}
     warm = warm_options("fatrop", opts, 1e-3)
