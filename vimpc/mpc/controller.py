@@ -126,16 +126,17 @@ class MPC:
             a solve after a failed one start at the solver's own (0.1), the latter from the
             failed solve's guess moved on by a stage (a failure of any other solve: from
             scratch). ``None`` (default): every solve at the solver's own. An
-            interior-point method restarted at 0.1 spends
-            iterations walking back to a plan it already had; a small start saves them
-            where the plan changes little between samples, and fails more solves where it
-            changes much (``results/benchmarks/warm_barrier.md``).
+            interior-point method restarted at 0.1 spends iterations walking back to a plan
+            it already had; a small start saves them where the plan changes little between
+            samples, and fails more solves where it changes much
+            (``results/benchmarks/warm_barrier.md``).
         warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
             previous plan; the first plan (:meth:`start`) and a solve after a failed one keep
             ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
             (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
-            meets the constraints (the iterate is used), else ``FAILED`` (the fallback).
-            ``None`` (default): ``max_iter``.
+            meets the constraints (the iterate is used), else ``FAILED`` (the fallback, and
+            the next call solves from the stopped solve's guess). ``None`` (default):
+            ``max_iter``.
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
         period: the sampling period [s], the time between two calls (default ``model.dt``:
             the controller is called once per model step). A call whose wall time (tube,
@@ -954,9 +955,9 @@ class MPC:
         solve from the previous plan by the interior-point warm instance (``warm_barrier``,
         ``warm_max_iter``), which the next call solves from (moved on by one stage, the plan
         the fallback input follows) with the cold instance, at the solver's own barrier and
-        ``max_iter``; None after any other failure (the next call from scratch). Without it,
-        a solve that ``warm_max_iter`` stopped was followed by a solve from scratch: on the
-        GP-VI cart-pole, 56 ms against the 50 ms period."""
+        ``max_iter``; None after any other failure (the next call from scratch). From
+        scratch, the solve after one that ``warm_max_iter`` stopped took longer than the
+        GP-VI cart-pole's period."""
         if self._warm_solver is not None and self._stepper is self._warm_solver:
             self._recovering = True
             return np.asarray(w0, dtype=np.float64).reshape(-1)

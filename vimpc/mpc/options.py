@@ -105,8 +105,7 @@ SETTINGS: dict[str, Setting] = {
         "previous plan starts, its variables pushed off their bounds by at most 1e-6 "
         "(fatrop's `bound_push`; ipopt's warm start already does); an episode's first plan "
         "and a solve after a failed one (from that one's guess) start at the solver's own "
-        "(0.1). Not set: every "
-        "solve at the solver's own. On the Hamel rolling disk 1e-3 halves the median solve; "
+        "(0.1). Not set: every solve at the solver's own. On the Hamel rolling disk 1e-3 halves the median solve; "
         "on the nominal cart-pole it fails more solves (results/benchmarks/warm_barrier.md)",
         rule=POSITIVE,
     ),
@@ -135,8 +134,8 @@ SETTINGS: dict[str, Setting] = {
         None,
         "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
         "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`, `condensed`'s own "
-        "clock, not for its cold starts; `fatrop` has no time limit and is refused: see `warm_max_iter`): a solve "
-        "stopped by it reports `TIME_LIMIT` and applies the fallback input (`condensed`: "
+        "clock, not for its cold starts; `fatrop` has no time limit and is refused: see "
+        "`warm_max_iter`): a solve stopped by it reports `TIME_LIMIT` and applies the fallback input (`condensed`: "
         "its descent's last iterate where it meets the constraints, `ITERATION_LIMIT`); not "
         "set: none",
         rule=POSITIVE,
@@ -281,9 +280,9 @@ def ignored_sqp_options(solver: str, options: Mapping[str, Any]) -> list[str]:
 def ignored_solver_options(solver: str, options: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The options that some solvers alone read (:data:`SOLVER_OPTIONS`: ``rti_start``,
     ``rti_regularization``, ``condensed_start``, ``warm_barrier``, ``warm_max_iter``) that
-    ``options`` sets away
-    from their defaults while ``solver`` is another: ``(option, the solvers that read it)``,
-    the solvers quoted and joined by "or" (``"'fatrop' or 'ipopt'"``)."""
+    ``options`` sets away from their defaults while ``solver`` is another: ``(option, the
+    solvers that read it)``, the solvers quoted and joined by "or" (``"'fatrop' or
+    'ipopt'"``)."""
     return [
         (key, " or ".join(repr(r) for r in readers))
         for key, readers in SOLVER_OPTIONS.items()
