@@ -60,45 +60,55 @@ def test_a_failed_solve_makes_the_next_one_cold():
     assert ctrl._stepper is ctrl._solver
 
 
+class _Recorder:
+    """A solver that records what each call was given and returned."""
+
+    def __init__(self, solver):
+        self.solver, self.calls = solver, []
+
+    def __call__(self, **args):
+        out = self.solver(**args)
+        self.calls.append((args, {k: np.asarray(v).reshape(-1) for k, v in out.items()}))
+        return out
+
+    def stats(self):
+        return self.solver.stats()
+
+
 @pytest.mark.parametrize("solver", ["fatrop", "ipopt"])
-def test_a_failed_warm_solve_hands_its_guess_to_a_solve_at_the_solvers_own_barrier(solver):
+def test_a_stopped_warm_solve_is_continued_from_its_last_iterate_once(solver):
     kw = dict(solver=solver, tol=1e-8, max_iter=200, jit="none", warm_max_iter=1)
     ctrl = MPC(MODEL, 20, COST, CONS, **kw)
+    warm, cold = _Recorder(ctrl._warm_solver), _Recorder(ctrl._solver)
+    ctrl._warm_solver, ctrl._solver = warm, cold
     x = np.array([0.1, 0.0])
     ctrl.start(x)
-    for _ in range(40):
+    L, seen = ctrl._layout, 0
+    for _ in range(60):
         r = ctrl(x)
         x = np.asarray(MODEL.step(x, r.u, MODEL.p_default)).reshape(-1)
-        if r.status.name == "FAILED":  # stopped by warm_max_iter at an infeasible iterate
+        if r.status.name != "FAILED":
+            continue
+        if ctrl._stepper is warm and len(warm.calls) >= 2 and ctrl._continuation:
+            # stopped by warm_max_iter at an infeasible iterate: the next call continues from
+            # that iterate moved on by a stage (the measured state first), with the warm
+            # instance, within the same limit
+            stopped = warm.calls[-1][1]["x"]
+            ctrl(x)
+            assert ctrl._stepper is warm
+            given = np.asarray(warm.calls[-1][0]["x0"]).reshape(-1)
+            np.testing.assert_array_equal(given[L.x[0]], x)
+            np.testing.assert_array_equal(given[L.x[1:-1]], stopped[L.x[2:]])
+            np.testing.assert_array_equal(given[L.u[:-1]], stopped[L.u[1:]])
+            seen += 1
             break
-    else:
-        pytest.fail("no warm solve failed")
-    assert ctrl._stepper is ctrl._warm_solver
-    failed_guess = ctrl._w0.copy()
-    # the next solve: the cold instance (the solver's own barrier and max_iter) from that
-    # guess moved on by one stage, the measured state first
-    given = {}
-    cold = ctrl._solver
-
-    class Spy:
-        def __call__(self, **args):
-            given.update(args)
-            return cold(**args)
-
-        def stats(self):
-            return cold.stats()
-
-    ctrl._solver = Spy()
-    recovered = ctrl(x)
-    ctrl._solver = cold
-    assert recovered.status.name == "SOLVED" and "lam_g0" not in given  # no multipliers
-    L = ctrl._layout
-    start = np.asarray(given["x0"]).reshape(-1)
-    np.testing.assert_array_equal(start[L.x[0]], x)
-    np.testing.assert_array_equal(start[L.x[1:-1]], failed_guess[L.x[2:]])
-    np.testing.assert_array_equal(start[L.u[:-1]], failed_guess[L.u[1:]])
-    ctrl(x)  # and the solves from the previous plan go on
-    assert ctrl._stepper is ctrl._warm_solver
+    assert seen, "no warm solve was stopped"
+    # a continuation that fails too leaves the next call to a solve from scratch (the cold
+    # instance: test_a_failed_solve_makes_the_next_one_cold)
+    last = {"x": warm.calls[-1][1]["x"]}
+    ctrl._stepper = warm
+    assert ctrl._continued(last, continuation=True) is None
+    np.testing.assert_array_equal(ctrl._continued(last, continuation=False), last["x"])
 
 
 def test_the_options_of_the_warm_instance():

@@ -123,9 +123,10 @@ class MPC:
         warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
             solve from the previous plan starts (fatrop's ``bound_push`` then at most
             :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
-            a solve after a failed one start at the solver's own (0.1), the latter from the
-            failed solve's guess moved on by a stage (a failure of any other solve: from
-            scratch). ``None`` (default): every solve at the solver's own. An
+            a solve after a failed one start at the solver's own (0.1), from scratch, but
+            where the failed one was a solve from the previous plan: the next call continues
+            from its last iterate, with the warm instance. ``None`` (default): every solve
+            at the solver's own. An
             interior-point method restarted at 0.1 spends iterations walking back to a plan
             it already had; a small start saves them where the plan changes little between
             samples, and fails more solves where it changes much
@@ -134,8 +135,10 @@ class MPC:
             previous plan; the first plan (:meth:`start`) and a solve after a failed one keep
             ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
             (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
-            meets the constraints (the iterate is used), else ``FAILED`` (the fallback, and
-            the next call solves from the stopped solve's guess). ``None`` (default):
+            meets the constraints (the iterate is used), else ``FAILED``: the fallback
+            input, and the next call continues the stopped solve from its last iterate
+            (moved on by a stage), within the same limit; a continuation that fails too
+            leaves the call after it to a solve from scratch. ``None`` (default):
             ``max_iter``.
         max_iter: iteration budget per solve; ``tol``: solver tolerance.
         period: the sampling period [s], the time between two calls (default ``model.dt``:
@@ -579,8 +582,8 @@ class MPC:
         # that solved, its second try's (see _condensed_step)
         self._solved_tube: tuple[np.ndarray, np.ndarray] | None = None
         self._descended = False  # this call's solution is the condensed SQP's descent's
-        # fatrop/ipopt: the next call solves from a failed warm solve's guess (_recovery_guess)
-        self._recovering = False
+        # fatrop/ipopt: the next call continues a solve the warm instance stopped (_continued)
+        self._continuation = False
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -623,7 +626,7 @@ class MPC:
         self._ready = None
         self._current = False
         self._last_tube = self._solved_tube = None
-        self._recovering = False
+        self._continuation = False
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         """The first plan, made before the control loop's clock starts (as a robot plans
@@ -770,19 +773,14 @@ class MPC:
                 self._stepper = self._solver  # the condensed step may change it
             self._descended = False
             warm = not self._unhurried  # start's plans are the cold-start solver's
-            recovering, self._recovering = self._recovering, False
+            continuation, self._continuation = self._continuation, False
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                     if self._split:
                         sol = self._real_time_step(args, x0, t, p)
                     elif self._condensed is not None and self._w0 is not None and warm:
                         sol, kept = self._condensed_step(args, refs, p, P_given)
-                    elif (
-                        self._warm_solver is not None
-                        and self._w0 is not None
-                        and warm
-                        and not recovering
-                    ):
+                    elif self._warm_solver is not None and self._w0 is not None and warm:
                         self._stepper = self._warm_solver
                         sol = self._warm_solver(**args)
                     else:
@@ -818,14 +816,14 @@ class MPC:
             x_plan = np.tile(x0, (N + 1, 1))
             slack, cost, fallback = float("nan"), float("nan"), True
             # the condensed SQP starts its next call from the plan the fallback input follows,
-            # or from the last iterate of a cold start that failed (finite); fatrop/ipopt
-            # after a failed warm solve from that plan too, at their own barrier: the
-            # cold-start solver takes a call without either only
+            # or from the last iterate of a cold start that failed (finite); fatrop/ipopt's
+            # warm instance continues a solve it stopped: the cold-start solver takes a call
+            # without either only
             warm = self._w0 is not None
             if self._condensed is not None:
                 self._w0 = self._condensed_guess(sol, w0)
             else:
-                self._w0 = self._recovery_guess(w0)
+                self._w0 = self._continued(sol, continuation)
             self._lam_g0 = self._lam_x0 = None
             if self._solved_tube is not None:
                 # the margins a second try takes follow the guess: a stage on with the plan
@@ -950,18 +948,24 @@ class MPC:
             return w if np.all(np.isfinite(w)) else None
         return None
 
-    def _recovery_guess(self, w0) -> np.ndarray | None:
-        """An NLP solver's next warm start after a failed call: the guess ``w0`` of a failed
-        solve from the previous plan by the interior-point warm instance (``warm_barrier``,
-        ``warm_max_iter``), which the next call solves from (moved on by one stage, the plan
-        the fallback input follows) with the cold instance, at the solver's own barrier and
-        ``max_iter``; None after any other failure (the next call from scratch). From
-        scratch, the solve after one that ``warm_max_iter`` stopped took longer than the
-        GP-VI cart-pole's period."""
-        if self._warm_solver is not None and self._stepper is self._warm_solver:
-            self._recovering = True
-            return np.asarray(w0, dtype=np.float64).reshape(-1)
-        return None
+    def _continued(self, sol, continuation: bool) -> np.ndarray | None:
+        """fatrop/ipopt after a failed call: the last iterate ``sol`` of a solve from the
+        previous plan that the warm instance did not finish (``warm_max_iter``, or a
+        failure), where finite, for the next call to continue from (moved on by a stage,
+        with the warm instance); None after any other failure, a ``continuation``'s among
+        them (the next call from scratch, at the solver's own barrier and ``max_iter``).
+        Continued, each solve stays within ``warm_max_iter``: from the stopped solve's guess
+        at the solver's own barrier, the solve after one took up to 68 iterations on the
+        GP-VI cart-pole, longer than its period."""
+        if continuation or sol is None or self._warm_solver is None:
+            return None
+        if self._stepper is not self._warm_solver:
+            return None
+        w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(w)):
+            return None
+        self._continuation = True
+        return w
 
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
         """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation

@@ -104,8 +104,9 @@ SETTINGS: dict[str, Setting] = {
         "`fatrop`/`ipopt` only: the barrier parameter (`mu_init`) at which a solve from the "
         "previous plan starts, its variables pushed off their bounds by at most 1e-6 "
         "(fatrop's `bound_push`; ipopt's warm start already does); an episode's first plan "
-        "and a solve after a failed one (from that one's guess) start at the solver's own "
-        "(0.1). Not set: every solve at the solver's own. On the Hamel rolling disk 1e-3 halves the median solve; "
+        "and a solve after a failed one start at the solver's own (0.1), except that a "
+        "solve from the previous plan that failed is continued from its last iterate. Not "
+        "set: every solve at the solver's own. On the Hamel rolling disk 1e-3 halves the median solve; "
         "on the nominal cart-pole it fails more solves (results/benchmarks/warm_barrier.md)",
         rule=POSITIVE,
     ),
@@ -116,8 +117,9 @@ SETTINGS: dict[str, Setting] = {
         "episode's first plan and a solve after a failed one keep `max_iter`): the bound on "
         "a real-time solve for fatrop, which has no time limit. A solve stopped there uses "
         "its iterate where that meets the constraints (`ITERATION_LIMIT`), else applies the "
-        "fallback input (`FAILED`) and the next call solves from its guess at the solver's "
-        "own barrier. Not set: `max_iter`",
+        "fallback input (`FAILED`) and the next call continues it from its last iterate "
+        "within the same limit (a continuation that fails too: the next solve from scratch, "
+        "at `max_iter`). Not set: `max_iter`",
         rule=POSITIVE,
     ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
