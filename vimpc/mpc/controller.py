@@ -126,13 +126,12 @@ class MPC:
             a solve after a failed one start at the solver's own (0.1), from scratch, but
             where the failed one was a solve from the previous plan: the next call continues
             from its last iterate, with the warm instance. ``None`` (default): every solve
-            at the solver's own. An
-            interior-point method restarted at 0.1 spends iterations walking back to a plan
-            it already had; a small start saves them where the plan changes little between
+            at the solver's own. An interior-point method restarted at 0.1 spends iterations
+            walking back to a plan it already had; a small start saves them where the plan changes little between
             samples, and fails more solves where it changes much
             (``results/benchmarks/warm_barrier.md``).
         warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
-            previous plan; the first plan (:meth:`start`) and a solve after a failed one keep
+            previous plan; the first plan (:meth:`start`) and a solve from scratch keep
             ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
             (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
             meets the constraints (the iterate is used), else ``FAILED``: the fallback

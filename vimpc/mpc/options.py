@@ -114,8 +114,8 @@ SETTINGS: dict[str, Setting] = {
         int,
         None,
         "`fatrop`/`ipopt` only: the iteration limit of a solve from the previous plan (an "
-        "episode's first plan and a solve after a failed one keep `max_iter`): the bound on "
-        "a real-time solve for fatrop, which has no time limit. A solve stopped there uses "
+        "episode's first plan and a solve from scratch keep `max_iter`): the bound on a "
+        "real-time solve for fatrop, which has no time limit. A solve stopped there uses "
         "its iterate where that meets the constraints (`ITERATION_LIMIT`), else applies the "
         "fallback input (`FAILED`) and the next call continues it from its last iterate "
         "within the same limit (a continuation that fails too: the next solve from scratch, "
