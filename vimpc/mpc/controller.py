@@ -763,6 +763,7 @@ class MPC:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
         kept = None
+        continuation, self._continuation = self._continuation, False  # see _continued
         if inputs_empty:  # no input meets the tightened bounds (or no tube): nothing to solve
             sol, error, stats = None, None, {}
         else:
@@ -772,7 +773,6 @@ class MPC:
                 self._stepper = self._solver  # the condensed step may change it
             self._descended = False
             warm = not self._unhurried  # start's plans are the cold-start solver's
-            continuation, self._continuation = self._continuation, False
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
                     if self._split:
