@@ -68,6 +68,9 @@ def test_a_call_longer_than_the_period_is_late_and_counted(env, pendulum):
     assert summary["late_solves"] == 6 and summary["solves"] == 12
     assert summary["late_solve_fraction"] == pytest.approx(0.5)
     assert summary["period_ms"] == pytest.approx(1e6)  # the largest where episodes differ
+    calls = np.concatenate([traj.call_times, calm.call_times]) * 1e3
+    assert summary["call_time_median_ms"] == pytest.approx(np.median(calls))
+    assert summary["call_time_p95_ms"] == pytest.approx(np.percentile(calls, 95))
     table = report.summary_table(summary)
     assert "12: 0 failed, 6 late, 0 at the iteration limit" in table
     (row,) = [line for line in table.splitlines() if "late calls" in line]
@@ -98,6 +101,7 @@ def test_a_record_made_before_late_existed_counts_the_late_status(env, pendulum)
     m = episode_metrics(old)
     assert m["late_solves"] == 2 and math.isnan(m["period_ms"])
     assert math.isnan(m["call_time_max_ms"])
+    assert math.isnan(summarize([m], [old])["call_time_median_ms"])
     # no period recorded: the summary has no row that would name one
     assert "late calls" not in report.summary_table(summarize([m], [old]))
 

@@ -50,6 +50,7 @@ COLUMNS = [
     ("median_ms", "median [ms]", ".3g"),
     ("p95_ms", "p95 [ms]", ".3g"),
     ("max_ms", "max [ms]", ".3g"),
+    ("call_ms", "calls (tube, solve, Python): median / p95 [ms]", ""),
     ("call_max_ms", "slowest call [ms]", ".3g"),
     ("late", "late solves", "d"),
     ("failed", "failed solves", "d"),
@@ -103,6 +104,9 @@ def measure(path: Path, episodes: int, seed: int, workers: int) -> dict:
         "median_ms": median,
         "p95_ms": p95,
         "max_ms": metrics["solve_time_max_ms"],
+        "call_ms": "{:.3g} / {:.3g}".format(
+            metrics["call_time_median_ms"], metrics["call_time_p95_ms"]
+        ),
         "call_max_ms": metrics["call_time_max_ms"],
         "late": metrics["late_solves"],
         "failed": metrics["failed_solves"],

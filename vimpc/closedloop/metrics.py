@@ -121,8 +121,13 @@ def _prepared(seconds: np.ndarray) -> np.ndarray:
 
 def _finite_median(values: np.ndarray) -> float:
     """The median of the finite values, NaN when there is none."""
+    return _finite_percentile(values, 50)
+
+
+def _finite_percentile(values: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of the finite values, NaN when there is none."""
     finite = values[np.isfinite(values)]
-    return float(np.median(finite)) if finite.size else float("nan")
+    return float(np.percentile(finite, q)) if finite.size else float("nan")
 
 
 def episode_metrics(
@@ -388,7 +393,8 @@ def summarize(
     whose solution came from its single-shooting descent (a time budget), of which
     ``descended_iterates`` used its last accepted iterate unconverged; ``late_solves`` with
     ``late_solve_fraction`` of all steps against the sampling period ``period_ms``, and
-    ``call_time_max_ms``) pool all steps of all episodes, as do ``nonfinite_plans``,
+    ``call_time_median_ms``, ``_p95_ms`` and ``_max_ms``: the whole controller calls, tube
+    and Python included) pool all steps of all episodes, as do ``nonfinite_plans``,
     ``first_plan_time_median_ms`` and ``_max_ms`` (the plans made before each episode's
     first step, outside the loop's clock; NaN where none was made), and
     ``preparation_time_median_ms``, ``_p95_ms`` and ``_max_ms`` (the real-time iteration's
@@ -466,7 +472,10 @@ def summarize(
     out["late_solves"] = int(np.count_nonzero(late))
     out["late_solve_fraction"] = float(late.mean()) if late.size else 0.0
     out["period_ms"] = _period_ms(trajectories)
-    out["call_time_max_ms"] = _max_ms(np.concatenate([t.call_times for t in trajectories]))
+    calls = np.concatenate([t.call_times for t in trajectories])
+    out["call_time_median_ms"] = _finite_median(calls) * 1e3
+    out["call_time_p95_ms"] = _finite_percentile(calls, 95) * 1e3
+    out["call_time_max_ms"] = _max_ms(calls)
     first = np.array([float(t.start_time) for t in trajectories]) * 1e3
     out["first_plan_time_median_ms"] = _finite_median(first)
     out["first_plan_time_max_ms"] = _finite_max(first)
