@@ -435,8 +435,9 @@ class CondensedSQP:
         it does not (the damping relaxed after steps the model predicted well). So every
         iterate meets the model's step equations and none is worse than the last: where
         :meth:`solve`'s full steps diverge (the CLNN cart-pole's first swing-up steps), this
-        still descends, if slowly (each iteration simulates the horizon). ``w`` may be a list of guesses (the last iterates of :meth:`solve`'s
-        tries that did not finish, :attr:`last_iterate`, and the shifted plan): it starts
+        still descends, if slowly (each iteration simulates the horizon). ``w`` may be a
+        list of guesses (the last iterates of :meth:`solve`'s tries that did not finish,
+        :attr:`last_iterate`, and the shifted plan): it starts
         from the one whose inputs simulate to the lowest merit, of those evaluated within
         ``budget`` (the first always). Returns ``(w, cost, g)``
         (:meth:`solve`'s) when converged, and otherwise, when stopped by ``budget`` or

@@ -127,8 +127,8 @@ class MPC:
             where the failed one was a solve from the previous plan: the next call continues
             from its last iterate, with the warm instance. ``None`` (default): every solve
             at the solver's own. An interior-point method restarted at 0.1 spends iterations
-            walking back to a plan it already had; a small start saves them where the plan changes little between
-            samples, and fails more solves where it changes much
+            walking back to a plan it already had; a small start saves them where the plan
+            changes little between samples, and fails more solves where it changes much
             (``results/benchmarks/warm_barrier.md``).
         warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
             previous plan; the first plan (:meth:`start`) and a solve from scratch keep
@@ -942,10 +942,7 @@ class MPC:
         rail)."""
         if self._w0 is not None:
             return np.asarray(w0).reshape(-1) if self._stepper is self._condensed else None
-        if sol is not None and self._stepper is self._solver:
-            w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
-            return w if np.all(np.isfinite(w)) else None
-        return None
+        return _finite_iterate(sol) if self._stepper is self._solver else None
 
     def _continued(self, sol, continuation: bool) -> np.ndarray | None:
         """fatrop/ipopt after a failed call: the last iterate ``sol`` of a solve from the
@@ -956,14 +953,9 @@ class MPC:
         Continued, each solve stays within ``warm_max_iter``: from the stopped solve's guess
         at the solver's own barrier, the solve after one took up to 68 iterations on the
         GP-VI cart-pole, longer than its period."""
-        if continuation or sol is None or self._warm_solver is None:
-            return None
-        if self._stepper is not self._warm_solver:
-            return None
-        w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(w)):
-            return None
-        self._continuation = True
+        warm = self._warm_solver is not None and self._stepper is self._warm_solver
+        w = None if continuation or not warm else _finite_iterate(sol)
+        self._continuation = w is not None
         return w
 
     def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
@@ -1331,6 +1323,15 @@ _NO_CAUSE = (
     "the bound, the linearisation and the tube's recursion are finite along the plan, so a "
     "safety row's gradient is not (check the path constraints there)"
 )
+
+
+def _finite_iterate(sol) -> np.ndarray | None:
+    """A solve's last iterate ``sol["x"]`` as a vector where every entry is finite, else
+    None (also for no solve, ``sol`` None)."""
+    if sol is None:
+        return None
+    w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
+    return w if np.all(np.isfinite(w)) else None
 
 
 def _shifted(*margins: np.ndarray) -> tuple[np.ndarray, ...]:

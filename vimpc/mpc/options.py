@@ -106,8 +106,9 @@ SETTINGS: dict[str, Setting] = {
         "(fatrop's `bound_push`; ipopt's warm start already does); an episode's first plan "
         "and a solve after a failed one start at the solver's own (0.1), except that a "
         "solve from the previous plan that failed is continued from its last iterate. Not "
-        "set: every solve at the solver's own. On the Hamel rolling disk 1e-3 halves the median solve; "
-        "on the nominal cart-pole it fails more solves (results/benchmarks/warm_barrier.md)",
+        "set: every solve at the solver's own. On the Hamel rolling disk 1e-3 halves the "
+        "median solve; on the nominal cart-pole it fails more solves "
+        "(results/benchmarks/warm_barrier.md)",
         rule=POSITIVE,
     ),
     "warm_max_iter": Setting(
@@ -137,9 +138,9 @@ SETTINGS: dict[str, Setting] = {
         "wall time [s] a solve may take, at most `period`; kept by the solver (ipopt's "
         "`max_wall_time`, an iteration callback for `sqpmethod`/`rti`, `condensed`'s own "
         "clock, not for its cold starts; `fatrop` has no time limit and is refused: see "
-        "`warm_max_iter`): a solve stopped by it reports `TIME_LIMIT` and applies the fallback input (`condensed`: "
-        "its descent's last iterate where it meets the constraints, `ITERATION_LIMIT`); not "
-        "set: none",
+        "`warm_max_iter`): a solve stopped by it reports `TIME_LIMIT` and applies the "
+        "fallback input (`condensed`: its descent's last iterate where it meets the "
+        "constraints, `ITERATION_LIMIT`); not set: none",
         rule=POSITIVE,
         unset="none",
     ),

@@ -275,7 +275,7 @@ def tube_function(
     maps = (model.bound if scalar_bound is None else scalar_bound, stage, inline)
     X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
     W = sym.sym("w", nx, N)
-    out = [] if stage is None else [sym.sym("a", nx, nx * N), sym.sym("b", nx, nu * N)]
+    AB = [] if stage is None else [sym.sym("a", nx, nx * N), sym.sym("b", nx, nu * N)]
     C = sensitivity.map(N)(X[:, 1:])  # (m, nx N), stages 1..N
     m = safety.numel_out(0)
     columns = [sym.zeros(m, 1)]
@@ -284,17 +284,17 @@ def tube_function(
         e = sym.zeros(nx, 1)
         for k in range(N):
             if lipschitz is None:
-                grown = ca.mtimes(out[0][:, k * nx : (k + 1) * nx], e)
+                grown = ca.mtimes(AB[0][:, k * nx : (k + 1) * nx], e)
             else:
                 grown = lipschitz * ca.mmax(e) * sym.ones(nx, 1)
             e = grown + W[:, k]
             columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
         inputs += [sym.zeros(nu, 1)] * (N - 1)
         outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)]
-        return _assembled(ca.Function("propagation", [X, U, P, W, *out], outputs), *maps)
+        return _assembled(ca.Function("propagation", [X, U, P, W, *AB], outputs), *maps)
 
-    As = [out[0][:, k * nx : (k + 1) * nx] for k in range(N)]
-    Bs = [out[1][:, k * nu : (k + 1) * nu] for k in range(N)]
+    As = [AB[0][:, k * nx : (k + 1) * nx] for k in range(N)]
+    Bs = [AB[1][:, k * nu : (k + 1) * nu] for k in range(N)]
     to_obs_jac = ca.Function("to_obs_jacobian", [x], [ca.jacobian(obs, x)]).map(N + 1)(X)
     Qx = [
         ca.mtimes([to_obs_jac[:, k * nx : (k + 1) * nx].T, Q, to_obs_jac[:, k * nx : (k + 1) * nx]])
@@ -323,7 +323,7 @@ def tube_function(
             Kn = gains[k + 1]
             inputs.append(margin * _root(ca.sum2(ca.mtimes(Kn, Sigma) * Kn)))
     outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)]
-    return _assembled(ca.Function("propagation", [X, U, P, W, *out], outputs), *maps)
+    return _assembled(ca.Function("propagation", [X, U, P, W, *AB], outputs), *maps)
 
 
 def _assembled(
