@@ -75,6 +75,38 @@ def test_preparing_before_the_call_gives_the_same_loop_bit_for_bit():
     assert all(np.isfinite(prep) and np.isfinite(fb) for _, prep, fb in with_prepare[1:])
 
 
+def test_the_feedback_returns_the_linearisations_prediction_at_the_step():
+    # the returned cost and constraints are the Gauss-Newton model's at the new iterate,
+    # evaluated from the sparse data prepared: f + grad d + d'Hd/2 and g + J d + J_p dx (the
+    # measured initial state moved by dx from the prepared one), recomputed here densely
+    ctrl = _pendulum_controller()
+    solver, nlp = ctrl._solver, ctrl._tr.nlp
+    w_sym, p_sym, n_init = nlp["x"], nlp["p"], ctrl.model.nx
+    rng = np.random.default_rng(0)
+    w = rng.normal(scale=0.3, size=w_sym.numel())
+    p = np.concatenate([w[ctrl._layout.x[0]], rng.normal(size=p_sym.numel() - n_init)])
+    solver.prepare(x0=w, p=p, **ctrl._bounds)
+    x_init = p[:n_init] + np.array([0.05, -0.1])
+    sol = solver.feedback(x_init)
+    d = sol["x"].reshape(-1) - w
+    assert np.all(np.isfinite(d)) and np.abs(d).max() > 1e-3  # a step was taken
+    dense = ca.Function(
+        "dense", [w_sym, p_sym],
+        [nlp["f"], ca.gradient(nlp["f"], w_sym), nlp["g"], ca.jacobian(nlp["g"], w_sym),
+         ca.jacobian(nlp["g"], p_sym)[:, :n_init],
+         ctrl._tr.gauss_newton(w_sym, p_sym, 1.0, ca.DM.zeros(nlp["g"].numel()))],
+    )  # fmt: skip
+    f, grad, g, J, J_p, H = (np.asarray(v) for v in dense(w, p))
+    grad, g = grad.reshape(-1), g.reshape(-1)
+    expected_f = f.item() + grad @ d + 0.5 * d @ H @ d
+    expected_g = g + J @ d + J_p @ (x_init - p[:n_init])
+    np.testing.assert_allclose(sol["f"], expected_f, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sol["g"].reshape(-1), expected_g, rtol=1e-12, atol=1e-12)
+    # the step meets the linearised equality rows (dynamics and initial value) exactly
+    equality = ctrl._tr.lbg == ctrl._tr.ubg
+    np.testing.assert_allclose(expected_g[equality], ctrl._tr.lbg[equality], atol=1e-10)
+
+
 def test_the_cold_start_is_solved_to_convergence_then_one_iteration_per_call():
     ctrl = _pendulum_controller(rti_start="fatrop")
     first = ctrl(np.array([0.0, 0.0]))
