@@ -150,6 +150,54 @@ def test_a_heavy_stage_stays_one_called_function_in_the_compiled_nlp(cache, monk
     np.testing.assert_allclose(_plans(called), expanded, atol=1e-8)
 
 
+def _called_functions(fn) -> set[str]:
+    import casadi as ca
+
+    names = set()
+    for i in range(fn.n_instructions()):
+        if fn.instruction_id(i) == ca.OP_CALL:
+            names.add(fn.instruction_MX(i).which_function().name())
+    return names
+
+
+def test_a_called_stage_differentiates_through_its_whole_jacobians(monkeypatch):
+    # the constraint Jacobian of a called stage calls the stage's SX Jacobian (not a forward
+    # sweep per colour), the Lagrangian's Hessian the Jacobian of its adjoint (not forward
+    # sweeps over it), and the gradient stays one adjoint sweep: the cheaper derivatives
+    # of a heavy stage (compiling.called_stage)
+    import casadi as ca
+
+    from vimpc.mpc.compiling import called_stage
+
+    monkeypatch.setattr("vimpc.mpc.compiling.EXPAND_LIMIT", 10)
+    model, called = called_stage(MODEL, "implicit")
+    assert called
+    nx, nu, N = MODEL.nx, MODEL.nu, 3
+    w = ca.MX.sym("w", N * (2 * nx + nu))
+    stages = ca.vertsplit(w, [k * (2 * nx + nu) for k in range(N + 1)])
+    g = ca.vertcat(*(model.residual(s[:nx], s[nx : nx + nu], s[nx + nu :], []) for s in stages))
+    lam = ca.MX.sym("lam", g.numel())
+    lagrangian = ca.dot(lam, g) + ca.sumsqr(w)
+    jac = ca.Function("constraint_jacobian", [w], [ca.jacobian(g, w)])
+    hess = ca.Function("lagrangian_hessian", [w, lam], [ca.hessian(lagrangian, w)[0]])
+    grad = ca.Function("lagrangian_gradient", [w, lam], [ca.gradient(lagrangian, w)])
+    assert _called_functions(jac) == {"jac_residual"}
+    assert "jac_adj1_residual" in _called_functions(hess)
+    assert not any(name.startswith("fwd") for name in _called_functions(hess))
+    assert _called_functions(grad) == {"adj1_residual"}
+    # and they are the expanded stage's derivatives
+    rng = np.random.default_rng(0)
+    w0, lam0 = rng.normal(size=w.numel()), rng.normal(size=lam.numel())
+    expanded = ca.Function("e", [w, lam], [ca.jacobian(g, w), ca.hessian(lagrangian, w)[0]])
+    expanded = expanded.expand()
+    np.testing.assert_allclose(
+        np.asarray(jac(w0)), np.asarray(expanded(w0, lam0)[0]), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        np.asarray(hess(w0, lam0)), np.asarray(expanded(w0, lam0)[1]), rtol=1e-12, atol=1e-12
+    )
+
+
 def test_compiled_code_calling_casadis_blas_plugins_links_casadis_blas(cache):
     """Generated C for ``ca.mtimes(A, B, plugin)`` (a network's dense layers) calls the
     Fortran ``dgemm_`` or BLASFEO: the library links CasADi's own copies. Unlinked, loading
