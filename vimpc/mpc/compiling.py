@@ -20,11 +20,11 @@ from vimpc.mpc.tube import keeps_mx
 #: A compiled NLP is expanded to scalar operations when the model's stage function has at
 #: most this many (the nominal models: 110-659; the Hamel rolling disk's residual: 1,293;
 #: GP-VI models with 100 support points: 5,806-13,902); a heavier stage is compiled once and
-#: called per stage. On the GP-VI cart-pole the expanded NLP took 310 s to compile and solved
-#: in 7.5 ms (median), the called one 30 s and 6.5 ms; on the Hamel rolling disk the called
-#: one solves in 5.6 ms against 7.7 ms (the same iterates, 6 episodes interleaved); on the
-#: nominal cart-pole the expanded one solves in 0.71 ms against 0.91 ms, on the nominal
-#: four-bar (659) in 1.04 ms against 1.18 ms.
+#: called per stage. At -O1, on the GP-VI cart-pole the expanded NLP took 310 s to compile
+#: and solved in 7.5 ms (median), the called one 30 s and 6.5 ms; on the Hamel rolling disk
+#: the called one solves in 5.6 ms against 7.7 ms (the same iterates, 6 episodes
+#: interleaved); on the nominal cart-pole the expanded one solves in 0.71 ms against
+#: 0.91 ms, on the nominal four-bar (659) in 1.04 ms against 1.18 ms.
 EXPAND_LIMIT = 1000
 #: the solvers whose NLP ``jit = "nlp"`` compiles into one cached library (``condensed``: the
 #: NLP of its cold starts, with its own functions beside it)

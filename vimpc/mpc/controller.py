@@ -175,8 +175,8 @@ class MPC:
             the NLP is compiled once per problem: the library is cached on disk by a hash
             of its C source (the model and the problem) and loaded in milliseconds by
             later runs and worker processes (:func:`vimpc._jit.cached_library`; the
-            first compile takes seconds for a nominal model, ~30 s for a GP-VI model with
-            100 support points). The NLP is expanded to scalar operations when the
+            first compile takes ~10 s for a nominal model, ~45 s for a GP-VI model with
+            100 support points, at -O3). The NLP is expanded to scalar operations when the
             model's stage function has at most
             :data:`~vimpc.mpc.compiling.EXPAND_LIMIT` of them, else its
             stages call the (expanded) stage function, which compiles ~10x faster for a
