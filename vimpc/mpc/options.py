@@ -114,14 +114,13 @@ SETTINGS: dict[str, Setting] = {
     "warm_max_iter": Setting(
         int,
         None,
-        "`fatrop`/`ipopt` only: the iteration limit of every solve once the episode has a "
-        "plan, from the previous plan or from scratch (the episode's first plan keeps "
-        "`max_iter`): the bound on a real-time solve for fatrop, which has no "
-        "time limit. A solve stopped there uses its iterate where that meets the "
-        "constraints (`ITERATION_LIMIT`), else applies the fallback input (`FAILED`) and the "
-        "next call continues it from its last iterate within the same limit (a continuation "
-        "that fails too: the next call solves from scratch, within the same limit). Not "
-        "set: `max_iter`",
+        "`fatrop`/`ipopt` only: the iteration limit of a solve from the previous plan (an "
+        "episode's first plan and a solve from scratch keep `max_iter`): the bound on a "
+        "real-time solve for fatrop, which has no time limit. A solve stopped there uses "
+        "its iterate where that meets the constraints (`ITERATION_LIMIT`), else applies the "
+        "fallback input (`FAILED`) and the next call continues it from its last iterate "
+        "within the same limit (a continuation that fails too: the next solve from scratch, "
+        "at `max_iter`). Not set: `max_iter`",
         rule=POSITIVE,
     ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
