@@ -956,7 +956,8 @@ class MPC:
         bounded too (a third instance at ``warm_max_iter``), the GP-VI safety run
         (seeds 100-199) lost its one late call but also an episode, 124 failed solves of
         fallback inputs in a row and the cart 27.8 m past its rail, where the unbounded
-        solve (101 iterations, 92.7 ms of a 50 ms period) had recovered it."""
+        solve (101 iterations, 92.7 ms of a 50 ms period) had recovered it
+        (``results/safety/gpvi_bounded_recovery/``)."""
         warm = self._warm_solver is not None and self._stepper is self._warm_solver
         w = None if continuation or not warm else _finite_iterate(sol)
         self._continuation = w is not None
