@@ -958,8 +958,9 @@ class MPC:
         fallback inputs in a row and the cart 27.8 m past its rail, where the unbounded
         solve (101 iterations, 92.7 ms of a 50 ms period) had recovered it
         (``results/safety/gpvi_bounded_recovery/``)."""
-        warm = self._warm_solver is not None and self._stepper is self._warm_solver
-        w = None if continuation or not warm else _finite_iterate(sol)
+        # the stepper is never None: without a warm instance this is False
+        stopped_warm = self._stepper is self._warm_solver
+        w = None if continuation or not stopped_warm else _finite_iterate(sol)
         self._continuation = w is not None
         return w
 
