@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "benchmarks"
 sys.path.insert(0, str(ROOT / "tests" / "experiments"))
 from _quick import add_options, parse  # noqa: E402,F401  (re-exported for the scripts)
+from _tables import record  # noqa: E402
 
 CARTPOLE = ROOT / "scenarios" / "cartpole_swingup.toml"
 PENDULUM = ROOT / "scenarios" / "pendulum_swingup.toml"
@@ -151,7 +152,8 @@ def write_results(
 
     ``columns`` are ``(key, header, format spec)``; the CSV holds every key of the rows
     at full precision, with the command (``script`` and ``argv``, see :func:`command`),
-    date and machine as ``#`` comment lines. ``extra`` (markdown) follows the table in the
+    date and machine as ``#`` comment lines, and the table's provenance record
+    (``_tables.record``). ``extra`` (markdown) follows the table in the
     ``.md`` and on screen.
     """
     folder = Path(out)
@@ -178,6 +180,7 @@ def write_results(
         for r in rows:
             writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
     tmp.replace(folder / f"{name}.csv")
+    record(folder / f"{name}.md", cmd, [f"{name}.csv"])
     print(f"{title}\n{where}\n\n{table}\n{extra}\nwrote {folder / name}.md and .csv")
     return table
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import casadi
 import numpy as np
-from _common import add_options, parse
+from _common import add_options, parse, record
 from vimpc_envs.cartpole import CartPoleEnv
 from vimpc_envs.fourbar import FourBarEnv
 from vimpc_envs.pendulum import PendulumEnv
@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
     tmp.replace(out / "env_step.csv")
+    record(out / "env_step.md", command, ["env_step.csv"])
     print(table)
     print(f"\nwrote {out / 'env_step.md'} and {out / 'env_step.csv'}")
     if args.quick:  # a smoke test: its few timings judge nothing

@@ -16,6 +16,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from vimpc import _provenance
+
+#: the folders whose scripts write results (a record names the script it was called from)
+SCRIPT_FOLDERS = tuple(Path(__file__).resolve().parents[1] / f for f in ("experiments", "benchmarks"))
+
+
+def record(
+    table: Path, command: str, outputs: Sequence[Path | str] = (), **fields: str | None
+) -> Path:
+    """Write ``table``'s provenance record (:func:`vimpc._provenance.write_record`): the
+    command, the commit, the date and the hash of the calling script and every module of the
+    project it imported; ``fields``: ``paper``, ``verdict``, ``settings_differ``."""
+    script = _provenance.caller_script(SCRIPT_FOLDERS)
+    return _provenance.write_record(
+        table, command=command, script=script, outputs=outputs, root=SCRIPT_FOLDERS[0].parents[1],
+        **fields,
+    )
+
 
 def interval(ci: Sequence[float]) -> str:
     """A 95 % interval as ``lo-hi``."""
@@ -36,10 +54,12 @@ def write_table(
     rows: Sequence[Mapping[str, Any]],
     headers: Mapping[str, str] | None = None,
     after: str = "",
+    **provenance: str | None,
 ) -> str:
     """Write ``folder/name.csv`` (every column at full precision) and ``folder/name.md``
     (title, the command and date, ``intro``, the table with ``headers`` naming the columns,
-    then ``after``); returns the markdown table."""
+    then ``after``) and the table's provenance record (:func:`record`; ``provenance``:
+    ``paper``, ``verdict``, ``settings_differ``); returns the markdown table."""
     folder.mkdir(parents=True, exist_ok=True)
     keys = list(rows[0])
     with open(folder / f"{name}.csv", "w", newline="") as f:
@@ -61,6 +81,7 @@ def write_table(
     if after:
         text += f"\n{after.strip()}\n"
     (folder / f"{name}.md").write_text(text)
+    record(folder / f"{name}.md", command, [f"{name}.csv"], **provenance)
     return table
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from _quick import add_options, parse
+from _tables import record
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -147,6 +148,11 @@ def main(argv: list[str] | None = None) -> None:
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)
         fig.savefig(out / fname, dpi=110, bbox_inches="tight")
+    record(
+        out / "summary.md",
+        "python tests/experiments/structure_preservation.py",
+        ["summary.csv", "energy.png", "constraints.png"],
+    )
     print("\n".join(lines[4:-2]))
 
 
