@@ -19,7 +19,9 @@ from typing import Any
 from vimpc import _provenance
 
 #: the folders whose scripts write results (a record names the script it was called from)
-SCRIPT_FOLDERS = tuple(Path(__file__).resolve().parents[1] / f for f in ("experiments", "benchmarks"))
+SCRIPT_FOLDERS = tuple(
+    Path(__file__).resolve().parents[1] / f for f in ("experiments", "benchmarks")
+)
 
 
 def record(
@@ -30,7 +32,11 @@ def record(
     project it imported; ``fields``: ``paper``, ``verdict``, ``settings_differ``."""
     script = _provenance.caller_script(SCRIPT_FOLDERS)
     return _provenance.write_record(
-        table, command=command, script=script, outputs=outputs, root=SCRIPT_FOLDERS[0].parents[1],
+        table,
+        command=command,
+        script=script,
+        outputs=outputs,
+        root=SCRIPT_FOLDERS[0].parents[1],
         **fields,
     )
 

@@ -1,0 +1,147 @@
+"""The provenance records of ``results/`` and the status command (``python -m vimpc.results``):
+every result file has a record, the committed results/README.md is what the records
+generate, a record's hash is the one the check recomputes, and a changed source shows."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vimpc import _provenance, results
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "tests" / "experiments"
+
+
+def test_every_result_file_has_a_record():
+    statuses, uncovered = results.scan(ROOT)
+    assert statuses
+    assert [str(p.relative_to(ROOT)) for p in uncovered] == []
+
+
+def test_committed_readme_is_what_the_records_generate():
+    path = ROOT / "results" / "README.md"
+    assert path.read_text() == results.readme(ROOT), (
+        "results/README.md differs from its records: run `python -m vimpc.results --write`"
+    )
+
+
+def test_reproduction_verdicts_are_recorded():
+    """The paper reproductions carry their verdicts; the marked-stale tables say why."""
+    records = {
+        s.table.relative_to(ROOT / "results").as_posix(): s for s in results.scan(ROOT)[0]
+    }
+    verdicts = {name: s.data.get("verdict") for name, s in records.items()}
+    assert verdicts["lsi/pendulum.md"] == "reproduced"
+    assert verdicts["lsi/henon_heiles.md"] == "not reproduced"
+    assert verdicts["hamel/disk.md"] == "reproduced"
+    assert verdicts["dlnn/symmetries.md"] == "not reproduced"
+    assert verdicts["clnn/chain_baselines_ratios.md"] == "partial"
+    for name in ("gp_vi/energy.md", "gp_vi/constraints.md", "gp_vi/coverage.md"):
+        assert records[name].state == "stale (marked)", name
+    assert records["scenarios/summary.md"].state == "stale (marked)"
+
+
+def _repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """A repository of one script and one table; the records hash the script alone (the
+    installed package lies outside it)."""
+    monkeypatch.setattr(_provenance, "PACKAGES", ())
+    root = tmp_path / "repo"
+    (root / "results" / "x").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    script = root / "make.py"
+    script.write_text("print('table')\n")
+    table = root / "results" / "x" / "t.md"
+    table.write_text("# t\n")
+    (root / "results" / "x" / "t.csv").write_text("a\n1\n")
+    return root, script, table
+
+
+def test_a_changed_source_makes_its_record_stale(tmp_path, monkeypatch):
+    root, script, table = _repo(tmp_path, monkeypatch)
+    record = _provenance.write_record(
+        table, command="python make.py", script=script, outputs=["t.csv"], root=root
+    )
+    data = json.loads(record.read_text())
+    assert "make.py" in data["sources"] and data["command"] == "python make.py"
+    assert results.status(record, root).state == "fresh"
+    assert results.scan(root)[1] == []
+    (root / "results" / "x" / "t_plot.png").write_bytes(b"png")  # named after its table
+    (root / "results" / "x" / "other.png").write_bytes(b"png")
+    assert [p.name for p in results.scan(root)[1]] == ["other.png"]
+    script.write_text("print('another table')\n")
+    stale = results.status(record, root)
+    assert (stale.state, stale.changed) == ("stale", ["make.py"])
+    script.unlink()
+    assert results.status(record, root).changed == ["make.py (missing)"]
+
+
+def test_a_rerun_keeps_the_verdict_with_the_commit_it_judged(tmp_path, monkeypatch):
+    root, script, table = _repo(tmp_path, monkeypatch)
+    record = _provenance.write_record(
+        table, command="c", script=script, root=root, paper="Fig. 1", verdict="partial"
+    )
+    judged = json.loads(record.read_text())
+    judged["verdict_commit"] = "0" * 40
+    record.write_text(json.dumps(judged))
+    _provenance.write_record(table, command="c", script=script, root=root)
+    again = json.loads(record.read_text())
+    assert (again["paper"], again["verdict"], again["verdict_commit"]) == (
+        "Fig. 1",
+        "partial",
+        "0" * 40,
+    )
+    assert "(judged at 0000000)" in results.generated(root, *results.scan(root))
+
+
+def test_a_record_refuses_an_unknown_verdict(tmp_path, monkeypatch):
+    root, script, table = _repo(tmp_path, monkeypatch)
+    with pytest.raises(_provenance.ProvenanceError, match="verdict='fine': expected one of"):
+        _provenance.write_record(table, command="c", script=script, root=root, verdict="fine")
+    assert not _provenance.record_path(table).exists()
+
+
+def test_readme_keeps_the_text_around_the_generated_table(tmp_path, monkeypatch):
+    root, script, table = _repo(tmp_path, monkeypatch)
+    _provenance.write_record(table, command="c", script=script, root=root)
+    text = results.readme(root, "# Results\n\nhand-written\n")
+    assert text.startswith("# Results\n\nhand-written\n\n" + results.BEGIN)
+    assert "`x/t.md`" in text and text.rstrip().endswith(results.END)
+    assert results.readme(root, text + "\nafter\n") == text + "\nafter\n"
+
+
+@pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
+def test_a_quick_run_writes_a_record_the_check_finds_fresh(tmp_path, monkeypatch):
+    """structure_preservation.py in its quick mode (its own writer) and the shared
+    write_table both leave a record whose hash the check recomputes from the files."""
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    module = importlib.import_module("structure_preservation")
+    module.main(["--quick", "--out", str(tmp_path)])
+    record = _provenance.record_path(tmp_path / "summary.md")
+    data = json.loads(record.read_text())
+    assert data["script"] == "tests/experiments/structure_preservation.py"
+    assert {"tests/experiments/structure_preservation.py", "vimpc/integrators/__init__.py"} <= set(
+        data["sources"]
+    )
+    assert {"summary.csv", "energy.png"} <= set(data["outputs"])
+    assert results.status(record, ROOT).state == "fresh"
+    tables = importlib.import_module("_tables")
+    tables.write_table(tmp_path, "t", "T", "python x.py", "", [{"a": 1.0}])
+    assert results.status(_provenance.record_path(tmp_path / "t.md"), ROOT).state == "fresh"
+
+
+def test_the_status_command_prints_the_counts():
+    done = subprocess.run(
+        [sys.executable, "-m", "vimpc.results", "--root", str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    assert "records:" in done.stdout.splitlines()[-1]
+    assert "stale (marked)      results/scenarios/summary.md" in done.stdout
