@@ -33,9 +33,7 @@ def test_committed_readme_is_what_the_records_generate():
 
 def test_reproduction_verdicts_are_recorded():
     """The paper reproductions carry their verdicts; the marked-stale tables say why."""
-    records = {
-        s.table.relative_to(ROOT / "results").as_posix(): s for s in results.scan(ROOT)[0]
-    }
+    records = {s.table.relative_to(ROOT / "results").as_posix(): s for s in results.scan(ROOT)[0]}
     verdicts = {name: s.data.get("verdict") for name, s in records.items()}
     assert verdicts["lsi/pendulum.md"] == "reproduced"
     assert verdicts["lsi/henon_heiles.md"] == "not reproduced"
