@@ -160,3 +160,30 @@ def test_bad_closed_loop_calibration_settings_are_refused_before_any_work(
     from test_pipeline import refused_before_any_work
 
     refused_before_any_work(overrides, message, tmp_path, monkeypatch, capsys)
+
+
+def test_the_cache_key_follows_the_controllers_code_only_for_a_closed_loop_calibration(
+    monkeypatch,
+):
+    # a bound calibrated on the episodes of another version of the controller (its fallback,
+    # its recovery after a failed solve) is not this controller's: such a fit is not reused
+    closed = scenario.load_scenario(SAFE, SMALL)
+    held = ['data.calibration="heldout"', 'model.bound_level="step"', "model.bound_horizon=0"]
+    heldout = scenario.load_scenario(SAFE, [*SMALL, *held])
+    before = pipeline.cache_key(closed), pipeline.cache_key(heldout)
+    monkeypatch.setattr(pipeline, "closed_loop_code_digest", lambda: "another version")
+    assert pipeline.cache_key(closed) != before[0]
+    assert pipeline.cache_key(heldout) == before[1]
+
+
+def test_the_closed_loop_code_digest_reads_the_controllers_sources(tmp_path, monkeypatch):
+    import vimpc.pipeline as module
+
+    root = tmp_path / "vimpc"
+    for folder in ("mpc", "closedloop"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(module, "__file__", str(root / "pipeline.py"))
+    first = pipeline.closed_loop_code_digest()
+    (root / "mpc" / "a.py").write_text("x = 2\n")
+    assert pipeline.closed_loop_code_digest() != first

@@ -196,9 +196,21 @@ FIT_GENERATION = 4
 FAMILY_GENERATION = {"dlnn": 2, "lnn": 2, "clnn": 2, "chnn": 2}
 
 
+def closed_loop_code_digest() -> str:
+    """SHA-256 of the sources of ``vimpc.mpc`` and ``vimpc.closedloop``: what a bound
+    calibrated on the controller's own episodes depends on besides the settings."""
+    digest = hashlib.sha256()
+    root = Path(__file__).parent
+    for folder in ("mpc", "closedloop"):
+        for file in sorted((root / folder).glob("*.py")):
+            digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
 def cache_key(cfg: dict[str, Any]) -> str:
     """Hash of everything a fit depends on: the env, the data settings (and the contents of
-    data files), the model settings, the vimpc version and :data:`FIT_GENERATION`."""
+    data files), the model settings, the vimpc version and :data:`FIT_GENERATION`; for a
+    bound calibrated in closed loop, the controller's settings and code too."""
     data = dict(cfg["data"])
     # one fit's data and model do not depend on how many fits a run makes, nor on the
     # plants its episodes draw: a fit cached before these keys existed stays valid
@@ -209,7 +221,13 @@ def cache_key(cfg: dict[str, Any]) -> str:
         # the bound is calibrated on the controller's own episodes: they depend on it, on
         # the episodes' length and on the plants they draw
         env["plant"] = cfg["env"]["plant"]
-        extra = {"controller": cfg["controller"], "episode_steps": cfg["episodes"]["steps"]}
+        extra = {
+            "controller": cfg["controller"],
+            "episode_steps": cfg["episodes"]["steps"],
+            # and on the controller's and the closed loop's code: a bound calibrated by
+            # another version of them is not this controller's
+            "closed_loop_code": closed_loop_code_digest(),
+        }
     else:  # a fit cached before the closed-loop calibration existed stays valid
         for key in ("calibration", "calibration_episodes", "calibration_seed"):
             data.pop(key, None)
