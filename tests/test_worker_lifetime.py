@@ -1,9 +1,11 @@
 """Worker processes end with the command that started them, however it ends: after a
 SIGKILL of ``vimpc run --workers 2`` or ``vimpc sweep --workers 2`` the workers lived on,
-and a sweep's went on finishing configurations into its folder."""
+and a sweep's went on finishing configurations into its folder; after one of a
+``--backend ray`` run, the local cluster's agents lived on."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -62,7 +64,31 @@ def _poll(condition, timeout: float) -> bool:
     return condition()
 
 
-def _kill_and_check(args: list[str], cwd: Path, count: int) -> None:
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
+def _kill_and_check(args: list[str], cwd: Path, count: int, find=_workers) -> None:
     child = subprocess.Popen(
         [sys.executable, "-m", "vimpc.cli", *args],
         cwd=cwd,
@@ -72,7 +98,7 @@ def _kill_and_check(args: list[str], cwd: Path, count: int) -> None:
     workers: list[int] = []
 
     def started() -> bool:
-        workers[:] = _workers(child.pid)
+        workers[:] = find(child.pid)
         return len(workers) >= count or child.poll() is not None
 
     try:
@@ -111,6 +137,18 @@ def test_the_workers_of_a_killed_sweep_end(tmp_path):
     _kill_and_check([*args, "--no-plots", "--quiet"], ROOT, 2)
     # nothing went on in the folder after the kill
     assert not list((tmp_path / "out").glob("**/metrics.json"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
+def test_the_local_ray_cluster_of_a_killed_run_ends(tmp_path):
+    def cluster(parent: int) -> list[int]:
+        # every process below the run once its episodes run (the cluster's agents are
+        # there by then)
+        tree = _descendants(parent)
+        return tree if any(_title(p).startswith("ray::episode") for p in tree) else []
+
+    args = ["run", PENDULUM, "--backend", "ray", "--workers", "2", "--out", str(tmp_path)]
+    _kill_and_check([*args, "--set", "episodes.count=4", *LONG], ROOT, 1, find=cluster)
 
 
 def test_a_worker_whose_parent_is_gone_ends_by_itself(tmp_path):
