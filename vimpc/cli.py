@@ -34,6 +34,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from vimpc.model_file import FILE_SUFFIX, save
     from vimpc.scenario.catalog import find_scenario
 
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
     cfg = scenario.load_scenario(find_scenario(args.scenario), args.set or [])
     if cfg["data"]["fits"] != 1:
         raise ConfigError(
@@ -258,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
         scenario_args(fit)
         fit.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
         fit.add_argument("--overwrite", action="store_true", help="replace an existing file")
+        fit.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="closed-loop calibration episodes (data.calibration = \"closed_loop\") in "
+            "parallel processes (the same model); at most one per episode and per usable core",
+        )
         fit.set_defaults(func=cmd_fit)
     lst = sub.add_parser("list", help="list scenario files and environments")
     lst.add_argument(

@@ -321,9 +321,12 @@ def calibrate_closed_loop(
 
     d = cfg["data"]
     seeds = list(range(d["calibration_seed"], d["calibration_seed"] + d["calibration_episodes"]))
+    workers = min(workers, len(seeds))
+    processes = "in this process" if workers <= 1 else f"in {workers} worker processes"
     log(
-        f"calibrating the bound on {len(seeds)} closed-loop episodes (seeds {seeds[0]} to "
-        f"{seeds[-1]}), the controller's model bounded per step on held-out data"
+        f"calibrating the bound on {len(seeds)} closed-loop episodes of "
+        f"{cfg['episodes']['steps']} steps (seeds {seeds[0]} to {seeds[-1]}) {processes}, the "
+        "controller's model bounded per step on held-out data"
     )
     folder = check_cache_writable()
     fd, name = tempfile.mkstemp(prefix="preliminary-", suffix=".vimpc", dir=folder)
