@@ -187,3 +187,33 @@ def test_the_closed_loop_code_digest_reads_the_controllers_sources(tmp_path, mon
     first = pipeline.closed_loop_code_digest()
     (root / "mpc" / "a.py").write_text("x = 2\n")
     assert pipeline.closed_loop_code_digest() != first
+
+
+def test_vimpc_fit_runs_the_calibration_episodes_in_workers_with_the_same_model(
+    tmp_path, monkeypatch, capsys
+):
+    # vimpc fit had no --workers: the calibration episodes ran one after another
+
+    from vimpc import cli, load_model
+
+    tiny = [*SMALL, "data.calibration_episodes=20", "episodes.steps=20"]
+    sets = [a for s in tiny for a in ("--set", s)]
+    models = []
+    for workers in (1, 2):
+        monkeypatch.setenv("VIMPC_CACHE", str(tmp_path / f"cache{workers}"))
+        out = tmp_path / f"w{workers}.vimpc"
+        args = ["fit", SAFE, *sets, "-o", str(out), "--workers", str(workers), "--quiet"]
+        assert cli.main(args) == 0
+        said = capsys.readouterr().out
+        where = "in this process" if workers == 1 else "in 2 worker processes"
+        assert "calibrating the bound on 20 closed-loop episodes of 20 steps" in said
+        assert where in said
+        models.append(load_model(out))
+    one, two = models
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x, u = rng.normal(size=one.nx), rng.normal(size=one.nu)
+        p = np.zeros(one.np)
+        assert np.array_equal(np.asarray(one.bound(x, u, p)), np.asarray(two.bound(x, u, p)))
+    assert cli.main(["fit", SAFE, "-o", str(tmp_path / "x.vimpc"), "--workers", "0"]) == 2
+    assert "--workers must be a positive integer, got 0" in capsys.readouterr().err

@@ -116,3 +116,73 @@ def test_ctrl_c_during_the_compile_stops_the_program(group, tmp_path):
         pytest.skip("the compile finished within 0.3 s: nothing to interrupt")
     assert out.strip() == "interrupted"
     assert time.monotonic() - start < 10
+
+
+# the console script, as pip writes it: argv[0] is its path when vimpc is first imported
+CONSOLE = "import sys; sys.argv[0] = '/usr/bin/vimpc'; from vimpc.cli import main; sys.exit(main())"
+
+
+@pytest.mark.parametrize(
+    "entry", [["-c", CONSOLE], ["-m", "vimpc.cli"]], ids=["console script", "python -m"]
+)
+@pytest.mark.parametrize("command", ["list", "run"])
+def test_ctrl_c_however_early_ends_the_command_in_one_line(entry, command, tmp_path):
+    # a SIGINT 0.15-0.4 s in landed in the imports and printed their traceback; delays
+    # from the start of the interpreter to the command's own work, wherever each lands
+    # on a busy machine
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = ["list"] if command == "list" else [
+        "run", os.path.join(root, "scenarios", "pendulum_swingup.toml"), "--out",
+        str(tmp_path), "--set", "episodes.steps=400", "--no-plots", "--quiet",
+    ]  # fmt: skip
+    interrupted = 0
+    for delay in (0.05, 0.15, 0.25, 0.4, 0.7, 1.2):
+        child = subprocess.Popen(
+            [sys.executable, *entry, *args],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=300)
+        text = err.decode()
+        if "init_import_site" in text or child.returncode == -signal.SIGINT:
+            continue  # in the interpreter's own start, before any of vimpc ran
+        assert "Traceback" not in text, (delay, text)
+        if child.returncode == 0:  # finished before the signal (list on an idle machine)
+            assert command == "list" and b"environments:" in out, (delay, text)
+            continue
+        assert child.returncode == 130, (delay, child.returncode, text)
+        assert text.strip().splitlines()[-1].startswith("vimpc: interrupted"), (delay, text)
+        # one line, with a run's note of what it kept before it
+        assert len([ln for ln in text.splitlines() if "interrupted" in ln]) == 1, text
+        interrupted += 1
+    assert interrupted >= 3  # most delays land in the imports or the command
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as on Linux")
+def test_a_count_too_large_for_the_memory_limit_is_a_message_not_a_traceback(tmp_path):
+    import resource
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def limit() -> None:  # as ulimit -v 3000000 would
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "vimpc.cli", "run",
+         os.path.join(root, "scenarios", "pendulum_swingup.toml"), "--out", str(tmp_path),
+         "--set", "episodes.count=1000000000", "--set", "episodes.steps=3", "--no-plots",
+         "--quiet"],  # fmt: skip
+        cwd=root,
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+        timeout=600,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    if done.returncode == 2 and "out of memory" not in done.stderr:
+        pytest.skip(f"refused before it ran out of memory: {done.stderr.strip()[:200]}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("vimpc: error: out of memory") and "episodes.count" in done.stderr

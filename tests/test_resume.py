@@ -145,6 +145,54 @@ def test_resume_refuses_a_complete_run_another_scenario_and_other_settings(
     _same_episodes(stage.with_name(stage.name.removesuffix(".partial")), reference)
 
 
+def test_resume_refuses_episodes_of_another_seed_or_edited_by_hand(
+    reference, tmp_path, monkeypatch, capsys
+):
+    # a kept episode went into metrics.json as it was found: one copied in from another
+    # seed, or a cost edited by hand
+    _interrupt_after(monkeypatch, 2)
+    assert cli.main(["run", PENDULUM, "--out", str(tmp_path), *SHORT]) == 130
+    monkeypatch.undo()
+    (stage,) = (tmp_path / "pendulum_swingup").iterdir()
+    kept = sorted(_run_dir.finished(stage, 4))
+    a, b = kept
+    files = [_run_dir.episode_files(stage, k) for k in kept]
+    originals = [(p.read_bytes(), q.read_bytes()) for p, q in files]
+    capsys.readouterr()
+
+    # episode a replaced by episode b (another seed), both files
+    for src, dst in zip(files[1], files[0], strict=True):
+        dst.write_bytes(src.read_bytes())
+    assert cli.main(["run", "--resume", str(stage), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"episode {a}: seed {b}, but the run's episode {a} has seed {a}" in err
+    assert "are not this run's" in err and f"delete episode_{a:03d}.npz" in err
+
+    # a cost edited in the record (valid JSON, the same seed)
+    files[0][0].write_bytes(originals[0][0])
+    record = json.loads(originals[0][1])
+    record["metrics"]["cost"] = record["metrics"]["cost"] / 2
+    files[0][1].write_text(json.dumps(record, indent=2) + "\n")
+    assert cli.main(["run", "--resume", str(stage), "--quiet"]) == 2
+    assert "do not match the SHA-256 recorded" in capsys.readouterr().err
+
+    # the arrays edited, the record as written
+    files[0][1].write_bytes(originals[0][1])
+    with np.load(files[0][0]) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["inputs"] = arrays["inputs"] + 1.0
+    with open(files[0][0], "wb") as handle:
+        np.savez(handle, **arrays)
+    assert cli.main(["run", "--resume", str(stage), "--quiet"]) == 2
+    assert "do not match the SHA-256 recorded" in capsys.readouterr().err
+    assert not (stage / "metrics.json").exists()
+
+    # as written: the resume takes them and gives the reference's results
+    files[0][0].write_bytes(originals[0][0])
+    assert cli.main(["run", "--resume", str(stage), "--quiet"]) == 0
+    _same_episodes(stage.with_name(stage.name.removesuffix(".partial")), reference)
+
+
 def test_resume_refuses_a_model_file_that_changed(tmp_path, monkeypatch, capsys):
     from vimpc.mechanics import Pendulum
     from vimpc.model_file import save

@@ -98,3 +98,22 @@ def test_good_arguments_still_run():
     assert env.steps == 3 and traj.seed == 7 and traj.inputs.shape == (3, 1)
     with pytest.raises(TypeError, match="unexpected keyword argument 'sed'"):
         run_episode(env, _zero, 3, 0, sed=1)
+
+
+@pytest.mark.parametrize(
+    ("returned", "got"),
+    [
+        (np.zeros(1), "got ndarray of shape (1,) array([0.]) at step 0, which has no u, status"),
+        (0.0, "got float 0.0 at step 0, which has no u, status, solve_time"),
+    ],
+)
+def test_a_controller_that_returns_a_bare_input_is_named_before_the_step(returned, got):
+    # the bare array reached env.step(result.u) as an AttributeError: 'numpy.ndarray'
+    # object has no attribute 'u'
+    env = CountingPendulum()
+    with pytest.raises(InputError) as err:
+        run_episode(env, lambda obs, t: returned, 3, 0)
+    text = str(err.value)
+    assert "controller(obs, t) must return an MPCResult" in text and got in text
+    assert "SimpleNamespace(u=u, status=vimpc.mpc.Status.SOLVED" in text
+    assert env.steps == 0

@@ -5,18 +5,27 @@ Importing vimpc registers its gymnasium environments (``vimpc/Pendulum-v0``,
 import torch.
 """
 
-import vimpc_envs as _vimpc_envs  # noqa: F401  (registers the environment ids)
+from vimpc import _interrupt
 
-from vimpc.dynamics import DiscreteModel as DiscreteModel
-from vimpc.errors import ConfigError as ConfigError
-from vimpc.errors import InputError as InputError
-from vimpc.errors import NotFittedError as NotFittedError
-from vimpc.errors import SolverError as SolverError
-from vimpc.errors import VimpcError as VimpcError
-from vimpc.model_file import load as load_model
-from vimpc.model_file import save as save_model
-from vimpc.models.base import ModelFamily as ModelFamily
-from vimpc.models.families.nominal import NominalModel as NominalModel
+# a Ctrl-C in the command's first second lands here, in the imports, before main() can
+# catch it: the command says so in one line (a program that imports vimpc gets it raised)
+_interrupt.latch_early()
+try:
+    import vimpc_envs as _vimpc_envs  # noqa: F401  (registers the environment ids)
+
+    from vimpc.dynamics import DiscreteModel as DiscreteModel
+    from vimpc.errors import ConfigError as ConfigError
+    from vimpc.errors import InputError as InputError
+    from vimpc.errors import NotFittedError as NotFittedError
+    from vimpc.errors import SolverError as SolverError
+    from vimpc.errors import VimpcError as VimpcError
+    from vimpc.model_file import load as load_model
+    from vimpc.model_file import save as save_model
+    from vimpc.models.base import ModelFamily as ModelFamily
+    from vimpc.models.families.nominal import NominalModel as NominalModel
+except KeyboardInterrupt:
+    _interrupt.exit_if_command()
+    raise
 
 __version__ = "0.1.0"
 

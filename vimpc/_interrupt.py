@@ -15,15 +15,22 @@ goes on with its fallback input. Two tools keep a Ctrl-C:
   :func:`interrupted`.
 
 Both act only where Python's default SIGINT handler is in place, in the main thread; a
-program with its own handler keeps it.
+program with its own handler keeps it. :func:`exit_if_command` turns a Ctrl-C during the
+imports of the ``vimpc`` command (before ``main`` can catch anything) into its one-line
+message and exit code 130.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+MESSAGE = "vimpc: interrupted; no result was written as complete"
+EXIT_INTERRUPTED = 130
 
 _pending = False  # a SIGINT arrived under interrupt_latch() and was not acted on yet
 
@@ -42,13 +49,12 @@ def _ours(handler) -> bool:
 def interrupt_latch() -> Iterator[None]:
     """Remember every SIGINT while the body runs (see the module's text)."""
     global _pending
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not _ours(handler):
         yield
         return
-    _pending = False
+    if handler is not _latch:  # else latched since the imports (latch_early): keep theirs
+        _pending = False
     signal.signal(signal.SIGINT, _latch)
     try:
         yield
@@ -101,3 +107,33 @@ class kept_interrupts:  # noqa: N801  (used like a function: ``with kept_interru
             if self._caught and kind is not KeyboardInterrupt:
                 raise KeyboardInterrupt  # what CasADi made of it (if anything) is the context
         return False
+
+
+def _is_command() -> bool:
+    """Whether this process is the ``vimpc`` command: its console script, or
+    ``python -m vimpc.cli`` (a program that imports vimpc is not)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if name in ("vimpc", "vimpc.exe", "vimpc-script.py"):
+        return True
+    argv = list(getattr(sys, "orig_argv", ()))
+    return any(a == "-m" and b in ("vimpc.cli", "vimpc") for a, b in zip(argv, argv[1:], strict=False))
+
+
+def latch_early() -> None:
+    """In the ``vimpc`` command, latch SIGINTs from before the heavy imports on: CasADi,
+    called while they run, could swallow one (the command then went on to the end)."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        and _is_command()
+    ):
+        signal.signal(signal.SIGINT, _latch)
+
+
+def exit_if_command() -> None:
+    """In the ``vimpc`` command, end with the interrupt's message and exit code 130 (called
+    where a Ctrl-C lands during the imports, before ``main`` runs); elsewhere return, and
+    the caller raises the ``KeyboardInterrupt`` on."""
+    if _is_command():
+        print(MESSAGE, file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None

@@ -138,15 +138,22 @@ class Cluster:
     on :meth:`close`), an existing cluster it connected to, or a connection this process
     already had (a program that called ``ray.init`` itself), left as it was."""
 
-    def __init__(self, ray, *, owned: bool, cpus: int, address: str) -> None:
+    def __init__(self, ray, *, owned: bool, cpus: int, address: str, reaper=None) -> None:
         self.ray = ray
         self.owned = owned
         self.cpus = cpus
         self.address = address
+        self.reaper = reaper  # ends the local cluster's processes if this one is killed
 
     def close(self) -> None:
-        if self.owned and self.ray.is_initialized():
-            self.ray.shutdown()
+        from vimpc import _reaper
+
+        try:
+            if self.owned and self.ray.is_initialized():
+                self.ray.shutdown()
+        finally:
+            _reaper.stop(self.reaper)  # and whatever the shutdown left
+            self.reaper = None
 
 
 _CLUSTER: Cluster | None = None
@@ -217,9 +224,14 @@ def _loopback_node(ray) -> Iterator[None]:
 
 
 def _start_local(ray, workers: int) -> Cluster:
+    from vimpc import _reaper
     from vimpc.pipeline import usable_cores
 
     cpus = max(1, min(int(workers), usable_cores()))
+    # the cluster's processes are the children ray.init starts: Ray ends its raylet and
+    # workers with this process, but not its agents, so a watcher ends them if this
+    # process is killed
+    before = set(_reaper.children(os.getpid()))
     with _loopback_node(ray):
         ray.init(
             address="local",
@@ -230,7 +242,14 @@ def _start_local(ray, workers: int) -> Cluster:
             logging_level="warning",
             namespace="vimpc",
         )
-    cluster = Cluster(ray, owned=True, cpus=cpus, address=ray.get_runtime_context().gcs_address)
+    started = sorted(set(_reaper.children(os.getpid())) - before)
+    cluster = Cluster(
+        ray,
+        owned=True,
+        cpus=cpus,
+        address=ray.get_runtime_context().gcs_address,
+        reaper=_reaper.start(started),
+    )
     node = ray.nodes()[0]["NodeManagerAddress"]
     if node != LOOPBACK or not cluster.address.startswith(LOOPBACK + ":"):
         cluster.close()

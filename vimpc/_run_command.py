@@ -314,7 +314,9 @@ def _resume_in(args: argparse.Namespace, started: float, final_dir: Path, stage_
         _check_same_run(stage_dir, manifest, cfg, pipeline)
         count = manifest["episodes"]
         _run_dir.tidy(stage_dir, count)
-        _run_dir.check_episodes(stage_dir, _run_dir.finished(stage_dir, count))
+        _run_dir.check_episodes(
+            stage_dir, _run_dir.finished(stage_dir, count), manifest["seeds"]
+        )
         done = len(_run_dir.finished(stage_dir, count))
         print(
             f"resuming {stage_dir}: {done} of {count} episodes finished, running the "

@@ -9,10 +9,12 @@ A run writes into ``<out>/<scenario>/<UTC timestamp>.partial/`` and renames it t
   those still missing, the model it uses (file and SHA-256), the vimpc version, and the
   command that resumes it. Its presence says "incomplete"; it is removed when the run is
   complete;
-- ``episode_<k>.npz`` and ``episode_<k>.json`` (the trajectory's arrays, then its seed
-  and metrics) for every finished episode, written as each one ends. An episode is
-  finished when both files exist (the ``.json`` is written second); the manifest's list
-  of missing episodes is refreshed after each, but the files are what counts;
+- ``episode_<k>.npz`` and ``episode_<k>.json`` (the trajectory's arrays, then its seed,
+  metrics and the SHA-256 of both) for every finished episode, written as each one ends.
+  An episode is finished when both files exist (the ``.json`` is written second); the
+  manifest's list of missing episodes is refreshed after each, but the files are what
+  counts. A resume keeps an episode only if its seed is the run's seed for it and its
+  digest matches (:func:`check_episodes`);
 - ``.lock``: held (``flock``) by the process that runs or resumes the folder, so a
   folder whose lock is free was left by a process that ended (Ctrl-C, an error, killed).
 
@@ -130,23 +132,44 @@ def finished(stage: Path, count: int) -> list[int]:
     return [k for k in range(count) if all(p.exists() for p in episode_files(stage, k))]
 
 
-def check_episodes(stage: Path, ks: list[int]) -> None:
+def check_episodes(stage: Path, ks: list[int], seeds: list[int]) -> None:
     """Refuse a folder whose kept episodes ``ks`` cannot all be read back (a damaged or
-    truncated file): the run's metrics need every one of them."""
-    bad = []
+    truncated file), or whose files are not those the run wrote: an episode of another
+    seed than ``seeds[k]`` (a file copied in from another run), or one whose digest does
+    not match (arrays or metrics edited). The run's metrics would take them as they are."""
+    unreadable, foreign = [], []
     for k in ks:
         try:
-            load_episode(stage, k)
+            traj, metrics = load_episode(stage, k)
+            record = json.loads(episode_files(stage, k)[1].read_text())
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-            bad.append((k, f"{type(exc).__name__}: {str(exc)[:120]}"))
-    if bad:
-        k, why = bad[0]
-        names = " and ".join(p.name for p in episode_files(stage, k))
-        raise ConfigError(
-            f"--resume: {len(bad)} kept episode(s) in {str(stage)!r} cannot be read back "
-            f"(episodes {[b[0] for b in bad][:10]}; episode {k}: {why}); delete {names} (and "
-            "the others' files) to run those episodes again, then resume"
-        )
+            unreadable.append((k, f"{type(exc).__name__}: {str(exc)[:120]}"))
+            continue
+        if not isinstance(record, dict) or record.get("seed") != seeds[k]:
+            got = record.get("seed") if isinstance(record, dict) else None
+            foreign.append((k, f"seed {got!r}, but the run's episode {k} has seed {seeds[k]}"))
+        elif record.get("sha256") != episode_digest(stage, k, record):
+            foreign.append((k, "its files do not match the SHA-256 recorded when it was kept"))
+    for bad, what in ((unreadable, "cannot be read back"), (foreign, "are not this run's")):
+        if bad:
+            k, why = bad[0]
+            names = " and ".join(p.name for p in episode_files(stage, k))
+            raise ConfigError(
+                f"--resume: {len(bad)} kept episode(s) in {str(stage)!r} {what} (episodes "
+                f"{[b[0] for b in bad][:10]}; episode {k}: {why}); delete {names} (and the "
+                "others' files) to run those episodes again, then resume"
+            )
+
+
+def episode_digest(stage: Path, k: int, record: dict[str, Any]) -> str:
+    """The SHA-256 of episode ``k``'s arrays file and of its record's seed and metrics."""
+    digest = hashlib.sha256()
+    with open(episode_files(stage, k)[0], "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    kept = {"seed": record.get("seed"), "metrics": record.get("metrics")}
+    digest.update(json.dumps(kept, sort_keys=True).encode("utf-8"))
+    return digest.hexdigest()
 
 
 def text_digest(text: str) -> str:
@@ -177,11 +200,14 @@ def tidy(stage: Path, count: int) -> None:
 
 
 def save_episode(stage: Path, k: int, seed: int, traj, metrics: dict[str, Any]) -> None:
-    """Keep one finished episode: its arrays, then its seed and metrics (which mark it
-    finished)."""
+    """Keep one finished episode: its arrays, then its seed, metrics and their digest
+    (which mark it finished)."""
     arrays, record = episode_files(stage, k)
     write_atomic(arrays, lambda h: np.savez(h, **traj.arrays()))
-    write_atomic(record, json.dumps({"seed": int(seed), "metrics": metrics}, indent=2) + "\n")
+    # the metrics as they read back from JSON, so the digest is that of what is kept
+    info = json.loads(json.dumps({"seed": int(seed), "metrics": metrics}))
+    info["sha256"] = episode_digest(stage, k, info)
+    write_atomic(record, json.dumps(info, indent=2) + "\n")
 
 
 def load_episode(stage: Path, k: int):

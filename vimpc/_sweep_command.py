@@ -349,7 +349,7 @@ def _open_run(stage: Path) -> tuple[dict[str, Any], dict[str, Any], Any] | None:
         _check_same_run(stage, manifest, cfg, pipeline)
         count = manifest["episodes"]
         _run_dir.tidy(stage, count)
-        _run_dir.check_episodes(stage, _run_dir.finished(stage, count))
+        _run_dir.check_episodes(stage, _run_dir.finished(stage, count), manifest["seeds"])
     except BaseException:
         lock.release()
         raise

@@ -3,23 +3,39 @@
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
-import sys
-import warnings
-from pathlib import Path
+# few and light, and a Ctrl-C among them ends the command as one in main() does (the
+# package's own imports do the same in vimpc/__init__.py); the commands import what they use
+try:
+    import argparse
+    import logging
+    import os
+    import sys
+    import warnings
+    from pathlib import Path
 
-from vimpc._interrupt import interrupt_latch, interrupted
-from vimpc._run_command import DEFAULT_OUT, EXIT_ALL_SOLVES_FAILED, _obtain_model, cmd_run
-from vimpc.errors import ConfigError, VimpcError
+    from vimpc._interrupt import MESSAGE, check, interrupt_latch, interrupted
+    from vimpc.errors import ConfigError, VimpcError
+except KeyboardInterrupt:
+    from vimpc._interrupt import exit_if_command
+
+    exit_if_command()
+    raise
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vimpc._run_command import cmd_run
+
+    return cmd_run(args)
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from vimpc import pipeline, scenario
+    from vimpc._run_command import _obtain_model
     from vimpc.model_file import FILE_SUFFIX, save
     from vimpc.scenario.catalog import find_scenario
 
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
     cfg = scenario.load_scenario(find_scenario(args.scenario), args.set or [])
     if cfg["data"]["fits"] != 1:
         raise ConfigError(
@@ -137,6 +153,7 @@ def _backend_args(p: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from vimpc import __version__
+    from vimpc._run_command import DEFAULT_OUT, EXIT_ALL_SOLVES_FAILED
 
     parser = argparse.ArgumentParser(
         prog="vimpc",
@@ -243,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
         scenario_args(fit)
         fit.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
         fit.add_argument("--overwrite", action="store_true", help="replace an existing file")
+        fit.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="closed-loop calibration episodes (data.calibration = \"closed_loop\") in "
+            "parallel processes (the same model); at most one per episode and per usable core",
+        )
         fit.set_defaults(func=cmd_fit)
     lst = sub.add_parser("list", help="list scenario files and environments")
     lst.add_argument(
@@ -255,6 +279,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before the command's own handling was in place
+        return _interrupted()
+    except MemoryError:
+        if interrupted():
+            return _interrupted()
+        # a count or size too large for the memory (or the limit, ulimit -v) there is
+        print(
+            "vimpc: error: out of memory: the command asked for more memory than this "
+            "process may use (the machine's, or a limit such as ulimit -v); lower the counts "
+            "and sizes in the scenario (episodes.count, episodes.steps, data.trajectories, "
+            "data.steps, ...) or --workers. Finished episodes are kept as on any error",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if hasattr(sys.stdout, "reconfigure"):  # lines appear as they are printed, also in a pipe
         sys.stdout.reconfigure(line_buffering=True)
@@ -264,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         _show_progress_notes()
     with interrupt_latch():
         try:
+            check()  # a Ctrl-C during the imports that CasADi swallowed
             return args.func(args)
         except KeyboardInterrupt:
             return _interrupted()
@@ -315,7 +359,7 @@ def _show_progress_notes() -> None:
 
 
 def _interrupted() -> int:
-    print("vimpc: interrupted; no result was written as complete", file=sys.stderr)
+    print(MESSAGE, file=sys.stderr)
     return 130
 
 

@@ -339,9 +339,12 @@ def calibrate_closed_loop(
 
     d = cfg["data"]
     seeds = list(range(d["calibration_seed"], d["calibration_seed"] + d["calibration_episodes"]))
+    workers = min(workers, len(seeds))
+    processes = "in this process" if workers <= 1 else f"in {workers} worker processes"
     log(
-        f"calibrating the bound on {len(seeds)} closed-loop episodes (seeds {seeds[0]} to "
-        f"{seeds[-1]}), the controller's model bounded per step on held-out data"
+        f"calibrating the bound on {len(seeds)} closed-loop episodes of "
+        f"{cfg['episodes']['steps']} steps (seeds {seeds[0]} to {seeds[-1]}) {processes}, the "
+        "controller's model bounded per step on held-out data"
     )
     folder = check_cache_writable()
     fd, name = tempfile.mkstemp(prefix="preliminary-", suffix=".vimpc", dir=folder)
@@ -680,7 +683,8 @@ def in_processes(
     with each result in this process as it comes. An executor, not a ``multiprocessing.Pool``:
     a Pool replaces a worker that died (killed, out of memory) and waits for its item for
     ever; the executor says it broke, which is a :class:`WorkerError` naming how many
-    ``what``s had finished. A Ctrl-C or an error here ends the workers at once."""
+    ``what``s had finished. A Ctrl-C or an error here ends the workers at once, and a
+    worker ends by itself when this process ends otherwise (killed: :func:`end_with_parent`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
@@ -688,8 +692,8 @@ def in_processes(
     pool = ProcessPoolExecutor(
         workers,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=initializer,
-        initargs=initargs,
+        initializer=_start_worker,
+        initargs=(os.getpid(), initializer, initargs),
     )
     finished = 0
     try:
@@ -708,6 +712,49 @@ def in_processes(
         _end_workers(pool)
         raise
     pool.shutdown()
+
+
+def _start_worker(parent: int, initializer: Callable[..., None], initargs: tuple) -> None:
+    end_with_parent(parent)
+    initializer(*initargs)
+
+
+PARENT_POLL_S = 0.5  # how often a worker checks that its parent is alive
+
+
+def end_with_parent(parent: int) -> None:
+    """End this process when its parent ``parent`` ends, however it ends: a SIGKILL runs
+    no cleanup in the parent, and a worker left alive would go on writing results into
+    the run's folder. On Linux the kernel sends SIGKILL on the parent's death
+    (``PR_SET_PDEATHSIG``); a thread that polls the parent's id covers other systems and
+    the parent that died before the request was made."""
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        except (OSError, AttributeError):  # no prctl in this C library: the thread remains
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(
+        target=_watch_parent, args=(parent,), name="vimpc-parent-watch", daemon=True
+    ).start()
+
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _watch_parent(parent: int) -> None:
+    import time
+
+    while os.getppid() == parent:  # an orphan is handed to another process
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _end_workers(pool) -> None:

@@ -117,6 +117,25 @@ def _env_dt(env) -> float:
     return dt
 
 
+_RESULT_FIELDS = ("u", "status", "solve_time", "iterations", "slack")
+
+
+def _check_result(result: Any, k: int) -> None:
+    """Refuse what a controller returned unless it reads as an MPCResult (a bare input
+    array, for one, has no status or solve time to record)."""
+    missing = [name for name in _RESULT_FIELDS if not hasattr(result, name)]
+    if missing:
+        shape = getattr(result, "shape", None)
+        got = f"{type(result).__name__}" + (f" of shape {shape}" if shape is not None else "")
+        raise InputError(
+            f"controller(obs, t) must return an MPCResult (or an object with "
+            f"{', '.join(_RESULT_FIELDS)}), got {got} {result!r:.60} at step {k}, which has "
+            f"no {', '.join(missing)}; a function that computes the input u can return "
+            "SimpleNamespace(u=u, status=vimpc.mpc.Status.SOLVED, solve_time=0.0, "
+            "iterations=0, slack=0.0)"
+        )
+
+
 def run_episode(
     env: gymnasium.Env,
     controller: Callable[..., MPCResult],
@@ -132,7 +151,9 @@ def run_episode(
     The controller is called as ``controller(obs, t)`` and must return an object
     with ``u``, ``status``, ``solve_time``, ``iterations`` and ``slack`` (an
     :class:`~vimpc.mpc.MPCResult`; its ``call_time`` and ``late`` are recorded where it
-    has them); a ``reset()`` method, if present, is called first. With ``initial_plan``, a
+    has them), not the bare input: the trajectory records each call's status and times,
+    and an :class:`~vimpc.errors.InputError` says so at the first call that returns
+    anything else; a ``reset()`` method, if present, is called first. With ``initial_plan``, a
     ``start(obs, t)`` method, if present, makes the first plan from the reset observation
     before the first step (:meth:`vimpc.mpc.MPC.start`: outside the loop's clock, as a
     robot plans at its start; its time is ``Trajectory.start_time``); without it, the first
@@ -236,6 +257,7 @@ def run_episode(
     for k in range(steps):
         t = k * dt
         result = controller(obs, t)
+        _check_result(result, k)
         obs, reward, terminated, truncated, info = env.step(result.u)
         prepared = np.nan
         if prepare is not None and not (terminated or truncated):
