@@ -321,6 +321,17 @@ def test_a_state_far_from_the_constraints_fails_loudly_not_silently():
         assert np.max(np.abs(np.asarray(model.constraint(x_next)))) < 1e-8
 
 
+def test_a_state_off_the_constraints_gives_nan_never_casadis_error():
+    # angles and rates 0.3 plus noise: 0.8 m off the loop closure, where the projection's
+    # Newton does not converge (it raised CasADi's rootfinder error); the step says so with
+    # NaN, as the nominal model's does, and the bound is finite there
+    model = _fourbar_fitted(prior="midpoint", bound="theorem1").discrete_model()
+    x = 0.3 + 0.3 * np.random.default_rng(0).standard_normal(6)
+    assert np.max(np.abs(np.asarray(model.constraint(x)))) > 0.5
+    assert np.all(np.isnan(np.asarray(model.step(x, [0.0], []))))
+    assert np.all(np.isfinite(np.asarray(model.bound(x, [0.0], []))))
+
+
 def test_the_projection_converges_where_the_parallelogram_four_bar_folds():
     # In maximal coordinates the parallelogram four-bar's constraint Jacobian loses rank where
     # its links align (theta1 = theta2, its hanging rest), and the projection divides the
