@@ -115,6 +115,13 @@ class CheckedFunction(ca.Function):
         an :class:`InputError` for numbers of the wrong size."""
         if isinstance(value, (str, bytes)) or value is None:
             return False
+        if not isinstance(value, ca.DM) and np.iscomplexobj(value):  # numpy would drop the
+            # imaginary part with a warning, CasADi name no argument
+            raise InputError(
+                f"{self.label}: argument {self._name(i)} must be real numbers "
+                f"({_count(self._size(i))}, float64), got dtype "
+                f"{np.asarray(value).dtype}: {value!r:.80}"
+            )
         try:
             a = np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError):
@@ -321,6 +328,11 @@ class DiscreteModel:
 
 def _array(name: str, value: Any, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
     """``value`` as a finite float64 array (of ``shape``, where given), or an InputError."""
+    if not isinstance(value, ca.DM) and np.iscomplexobj(value):
+        raise InputError(
+            f"{name} must be real numbers (float64), got dtype {np.asarray(value).dtype}: "
+            f"{value!r:.80}"
+        )
     try:
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):

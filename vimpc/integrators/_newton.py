@@ -87,6 +87,20 @@ def within(r, tolerance):
     return ca.mmin(ca.fabs(ca.vec(r)) <= ca.vec(tolerance)) if r.numel() else 1
 
 
+def linear_solve(A, b):
+    """``A \\ b`` that gives inf or NaN where ``A`` is singular, never an error.
+
+    CasADi's MX solve (its ``qr`` plugin) raises "Evaluation failed" wherever a diagonal
+    entry of R falls below ``eps = 1e-12``, an absolute test: a constraint Gram matrix
+    at a state off the manifold (a four-bar's bodies all at the origin) stopped the step
+    with CasADi's error instead of NaN. ``eps = 0`` keeps the same factorisation, and its
+    values bit for bit, and lets a zero pivot give inf or NaN, which the step's
+    acceptance test turns into a failed step. SX's solve is symbolic and never raises."""
+    if isinstance(A, ca.MX) or isinstance(b, ca.MX):
+        return ca.solve(A, b, "qr", {"eps": 0.0})
+    return ca.solve(A, b)
+
+
 def accepted(value, ok):
     """``value`` where ``ok`` is 1, NaN elsewhere, NaN-safe in both branches (CasADi's
     ``if_else`` never multiplies the branch it does not take, so a NaN there does not leak

@@ -84,6 +84,7 @@ import numpy as np
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
+from vimpc.integrators import _newton
 from vimpc.models.evaluation import (
     bound_values,
     describe_failures,
@@ -180,7 +181,10 @@ class Bound:
         }
 
     def apply(self, model: DiscreteModel) -> DiscreteModel:
-        """``model`` with this bound, its ``delta`` and its record in ``info["bound"]``.
+        """``model`` with this bound, its ``delta`` and its record in ``info["bound"]``. The
+        model's bound is NaN wherever ``x``, ``u`` or ``p`` has a NaN or inf entry, as its
+        step is: a clipped variance or scale (``fmax(NaN, floor)`` is the floor) would
+        otherwise claim its smallest error at a state that is no state.
 
         Raises:
             InputError: a function of other sizes than the model's ``nx``, ``nu``, ``np``.
@@ -195,10 +199,17 @@ class Bound:
             )
         return replace(
             model,
-            bound=f,
+            bound=_nan_at_nonfinite(f),
             delta=float(self.delta),
             info={**model.info, "bound": self.describe()},
         )
+
+
+def _nan_at_nonfinite(f: ca.Function) -> ca.Function:
+    """``f(x, u, p)``, NaN where an argument is not finite."""
+    args = [ca.MX.sym(name, f.sparsity_in(i)) for i, name in enumerate(("x", "u", "p"))]
+    ok = _newton.all_finite(ca.vertcat(*(ca.vec(a) for a in args)))
+    return ca.Function(f.name(), args, [_newton.accepted(f(*args), ok)], ["x", "u", "p"], ["e"])
 
 
 def conformal_bound(

@@ -199,6 +199,8 @@ class ModelFamilyContract(DiscreteModelContract):
     small_cases: ClassVar[Mapping[str, Callable[[], SmallCase]]] = {}
     #: how many random points the bit-exactness checks use
     n_points: ClassVar[int] = 5
+    #: a family's bound comes through Bound.apply: NaN at a NaN or inf argument
+    bound_nan_at_nonfinite = True
 
     # ---- parametrisation over the registry ------------------------------------------------
 

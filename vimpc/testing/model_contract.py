@@ -28,7 +28,7 @@ import numpy as np
 from scipy.stats import binom
 
 from vimpc.dynamics import FUNCTION_FIELDS, CheckedFunction, DiscreteModel
-from vimpc.errors import InputError
+from vimpc.errors import InputError, VimpcError
 
 
 def _num(fn: ca.Function, *args: Any) -> np.ndarray:
@@ -68,6 +68,9 @@ class DiscreteModelContract:
     :meth:`sample_states` must return states that satisfy it."""
     manifold_tol: float = 1e-10
     constraint_tol: float = 1e-8
+    bound_nan_at_nonfinite: bool = False
+    """Set True for models whose bound is NaN where an argument has a NaN or inf entry, as
+    every registered family's is (:meth:`vimpc.models.calibration.Bound.apply`)."""
     coverage_alpha: float = 1e-3
     """Significance of the coverage check: it fails when so many held-out errors leave the
     bound that a coverage of ``1 - delta`` would give that many with probability below
@@ -184,8 +187,65 @@ class DiscreteModelContract:
             assert f"DiscreteModel.step: argument x (input 0) must be {m.nx} number" in str(exc)
         else:
             raise AssertionError("step accepted a state with nx + 1 entries")
+        try:
+            m.step(x + 1j, u, m.p_default)
+        except InputError as exc:
+            message = str(exc)
+            assert "argument x (input 0) must be real" in message and "complex" in message, (
+                f"a complex state must be refused naming x, its dtype and what is expected, "
+                f"got {message!r}"
+            )
+        else:
+            raise AssertionError("step accepted a complex state")
         X = ca.MX.sym("x", m.nx)
         assert m.step(X, u, m.p_default).numel() == m.nx  # passed through to CasADi
+
+    def test_hostile_arguments_give_nan_or_a_vimpc_error(self) -> None:
+        """``step``, ``residual`` and ``bound`` at states off the constraint manifold or
+        singular (all zeros: a four-bar's bodies at one point), far outside any data (1e3,
+        1e8, 1e300 in every entry), huge inputs, and NaN or +-inf entries return numbers or
+        raise a :class:`~vimpc.errors.VimpcError`, never CasADi's own error; at a NaN or
+        inf argument ``step`` (and ``bound``, where ``bound_nan_at_nonfinite``) is not
+        finite, so the closed loop counts a failed model step."""
+        m = self._model()
+        p = m.p_default
+        x0, u0 = self._samples()[0]
+        rng = np.random.default_rng(self.seed + 17)
+        cases = [
+            ("x = 0", np.zeros(m.nx), u0, True),
+            ("x off the manifold", x0 + 0.3 * rng.standard_normal(m.nx), u0, True),
+            *((f"x = {v:g}", np.full(m.nx, v), u0, True) for v in (1e3, 1e8, 1e300)),
+            ("u = 1e300", x0, np.full(m.nu, 1e300), True),
+        ]
+        for bad in (np.nan, np.inf, -np.inf):
+            cases.append((f"x[0] = {bad}", np.where(np.arange(m.nx) == 0, bad, x0), u0, False))
+            if m.nu:
+                cases.append((f"u = {bad}", x0, np.full(m.nu, bad), False))
+        for what, x, u, finite in cases:
+            calls = {"step": (m.step, (x, u, p))}
+            if m.residual is not None:
+                calls["residual"] = (m.residual, (x, u, x0, p))
+            if m.bound is not None:
+                calls["bound"] = (m.bound, (x, u, p))
+            for name, (fn, args) in calls.items():
+                try:
+                    y = _num(fn, *args)
+                except VimpcError:
+                    continue
+                except Exception as exc:
+                    raise AssertionError(
+                        f"{name} at {what} raised {type(exc).__name__} "
+                        f"({' '.join(str(exc).split())[:200]}); it must give NaN or a vimpc "
+                        "error naming the cause"
+                    ) from exc
+                if finite or name == "residual" or (
+                    name == "bound" and not self.bound_nan_at_nonfinite
+                ):
+                    continue
+                assert not np.all(np.isfinite(y)), (
+                    f"{name} at {what} is finite ({y.tolist()}): a NaN or inf argument must "
+                    "give a NaN output, a failed step"
+                )
 
     def test_step_satisfies_residual(self) -> None:
         """``residual(x, u, step(x, u, p), p)`` vanishes (to ``residual_tol``): the NLP of the

@@ -108,7 +108,7 @@ from vimpc._settings import NONNEGATIVE, POSITIVE, SEED, SUBSTEPS, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import FitWarning, InputError
-from vimpc.integrators import VariationalIntegrator
+from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.mechanics.npendulum import NPendulum
 from vimpc.mechanics.planar import MaximalCoordinates, PlanarBodies, Revolute
 from vimpc.mechanics.system import MechanicalSystem
@@ -639,8 +639,8 @@ def _stage_equations(system, rows, m: np.ndarray, B: np.ndarray, D: np.ndarray, 
         e_q = Md * w0 - Md * v01 - 0.5 * h * g + f
         e_v = Md * w1 - Md * v01 + 0.5 * h * g - f
         C0, C1 = Gk(q0), Gk(q1)
-        Y0 = ca.solve(ca.mtimes(C0, C0.T), ca.horzcat(ca.mtimes(C0, e_q) - phik(q1) / h, C0))
-        Y1 = ca.solve(ca.mtimes(C1, C1.T), ca.horzcat(ca.mtimes(C1, e_v - w1), C1))
+        Y0 = _newton.linear_solve(ca.mtimes(C0, C0.T), ca.horzcat(ca.mtimes(C0, e_q) - phik(q1) / h, C0))
+        Y1 = _newton.linear_solve(ca.mtimes(C1, C1.T), ca.horzcat(ca.mtimes(C1, e_v - w1), C1))
         lam0, A0, mu1, A1 = Y0[:, 0], Y0[:, 1:], Y1[:, 0], Y1[:, 1:]
         r_q = e_q - ca.mtimes(C0.T, lam0)
         r_v = e_v - ca.mtimes(C1.T, mu1)
@@ -695,7 +695,6 @@ def _constrained_midpoint(
     Jacobian and the model's ``residual_jacobian`` are written out
     (:func:`_stage_equations`). ``tests/test_clnn.py`` checks step, residual, its
     Jacobian and energy against the SX export (``export = "sx"``) and torch."""
-    from vimpc.integrators import _newton
     from vimpc.integrators.variational import ENERGY_JUMP
 
     system = layout.system
@@ -756,7 +755,7 @@ def _constrained_midpoint(
     E0, E1 = T0 + V0, T1 + V1
     C = Gf(q0)[rows_l, :]
     rate = ca.mtimes(C, w0) + phi(q0)[rows_l] / h
-    ws = ca.mtimes(C.T, ca.solve(ca.mtimes(C, C.T), rate))
+    ws = ca.mtimes(C.T, _newton.linear_solve(ca.mtimes(C, C.T), rate))
     snap = ca.fabs(ca.dot(w0, Md * ws)) + 0.5 * ca.dot(ws, Md * ws) + h * ca.fabs(ca.dot(gV0, ws))
     error = ca.fabs(E1 - E0 - work)
     allowance = ENERGY_JUMP * (ca.fabs(T0) + ca.fabs(work) + ca.fabs(V1 - V0) + snap) + (
@@ -819,7 +818,7 @@ def _projection(system, rows, m: np.ndarray) -> ca.Function:
     def correction(q, c):
         G = Gf(q)[rows, :]
         S = ca.mtimes([G, ca.diag(minv), G.T])
-        return minv * ca.mtimes(G.T, ca.solve(S, c))
+        return minv * ca.mtimes(G.T, _newton.linear_solve(S, c))
 
     q = x[:n]
     for _ in range(PROJECTION_ITERATIONS):
@@ -1081,7 +1080,7 @@ class _ConstrainedNetwork(ModelFamily):
             if k:
                 Mi = ca.diag(minv)
                 S = ca.mtimes([G, Mi, G.T])
-                lam = ca.solve(S, ca.mtimes(G, f) + ca.mtimes(K, w))
+                lam = _newton.linear_solve(S, ca.mtimes(G, f) + ca.mtimes(K, w))
                 f = f - ca.mtimes([Mi, G.T, lam])
             out = ca.vertcat(w, f)
         else:
@@ -1091,7 +1090,7 @@ class _ConstrainedNetwork(ModelFamily):
                     ca.horzcat(G, ca.MX.zeros(k, n)), ca.horzcat(K, ca.mtimes(G, ca.diag(minv)))
                 )
                 JDt = ca.horzcat(D[:, n:], -D[:, :n]).T
-                rhs = rhs - ca.mtimes(JDt, ca.solve(ca.mtimes(D, JDt), ca.mtimes(D, rhs)))
+                rhs = rhs - ca.mtimes(JDt, _newton.linear_solve(ca.mtimes(D, JDt), ca.mtimes(D, rhs)))
             out = rhs
         return ca.Function("vector_field", [y, u], [out], ["y", "u"], ["y_dot"])
 

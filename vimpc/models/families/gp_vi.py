@@ -53,6 +53,9 @@ from vimpc.models.families.nominal import NominalModel
 
 # added to G G^T in the projection, so redundant constraints keep it solvable
 _REGULARISATION = 1e-10
+# training states whose projection fails and whose |g(q)| exceeds this are refused as off
+# the constraints (the environments keep their states on them to round-off)
+OFF_MANIFOLD = 1e-6
 
 
 class GPVIModel(SpreadFamily):
@@ -191,20 +194,28 @@ class GPVIModel(SpreadFamily):
         self.median_std_ = [float(np.median(np.sqrt(post.var(Z)))) for post in posteriors]
         # the positions' one-step residuals on the training pairs: their measurement noise,
         # which the velocity GPs do not see, and the prior's position error
-        try:
-            predicted = self._build().step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))
-        except RuntimeError as exc:
-            if "rootfinder" not in str(exc):
-                raise
-            raise InputError(
-                f"the projection onto {self.system.name}'s constraints does not converge from "
-                "the training states: the data lie far from the constraint manifold (check "
-                "the observations' coordinates against the system's)"
-            ) from None
+        predicted = self._build().step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))
         predicted = np.asarray(predicted).T
+        self._refuse_off_manifold(predicted, X)
         self._refuse_failed(predicted, pick, data, "the fitted model's")
         self.position_rms_ = np.sqrt(np.mean((Xn[:, :nq] - predicted[:, :nq]) ** 2, axis=0))
         self.lipschitz_ = self._projection_lipschitz(X, U)
+
+    def _refuse_off_manifold(self, predicted: np.ndarray, X: np.ndarray) -> None:
+        """Refuse training states far from the constraints where the projection failed."""
+        failed = ~np.all(np.isfinite(predicted), axis=1)
+        if not self.system.n_holonomic or not failed.any():
+            return
+        nq = self.system.nq
+        g = np.asarray(self.system.function("g").map(int(failed.sum()))(X[failed, :nq].T))
+        worst = float(np.max(np.abs(g)))
+        if worst > OFF_MANIFOLD:
+            raise InputError(
+                f"the projection onto {self.system.name}'s constraints does not converge from "
+                f"{int(failed.sum())} of {len(X)} training states: the data lie far from the "
+                f"constraint manifold (|g(q)| up to {worst:.3g} there; check the "
+                "observations' coordinates against the system's)"
+            )
 
     def _refuse_failed(self, values: np.ndarray, pick: np.ndarray, data: Dataset, whose: str):
         """Refuse training transitions where a step returned NaN (its Newton solve failed or
@@ -323,7 +334,7 @@ class GPVIModel(SpreadFamily):
             gram = ca.mtimes(G, G.T) + _REGULARISATION * ca.DM.eye(s.n_holonomic)
             r = ca.vertcat(
                 Q - q - h * V,
-                e - ca.mtimes(G.T, ca.solve(gram, ca.mtimes(G, e) - s.function("g")(Q) / h)),
+                e - ca.mtimes(G.T, _newton.linear_solve(gram, ca.mtimes(G, e) - s.function("g")(Q) / h)),
             )
             guess = ca.vertcat(q + h * dv, dv)
         else:
@@ -351,7 +362,8 @@ class GPVIModel(SpreadFamily):
 
     def _newton(self, x, u, dv, x_next_symbol, r, guess):
         """``x_next`` with ``r(x_next) = 0`` by Newton from ``guess``; a solve that does not
-        converge raises (inside a controller: a failed solve with its status).
+        converge gives NaN, as the nominal models' steps do (inside a controller: a failed
+        solve with its status; in a closed loop: a failed model step).
 
         Newton runs on ``x_next / scale`` with the integrators' scaling (``|q|`` for the
         positions, ``|q| / dt`` for the velocities), so its step test is relative to the
@@ -364,19 +376,21 @@ class GPVIModel(SpreadFamily):
         s, nq = self.system, self.system.nq
         G = s.function("G")(x[:nq])
         gram = ca.mtimes(G, G.T) + _REGULARISATION * ca.DM.eye(s.n_holonomic)
-        amplification = ca.norm_fro(G) * ca.norm_fro(ca.solve(gram, G))
+        amplification = ca.norm_fro(G) * ca.norm_fro(_newton.linear_solve(gram, G))
         scale = state_scale(x[:nq], x[nq:], self.dt) * amplification
         z = ca.MX.sym("z", x_next_symbol.shape[0])
         scaled = ca.substitute(r, x_next_symbol, scale * z)
         implicit = ca.Function("projection", [z, x, u, dv], [scaled])
-        root = newton_solve("gp_vi_projection", implicit, error_on_fail=True)
+        root = newton_solve("gp_vi_projection", implicit, error_on_fail=False)
         x_next = scale * root(guess / scale, x, u, dv)
         # a NaN input leaves fast_newton at its guess without an error, and compiled code
         # ignores error_on_fail: the root is kept only where it is finite and solves the
         # equations to the integrators' acceptance test (rows of size ~|x| / dt)
         level = (ca.norm_inf(x) + ca.norm_inf(x_next)) * (1.0 + 1.0 / self.dt) * amplification
         tolerance = _newton.ACCEPT_FACTOR * _newton.ABSTOL + _newton.ACCEPT_RTOL * level
-        ok = _newton.all_finite(x_next) * _newton.within(
+        # and where the state and input are finite: a kernel at u = inf is 0, and the
+        # projection from there was a finite step under an infinite torque
+        ok = _newton.all_finite(ca.vertcat(x, u, x_next)) * _newton.within(
             ca.substitute(r, x_next_symbol, x_next), ca.repmat(tolerance, r.shape[0], 1)
         )
         return _newton.accepted(x_next, ok)
@@ -401,13 +415,15 @@ class GPVIModel(SpreadFamily):
         x, u = ca.MX.sym("x", 2 * nq), ca.MX.sym("u", s.nu)
         xn, dv = ca.MX.sym("x_next", 2 * nq), ca.MX.sym("dv", s.nv)
         x_next, _ = self._dynamics(x, u, xn, dv)
-        jac = ca.Function("J", [x, u, dv], [ca.jacobian(x_next[nq:], dv)])
+        # with the step: a failed step (NaN) has a zero, finite derivative
+        jac = ca.Function("J", [x, u, dv], [ca.jacobian(x_next[nq:], dv), x_next])
         gp = self._build_correction()
         pick = np.linspace(0, len(X) - 1, min(len(X), 200)).astype(int)
         norms = []
         for i in pick:
             try:
-                J = np.asarray(jac(X[i], U[i], gp(X[i], U[i])), dtype=np.float64)
+                J, y = (np.asarray(a, dtype=np.float64) for a in jac(X[i], U[i], gp(X[i], U[i])))
+                J = J if np.all(np.isfinite(y)) else np.full((s.nv, s.nv), np.nan)
             except RuntimeError:
                 J = np.full((s.nv, s.nv), np.nan)
             norms.append(np.linalg.norm(J, 2) if np.all(np.isfinite(J)) else np.inf)

@@ -86,7 +86,7 @@ from vimpc._settings import NONNEGATIVE, POSITIVE, SEED, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import FitWarning, InputError
-from vimpc.integrators import VariationalIntegrator
+from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.mechanics import _ops as ops
 from vimpc.mechanics.system import MechanicalSystem, NaturalSystem
 from vimpc.models import _network_lagrangian as nl
@@ -653,7 +653,7 @@ class HamelModel(ModelFamily):
         e = ca.DM.eye(4)
         frame = ca.horzcat(u1, e[:, PHI], e[:, X], e[:, Y])
         S = frame[:, :2]
-        w = ca.solve(ca.mtimes([S.T, M, S]), P)
+        w = _newton.linear_solve(ca.mtimes([S.T, M, S]), P)
         qdot = ca.mtimes(S, w)
         J = [ca.jacobian(u1, q), ca.MX.zeros(4, 4)]
         p_all = ca.mtimes(frame.T, ca.mtimes(M, qdot))
@@ -665,7 +665,7 @@ class HamelModel(ModelFamily):
             for c in range(2):
                 br = ca.mtimes(J[a], S[:, c]) - ca.mtimes(J[c], S[:, a])
                 moved = ca.dot(ca.mtimes(J[c], S[:, a]), Mq)
-                total = total + (ca.dot(ca.solve(frame, br), p_all) + moved) * w[c]
+                total = total + (ca.dot(_newton.linear_solve(frame, br), p_all) + moved) * w[c]
             dP.append(total)
         return ca.Function("vector_field", [q, P, u], [qdot, ca.vertcat(*dP)],
                            ["q", "p", "u"], ["q_dot", "p_dot"])  # fmt: skip
