@@ -187,8 +187,11 @@ def check_cache_writable() -> Path:
 #: cached by code that exported a different model is fitted again rather than reused; it
 #: moves whenever a change alters what a fit exports (2: implicit steps refuse failed and
 #: spurious Newton roots with NaN; 3: the model records the box of its data, ``data_box``;
-#: 4: a horizon-level bound's windows calibration uses every window, by conformal risk control).
-FIT_GENERATION = 4
+#: 4: a horizon-level bound's windows calibration uses every window, by conformal risk control;
+#: 5: a bound is NaN at a non-finite argument, the MX linear solves of CLNN, CHNN, GP-VI and
+#: Hamel give NaN rather than an evaluation error at a singular matrix, GP-VI's projection NaN
+#: where it fails).
+FIT_GENERATION = 5
 #: Per family, the generation of its export where it moved after FIT_GENERATION (entering the
 #: key only where given, so the other families' cached fits stay valid). dlnn and lnn 2: the
 #: model carries its residual's Jacobian in closed form (``residual_jacobian``). clnn and chnn
