@@ -296,7 +296,7 @@ def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twic
     input and leaves the plan shifted as the next guess (shifted once more by that call):
     the margins of the next call's second try are the last solved call's shifted twice,
     stage for stage."""
-    ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
+    ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.5, period=1.0)
     x = np.array([-0.5, 0.0])
     ctrl.start(x)
     solved = ctrl(x)
@@ -389,7 +389,7 @@ def test_a_descent_iterate_with_slack_gives_the_fallback_input():
     57 m past the tightened rail)."""
     results = {}
     for slack in (0.0, 1e-3):
-        ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
+        ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.5, period=1.0)
         ctrl._condensed.max_iter = 1  # the descent stops unconverged
         x = np.array([-0.5, 0.0])
         ctrl.start(x)
