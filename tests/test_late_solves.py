@@ -118,7 +118,7 @@ def cartpole():
 #: 40 iterations cold, sqpmethod hits its 200 iterations after several seconds
 SWING_UP = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0])
 BOTTOM, TOP = np.array([0.0, 0.3, 0.0, 0.0]), np.array([0.0, np.pi, 0.0, 0.0])
-BUDGET = 0.2
+BUDGET = 0.4
 
 
 @pytest.mark.parametrize("solver", ["ipopt", "sqpmethod"])
@@ -135,7 +135,7 @@ def test_a_time_budget_stops_a_slow_solve_and_the_fallback_is_applied(cartpole, 
     # the same solve without a budget, in this process: the slow thing the budget is held to
     # (a busy machine slows both alike; an iteration of sqpmethod here can take 0.4 s alone)
     unbudgeted = MPC(cartpole, **options)(BOTTOM)
-    assert unbudgeted.solve_time > 3 * BUDGET, "the reference solve is too quick to stop"
+    assert unbudgeted.solve_time > 2 * BUDGET, "the reference solve is too quick to stop"
     mpc = MPC(cartpole, **options, time_budget=BUDGET)
     # no previous plan: the safe input
     first = mpc(BOTTOM)
