@@ -185,7 +185,8 @@ def test_a_ctrl_c_during_solves_is_raised_not_swallowed(plugin):
     timers = [threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))]
     for timer in timers:
         timer.start()
-    deadline = time.perf_counter() + 5
+    begun = time.perf_counter()
+    deadline = begun + 60
     try:
         with pytest.raises(KeyboardInterrupt):
             while time.perf_counter() < deadline:
@@ -194,7 +195,8 @@ def test_a_ctrl_c_during_solves_is_raised_not_swallowed(plugin):
     finally:
         for timer in timers:
             timer.cancel()
-    assert time.perf_counter() < deadline - 4.0  # raised at the signal, not at the end
+    # raised at the signal (0.2 s in), not at the end of the minute of solves
+    assert time.perf_counter() - begun < 10.0
 
 
 def test_a_ctrl_c_before_the_body_leaves_no_handler_behind():

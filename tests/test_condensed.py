@@ -296,7 +296,7 @@ def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twic
     input and leaves the plan shifted as the next guess (shifted once more by that call):
     the margins of the next call's second try are the last solved call's shifted twice,
     stage for stage."""
-    ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
+    ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.5, period=1.0)
     x = np.array([-0.5, 0.0])
     ctrl.start(x)
     solved = ctrl(x)
@@ -338,7 +338,8 @@ def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
     model = NominalModel(CartPole(), 0.05).discrete_model()
     cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
     bounds = Constraints(u_min=[-20.0], u_max=[20.0])
-    ctrl = MPC(model, 20, cost, bounds, solver="condensed", max_iter=2, tol=1e-6, time_budget=0.05)
+    ctrl = MPC(model, 20, cost, bounds, solver="condensed", max_iter=2, tol=1e-6,
+              time_budget=0.5, period=1.0)  # fmt: skip
     x = np.array([0.0, 0.1, 0.0, 0.0])
     first = ctrl.start(x)
     assert first.status.name == "FAILED" and first.handed_over
@@ -362,7 +363,8 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
     options = dict(transcription="implicit", tol=1e-8, max_iter=100)
     reference = MPC(model, 20, cost, bounds, **options)
     handing = MPC(model, 20, cost, bounds, solver="condensed", **options)
-    timed = MPC(model, 20, cost, bounds, solver="condensed", time_budget=0.05, **options)
+    timed = MPC(model, 20, cost, bounds, solver="condensed", time_budget=0.5, period=1.0,
+                **options)  # fmt: skip
     x = np.array([0.0, 0.1, 0.0, 0.0])
     for ctrl in (reference, handing, timed):
         ctrl.start(x)
@@ -387,7 +389,7 @@ def test_a_descent_iterate_with_slack_gives_the_fallback_input():
     57 m past the tightened rail)."""
     results = {}
     for slack in (0.0, 1e-3):
-        ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.05)
+        ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.5, period=1.0)
         ctrl._condensed.max_iter = 1  # the descent stops unconverged
         x = np.array([-0.5, 0.0])
         ctrl.start(x)

@@ -167,7 +167,8 @@ def test_run_episode_prepares_after_each_input_with_the_next_time():
             calls.append(("call", t))
             return self.inner(obs, t)
 
-    traj = run_episode(env, Spy(_pendulum_controller()), 4, seed=0)
+    # a 10 s period: no call is late on a busy machine unless the test makes it so
+    traj = run_episode(env, Spy(_pendulum_controller(period=10.0)), 4, seed=0)
     assert calls == [
         ("call", 0.0), ("prepare", 0.05), ("call", 0.05), ("prepare", 0.1),
         ("call", 0.1), ("prepare", 0.15000000000000002), ("call", 0.15000000000000002),
@@ -189,17 +190,17 @@ def test_run_episode_prepares_after_each_input_with_the_next_time():
     class SlowPreparation(Spy):
         def prepare(self, t):
             self.inner.prepare(t)
-            return 0.05 - 1e-9
+            return self.period - 1e-9
 
-    slow = run_episode(env, SlowPreparation(_pendulum_controller()), 3, seed=0)
-    assert np.all(slow.call_times < 0.05) and slow.late.all()
+    slow = run_episode(env, SlowPreparation(_pendulum_controller(period=10.0)), 3, seed=0)
+    assert np.all(slow.call_times < 10.0) and slow.late.all()
 
     # a controller whose prepare() says nothing records NaN, and its calls alone count
     class Silent(Spy):
         def prepare(self, t):
             self.inner.prepare(t)
 
-    quiet = run_episode(env, Silent(_pendulum_controller()), 2, seed=0)
+    quiet = run_episode(env, Silent(_pendulum_controller(period=10.0)), 2, seed=0)
     assert np.isnan(quiet.preparation_times).all() and not quiet.late.any()
 
 

@@ -112,8 +112,10 @@ def test_time_budget_stops_and_is_reported():
         return torch.mean((A @ w - y) ** 2)
 
     record = train(slow_loss, [w], lr=0.1, epochs=10_000, time_budget_s=0.1, progress=False)
-    assert record.stopped == "budget" and 3 <= record.epochs <= 10
-    assert "time budget of 0.1 s" in record.message and 0.1 <= record.wall_time_s < 1.0
+    # every epoch sleeps 0.03 s, so the fourth ends past 0.1 s however busy the machine: the
+    # run stops there at the latest (and earlier where the machine slows the epochs)
+    assert record.stopped == "budget" and 1 <= record.epochs <= 4
+    assert "time budget of 0.1 s" in record.message and 0.1 <= record.wall_time_s < 5.0
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "lbfgs"])
