@@ -187,6 +187,8 @@ class ModelFamily(abc.ABC):
         self._check_bound_inputs(data, calibration, "fit(data, calibration)")
         for attribute in ("fit_time_", "calibration_"):
             self.__dict__.pop(attribute, None)
+        #: what the fit used instead of a setting it could not follow, in words
+        self.fit_notes_: list[str] = []
         self._fit(data)
         self.calibration_ = self._calibrate(data, calibration)
         self.fit_time_ = time.perf_counter() - start
@@ -340,6 +342,8 @@ class ModelFamily(abc.ABC):
         }
         if hasattr(self, "fit_time_"):
             out["fit_time_s"] = self.fit_time_
+        if getattr(self, "fit_notes_", None):
+            out["fit_notes"] = list(self.fit_notes_)
         return out
 
     def __repr__(self) -> str:
