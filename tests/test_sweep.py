@@ -376,3 +376,24 @@ def test_a_configuration_whose_model_fails_is_counted_and_the_others_run(
     assert (stage / "c01" / "metrics.json").is_file()
     assert _run_dir.finished(stage / "c00.partial", 2) == []
     assert json.loads((stage / "sweep.json").read_text())["missing"] == ["c00"]
+
+
+def test_a_shipped_sweep_is_found_by_name_from_any_folder(tmp_path, monkeypatch, capsys, no_env):
+    from vimpc import cli
+    from vimpc.errors import ConfigError
+    from vimpc.scenario.catalog import shipped_sweeps
+
+    monkeypatch.chdir(tmp_path)
+    assert sorted(shipped_sweeps()) == ["cartpole_tightening"]
+    by_name = read_sweep("cartpole_tightening")
+    assert (
+        by_name.path.read_bytes()
+        == (ROOT / "scenarios/sweeps/cartpole_tightening.toml").read_bytes()
+    )
+    assert read_sweep("cartpole_tightening.toml").configurations == by_name.configurations
+    with pytest.raises(ConfigError, match="did you mean 'cartpole_tightening'"):
+        read_sweep("cartpole_tightenin")
+    with pytest.raises(ConfigError, match="shipped sweeps, run by name: cartpole_tightening"):
+        read_sweep("no/such/sweep.toml")
+    assert cli.main(["list"]) == 0
+    assert "vimpc sweep cartpole_tightening" in capsys.readouterr().out

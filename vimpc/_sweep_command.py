@@ -164,9 +164,10 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
     a :class:`ConfigError` naming the key and the value otherwise. Nothing is written."""
     from vimpc import scenario
     from vimpc._settings import unknown_key
+    from vimpc.scenario.catalog import find_sweep
     from vimpc.scenario.checks import _NAME
 
-    path = Path(path)
+    path = find_sweep(path)
     text, raw = _read(path)
     for key in raw:
         if key not in TOP_KEYS:
