@@ -545,3 +545,13 @@ def test_save_model_over_an_existing_file_says_what_to_do(pendulum, tmp_path):
     message = str(err.value)
     assert str(path) in message and "overwrite=True" in message and "another path" in message
     assert path.read_bytes() == before
+
+
+def test_more_episodes_than_memory_holds_are_refused_naming_the_size():
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(PENDULUM, ["episodes.count=1000000000"])
+    message = str(err.value)
+    assert message.startswith("episodes.count = 1000000000 episodes of episodes.steps = 200")
+    assert "GB of records" in message and "set episodes.count <= " in message
+    most = int(message.rsplit("<= ", 1)[1])
+    assert scenario.load_scenario(PENDULUM, [f"episodes.count={most}"])["episodes"]["count"] == most

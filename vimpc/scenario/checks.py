@@ -334,10 +334,17 @@ def _memory_bytes() -> int | None:
         return None
 
 
+#: an estimate of what one episode costs beyond its arrays [bytes]: its metrics (a dict
+#: of some 60 numbers), its seed's entry in the run's manifest and its trajectory's fields
+EPISODE_OVERHEAD = 4_000
+
+
 def _check_episode_size(cfg: dict[str, Any], env: EnvSpec) -> None:
     """An episode's record fits in memory: each step keeps its plan, ``horizon + 1``
     observations (:class:`vimpc.closedloop.Trajectory`), so ``episodes.steps`` beyond
-    memory would run for ever and end out of memory."""
+    memory would run for ever and end out of memory; and the run's records of all
+    ``episodes.count`` episodes fit too (``episodes.count = 10^9`` grew to 24 GB without a
+    word before the system ended it)."""
     memory = _memory_bytes()
     if memory is None:
         return
@@ -349,6 +356,17 @@ def _check_episode_size(cfg: dict[str, Any], env: EnvSpec) -> None:
             f"episode (each step keeps its plan of controller.horizon + 1 = {horizon + 1} "
             f"observations), more than this machine's {memory / 1e9:.3g} GB of memory; "
             f"set episodes.steps <= {memory // per_step}"
+        )
+    # a run keeps every episode's record until its summary and figures are made
+    count = cfg["episodes"]["count"]
+    per_episode = steps * per_step + EPISODE_OVERHEAD
+    if count * per_episode > memory:
+        raise ConfigError(
+            f"episodes.count = {count} episodes of episodes.steps = {steps} steps would keep "
+            f"about {count * per_episode / 1e9:.3g} GB of records ({per_episode / 1e3:.3g} "
+            "kB each: a run keeps every episode's record for its summary and figures), more "
+            f"than this machine's {memory / 1e9:.3g} GB of memory; set episodes.count <= "
+            f"{memory // per_episode}"
         )
 
 
