@@ -356,12 +356,12 @@ def _check_episode_size(cfg: dict[str, Any], env: EnvSpec) -> None:
         return
     steps, horizon = cfg["episodes"]["steps"], cfg["controller"]["horizon"]
     per_step = 8 * ((horizon + 1) * env.nobs + 2 * env.nobs + env.nu)
-    if steps * per_step > memory:
+    if steps * per_step + EPISODE_OVERHEAD > memory:
         raise ConfigError(
             f"episodes.steps = {steps} would record {steps * per_step / 1e9:.3g} GB per "
             f"episode (each step keeps its plan of controller.horizon + 1 = {horizon + 1} "
             f"observations), more than this machine's {memory / 1e9:.3g} GB of memory; "
-            f"set episodes.steps <= {memory // per_step}"
+            f"set episodes.steps <= {(memory - EPISODE_OVERHEAD) // per_step}"
         )
     # a run keeps every episode's record until its summary and figures are made
     count = cfg["episodes"]["count"]
