@@ -519,3 +519,39 @@ def test_the_controller_names_each_bad_argument(pendulum, make, message):
     with pytest.raises(InputError) as err:
         make(pendulum, Cost(Q=[1.0, 0.1], R=[0.01]))
     assert message in str(err.value)
+
+
+# -- held-out bad inputs ----------------------------------------------------------------------
+
+
+def test_a_success_window_as_long_as_the_episode_is_named_in_the_summary():
+    from vimpc import report
+
+    cfg = scenario.load_scenario(PENDULUM, ["episodes.steps=160", "metrics.success_window=1000.0"])
+    note = report.success_window_note(cfg)
+    assert "metrics.success_window = 1000 s" in note and "episode (8 s)" in note, note
+    shorter = scenario.load_scenario(PENDULUM, ["episodes.steps=160"])
+    assert report.success_window_note(shorter) is None
+
+
+def test_save_model_over_an_existing_file_says_what_to_do(pendulum, tmp_path):
+    from vimpc.errors import VimpcError
+
+    path = vimpc.save_model(pendulum, tmp_path / "p.vimpc")
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError) as err:
+        vimpc.save_model(pendulum, path)
+    assert isinstance(err.value, VimpcError)
+    message = str(err.value)
+    assert str(path) in message and "overwrite=True" in message and "another path" in message
+    assert path.read_bytes() == before
+
+
+def test_more_episodes_than_memory_holds_are_refused_naming_the_size():
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(PENDULUM, ["episodes.count=1000000000"])
+    message = str(err.value)
+    assert message.startswith("episodes.count = 1000000000 episodes of episodes.steps = 200")
+    assert "GB of records" in message and "set episodes.count <= " in message
+    most = int(message.rsplit("<= ", 1)[1])
+    assert scenario.load_scenario(PENDULUM, [f"episodes.count={most}"])["episodes"]["count"] == most

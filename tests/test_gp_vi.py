@@ -501,3 +501,27 @@ def test_a_nan_input_gives_a_nan_step_never_the_newton_guess(which):
     assert np.all(np.isfinite(np.asarray(model.step(x, [u], []))))
     for bad_x, bad_u in ((x, np.nan), (np.where(np.arange(x.size) == 1, np.nan, x), u)):
         assert np.all(np.isnan(np.asarray(model.step(bad_x, [bad_u], [])))), which
+
+
+def test_settings_the_data_cannot_meet_are_said_in_the_fit_notes():
+    import dataclasses
+
+    env, train, _, _ = _pendulum_data()
+    # 3 trajectories of 100 steps: few enough pairs for the exact GP to fit in seconds
+    data = dataclasses.replace(
+        train, t=train.t[:3], obs=train.obs[:3], states=train.states[:3], inputs=train.inputs[:3]
+    )
+    n = data.n_trajectories * data.n_steps
+    fitted = GPVIModel(
+        env.nominal_system, DT, samples=100_000, support_points=100_000, restarts=1, iterations=5
+    ).fit(data)
+    notes = fitted.discrete_model().info["fit_notes"]
+    assert any(f"model.samples = 100000 exceeds the {n} training transitions" in x for x in notes)
+    assert any(
+        f"model.support_points = 100000 is not fewer than the {n} training pairs" in x
+        and f"exact GP over all {n}" in x
+        for x in notes
+    ), notes
+    assert [len(p.support) for p in fitted.posteriors_] == [n]
+    quiet = GPVIModel(env.nominal_system, DT, samples=64, restarts=1, iterations=5).fit(data)
+    assert "fit_notes" not in quiet.discrete_model().info

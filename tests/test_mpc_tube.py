@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vimpc.dynamics import DiscreteModel
-from vimpc.errors import InputError
+from vimpc.errors import ConfigError, InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, PathConstraint
@@ -689,7 +689,6 @@ SAFE = "scenarios/cartpole_safe.toml"
     ],
 )
 def test_scenario_tube_keys_are_checked_on_load(overrides, message):
-    from vimpc.errors import ConfigError
     from vimpc.scenario import load_scenario
 
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -698,7 +697,7 @@ def test_scenario_tube_keys_are_checked_on_load(overrides, message):
     assert (cfg["controller"]["tube"], cfg["controller"]["tube_R"]) == ("feedback", [1.0])
 
 
-def test_overrides_that_turn_the_feedback_tube_off_leave_its_settings_unused():
+def test_overrides_that_turn_the_feedback_tube_off_drop_the_files_settings_only():
     from vimpc.pipeline import _tube_options
     from vimpc.scenario import load_scenario
 
@@ -712,10 +711,17 @@ def test_overrides_that_turn_the_feedback_tube_off_leave_its_settings_unused():
         "tube_R": [1.0],
         "tube_errors": "gaussian",
     }
-    off = load_scenario(SAFE, [*feedback, 'controller.tightening="none"'])
+    # the file's feedback tube (tube, tube_errors) is dropped by the override that turns
+    # it off; the same settings given by overrides themselves would be ignored: refused
+    off = load_scenario(SAFE, ['controller.tightening="none"'])
     assert _tube_options(off["controller"]) == {}
-    open_loop = load_scenario(SAFE, [*feedback, 'controller.tube="open_loop"'])
+    assert off["controller"]["tube_errors"] == "box"
+    with pytest.raises(ConfigError, match="controller.tube = 'feedback' applies only to"):
+        load_scenario(SAFE, [*feedback, 'controller.tightening="none"'])
+    open_loop = load_scenario(SAFE, ['controller.tube="open_loop"'])
     assert _tube_options(open_loop["controller"]) == {"tube": "open_loop", "tube_memory": 0.0}
+    with pytest.raises(ConfigError, match="controller.tube_R = \\[1.0\\] applies only to"):
+        load_scenario(SAFE, [*feedback[1:], 'controller.tube="open_loop"'])
 
 
 def test_empty_tube_steps_are_counted_per_episode_and_pooled():

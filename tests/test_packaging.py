@@ -21,6 +21,7 @@ from vimpc.scenario.catalog import find_scenario, shipped_folder, shipped_scenar
 
 ROOT = Path(__file__).parents[1]
 SOURCE_SCENARIOS = sorted(p.name for p in (ROOT / "scenarios").glob("*.toml"))
+SOURCE_SWEEPS = sorted(f"sweeps/{p.name}" for p in (ROOT / "scenarios" / "sweeps").glob("*.toml"))
 SHORT = ["--set", "episodes.count=1", "--set", "episodes.steps=3", "--quiet", "--no-plots"]
 
 
@@ -53,7 +54,9 @@ def test_the_wheel_carries_every_scenario(tmp_path):
     assert {"vimpc/scenario/catalog.py", "vimpc_envs/__init__.py", "vimpc/cli.py"} <= names
     # the data package holds the scenario files only, no tests or results
     inside = {n for n in names if n.startswith("vimpc_scenarios/")}
-    assert inside == {f"vimpc_scenarios/{f}" for f in SOURCE_SCENARIOS} | {
+    assert SOURCE_SWEEPS and inside == {
+        f"vimpc_scenarios/{f}" for f in SOURCE_SCENARIOS + SOURCE_SWEEPS
+    } | {
         "vimpc_scenarios/__init__.py",
         "vimpc_scenarios/README.md",
     }

@@ -465,6 +465,8 @@ def test_the_printed_run_summary_lines_up_with_the_wall_time(tmp_path, capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert any("|theta_dot| <= 10 rad/s" in line for line in lines)
     assert any(line.startswith("  wall time") for line in lines)
+    # no tube, so no line about empty tightened sets (there are none to count)
+    assert not any("empty tightened set" in line for line in lines), lines
     # the tracking RMSE per weighted entry, each in its unit
     assert any(re.search(r"tracking RMSE, episode mean +theta: \S+ rad$", line) for line in lines)
     assert any(re.search(r"^ +theta_dot: \S+ rad/s$", line) for line in lines)
@@ -474,6 +476,9 @@ def test_the_printed_run_summary_lines_up_with_the_wall_time(tmp_path, capsys):
     saved = json.loads(metrics.read_text())
     assert [limit["name"] for limit in saved["safety_limits"]] == ["|theta_dot| <= 10 rad/s"]
     assert {"late_solves", "iteration_limit_solves", "failed_solves"} <= saved.keys()
+    # 3 steps of 0.05 s are shorter than the 2 s success window: said, not hidden
+    assert "episode (0.15 s)" in saved["success_note"]
+    assert any("warning: metrics.success_window = 2 s" in line for line in lines)
 
 
 def test_run_figures_writes_one_png_per_figure(tmp_path):
@@ -696,3 +701,37 @@ def test_the_fit_table_gives_each_entry_its_unit():
     assert lines[1].split()[:2] == ["entry", "[unit]"]
     assert lines[2].split() == ["theta", "[rad]", "1.000e-03", "1.000e-01"]
     assert lines[3].split() == ["theta_dot", "[rad/s]", "2.000e-03", "-"]
+
+
+def test_summary_table_counts_empty_tightened_sets_only_with_a_tube():
+    per_episode, trajectories = _summary_inputs()
+    summary = {**summarize(per_episode, trajectories), "empty_tube_steps": 0}
+    summary["empty_tube_fraction"] = 0.0
+    assert "empty tightened set" not in report.summary_table(summary)
+    assert "empty tightened set" in report.summary_table(summary, tube=True)
+
+
+def _fit_report(**extra):
+    return {
+        "fit_time_s": 1.0,
+        "train_transitions": 800,
+        "calibration_transitions": 400,
+        "validation_transitions": 400,
+        "one_step_rmse": [0.1, 0.2],
+        "multi_step": 5,
+        "multi_step_rmse": [0.3, 0.4],
+        "delta": 0.05,
+        "validation_coverage": 0.68,
+        **extra,
+    }
+
+
+def test_the_fit_summary_promises_coverage_only_where_the_bound_was_calibrated():
+    held = report.fit_table(_fit_report(calibration="heldout"), ["theta", "theta_dot"])
+    assert "bound coverage on validation data: 0.680 (promised >= 0.950)" in held
+    closed = report.fit_table(_fit_report(calibration="closed_loop"), ["theta", "theta_dot"])
+    assert "promised >=" not in closed
+    assert "bound coverage on open-loop held-out data: 0.680 (not promised" in closed
+    assert "calibrated on closed-loop episodes" in closed
+    noted = report.fit_table(_fit_report(notes=["used the exact GP"]), ["theta", "theta_dot"])
+    assert "  note: used the exact GP" in noted.splitlines()

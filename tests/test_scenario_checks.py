@@ -458,3 +458,94 @@ def test_a_saved_model_without_a_bound_is_refused_a_tube_and_fits(
     out = tmp_path / "out"
     out.mkdir()
     _refused(PENDULUM, [f'model.path="{saved}"', *overrides], message, out, capsys)
+
+
+# -- one rule for settings that cannot act ------------------------------------------------------
+
+SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
+
+
+@pytest.mark.parametrize(
+    ("path", "override", "message"),
+    [
+        (
+            PENDULUM,
+            'controller.tube_errors="gaussian"',
+            "controller.tube_errors = 'gaussian' applies only to controller.tightening = "
+            "'tube', and would be ignored with controller.tightening = 'none'",
+        ),
+        (
+            PENDULUM,
+            "controller.tube_memory=0.5",
+            "controller.tube_memory = 0.5 applies only to controller.tightening = 'tube'",
+        ),
+        (
+            PENDULUM,
+            "model.delta=0.1",
+            "model.delta = 0.1 applies only where model.bound is not 'none', and would be "
+            "ignored with model.bound = 'none'",
+        ),
+        (
+            PENDULUM,
+            "data.calibration_episodes=50",
+            "data.calibration_episodes = 50 applies only to data.calibration = 'closed_loop'",
+        ),
+        (
+            CARTPOLE,
+            "controller.cost.reference_index=1",
+            "controller.cost.reference_index = 1 applies only to "
+            "controller.cost.reference_from_env = true",
+        ),
+        (
+            SAFE,
+            "controller.tube_lipschitz=2.0",
+            "controller.tube_lipschitz = 2.0 applies only to controller.tube = 'open_loop', "
+            "and would be ignored with controller.tube = 'feedback'",
+        ),
+    ],
+)
+def test_a_setting_that_cannot_act_is_refused_by_name(path, override, message):
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(path, [override])
+    assert message in str(err.value), str(err.value)
+
+
+def test_every_declared_condition_is_on_a_setting_of_its_own_table():
+    from vimpc.scenario.checks import setting_tables
+
+    cfg = scenario.load_scenario(SAFE)
+    conditioned = 0
+    for prefix, settings, table in setting_tables(cfg):
+        for key, setting in settings.items():
+            for acts in getattr(setting, "acts", ()):
+                assert acts.key in settings and acts.key in table, prefix + key
+                conditioned += 1
+    assert conditioned >= 20
+
+
+def test_an_override_that_turns_a_setting_off_drops_the_files_value_only():
+    cfg = scenario.load_scenario(
+        SAFE, ['controller.tightening="none"', 'model.bound="none"', 'data.calibration="heldout"']
+    )
+    ctrl = cfg["controller"]
+    assert (ctrl["tube"], ctrl["tube_errors"]) == ("open_loop", "box")  # the file's, dropped
+    assert (cfg["model"]["bound_level"], cfg["model"]["bound_horizon"]) == ("step", 0)
+    assert cfg["data"]["calibration_episodes"] == 100  # the default, as the file had it
+    with pytest.raises(ConfigError, match="controller.tube_errors = 'gaussian' applies only"):
+        scenario.load_scenario(
+            SAFE, ['controller.tightening="none"', 'controller.tube_errors="gaussian"']
+        )
+
+
+def test_every_shipped_scenario_and_sweep_loads():
+    from vimpc._sweep_command import read_sweep
+    from vimpc.scenario.catalog import shipped_scenarios, shipped_sweeps
+
+    local = sorted(p.stem for p in (ROOT / "scenarios").glob("*.toml"))
+    assert sorted(shipped_scenarios()) == local
+    for name in local:
+        scenario.load_scenario(ROOT / "scenarios" / f"{name}.toml")
+    sweeps = sorted((ROOT / "scenarios" / "sweeps").glob("*.toml"))
+    assert sweeps and sorted(p.stem for p in sweeps) == sorted(shipped_sweeps())
+    for path in sweeps:
+        assert read_sweep(path).configurations

@@ -377,3 +377,51 @@ def test_a_configuration_whose_model_fails_is_counted_and_the_others_run(
     assert (stage / "c01" / "metrics.json").is_file()
     assert _run_dir.finished(stage / "c00.partial", 2) == []
     assert json.loads((stage / "sweep.json").read_text())["missing"] == ["c00"]
+
+
+def test_a_shipped_sweep_is_found_by_name_from_any_folder(tmp_path, monkeypatch, capsys, no_env):
+    from vimpc import cli
+    from vimpc.errors import ConfigError
+    from vimpc.scenario.catalog import shipped_sweeps
+
+    monkeypatch.chdir(tmp_path)
+    assert sorted(shipped_sweeps()) == ["cartpole_tightening"]
+    by_name = read_sweep("cartpole_tightening")
+    assert (
+        by_name.path.read_bytes()
+        == (ROOT / "scenarios/sweeps/cartpole_tightening.toml").read_bytes()
+    )
+    assert read_sweep("cartpole_tightening.toml").configurations == by_name.configurations
+    with pytest.raises(ConfigError, match="did you mean 'cartpole_tightening'"):
+        read_sweep("cartpole_tightenin")
+    with pytest.raises(ConfigError, match="shipped sweeps, run by name: cartpole_tightening"):
+        read_sweep("no/such/sweep.toml")
+    assert cli.main(["list"]) == 0
+    assert "vimpc sweep cartpole_tightening" in capsys.readouterr().out
+
+
+def test_a_sweep_too_large_to_hold_is_refused_at_once_naming_its_size(tmp_path, capsys, no_env):
+    import time
+
+    seeds = list(range(1000))
+    text = FAST + f"\n[grid]\nepisodes.seed = {seeds}\ncontroller.horizon = {seeds[1:]}\n"
+    started = time.perf_counter()
+    assert _sweep(tmp_path, _sweep_file(tmp_path, text)) == 2
+    elapsed = time.perf_counter() - started
+    err = capsys.readouterr().err
+    assert "the sweep has 999000 configurations (1000 values of episodes.seed x 999 values" in err
+    assert "more than the 10000 one sweep holds" in err
+    assert elapsed < 10.0, elapsed  # refused before any configuration is checked
+    assert not (tmp_path / "out").exists()
+
+
+def test_checking_many_configurations_shows_progress(tmp_path, monkeypatch, capsys, no_env):
+    from vimpc import _sweep_command
+
+    monkeypatch.setattr(_sweep_command, "PROGRESS_FROM", 3)
+    text = FAST + "\n[grid]\nepisodes.seed = [1, 2, 3]\n"
+    plan = read_sweep(_sweep_file(tmp_path, text), progress=True)
+    assert len(plan.configurations) == 3
+    assert "checking configurations" in capsys.readouterr().err
+    read_sweep(_sweep_file(tmp_path, text), progress=False)
+    assert "checking configurations" not in capsys.readouterr().err

@@ -15,7 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from vimpc.errors import OutputExistsError
+
 Content = str | bytes | Callable[[BinaryIO], None]
+
+
+def _exists(target: Path) -> OutputExistsError:
+    return OutputExistsError(
+        f"{str(target)!r} already exists and is kept; write to another path, or allow "
+        "replacing it (overwrite=True)"
+    )
 
 
 def write_atomic(
@@ -27,12 +36,12 @@ def write_atomic(
     file handle (``numpy.savez``, ``Figure.savefig``).
 
     Raises:
-        FileExistsError: ``path`` exists and ``overwrite`` is false.
+        OutputExistsError: ``path`` exists and ``overwrite`` is false (a ``FileExistsError``).
         FileNotFoundError: the directory of ``path`` does not exist.
     """
     target = Path(os.fspath(path))
     if not overwrite and target.exists():
-        raise FileExistsError(f"{target} already exists; choose another path or allow overwriting")
+        raise _exists(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -52,14 +61,10 @@ def write_atomic(
         try:
             os.link(tmp, target)  # atomic, and never replaces an existing file
         except FileExistsError:
-            raise FileExistsError(
-                f"{target} already exists; choose another path or allow overwriting"
-            ) from None
+            raise _exists(target) from None
         except OSError:  # a file system without hard links
             if target.exists():
-                raise FileExistsError(
-                    f"{target} already exists; choose another path or allow overwriting"
-                ) from None
+                raise _exists(target) from None
             os.replace(tmp, target)
         _sync_folder(target.parent)
         return target

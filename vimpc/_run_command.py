@@ -541,6 +541,8 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     session["load_average"].append(_load_average())
     session["wall_time_s"] = time.perf_counter() - started
     all_failed = summary["solves"] > 0 and summary["failed_solves"] == summary["solves"]
+    window_note = report.success_window_note(cfg)
+    summary = {**summary, **({"success_note": window_note} if window_note else {})}
     metrics = {
         **summary,
         "outcome": "all solves failed" if all_failed else "complete",
@@ -563,7 +565,11 @@ def _run(cfg, args, started, final_dir, stage_dir, manifest, session, lock) -> i
     lock.release()
     # the solve-time lines say how many episode processes shared the cores meanwhile
     note = _sharing_note(ran, cores)
-    table = report.summary_table(summary, tracking=report.run_tracking(cfg, env, trajectories))
+    table = report.summary_table(
+        summary,
+        tracking=report.run_tracking(cfg, env, trajectories),
+        tube=cfg["controller"]["tightening"] == "tube",
+    )
     print(
         "\n".join(
             t + note if t.lstrip().startswith("solve time") else t for t in table.splitlines()

@@ -83,6 +83,64 @@ SUBSTEPS = Rule(
 
 
 @dataclass(frozen=True)
+class Acts:
+    """Where a setting acts: while the setting ``key`` of the same table has one of
+    ``values`` (with ``unless``, none of them). A setting given away from its default where
+    one of its conditions fails would be ignored, and is refused by name
+    (:func:`inactive`)."""
+
+    key: str
+    values: tuple[Any, ...]
+    unless: bool = False
+
+    def holds(self, table: Mapping[str, Any]) -> bool:
+        return (table[self.key] in self.values) != self.unless
+
+    def words(self, prefix: str) -> str:
+        """``"to controller.solver = 'fatrop' or 'ipopt'"``, ``"where model.bound is not
+        'none'"``, ``"where metrics.success_index is set"``."""
+        key = prefix + self.key
+        if self.unless and self.values == (None,):
+            return f"where {key} is set"
+        shown = " or ".join(_shown(v) for v in self.values)
+        return f"where {key} is not {shown}" if self.unless else f"to {key} = {shown}"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "not set" if value is None else repr(value)
+
+
+def inactive(settings: Mapping[str, Any], table: Mapping[str, Any]) -> list[tuple[str, Acts]]:
+    """The keys of ``table`` set away from their defaults whose declared condition
+    (``acts``) fails there, each with the first condition that fails: settings that would
+    be ignored."""
+    out = []
+    for key, setting in settings.items():
+        if key not in table or table[key] == setting.default:
+            continue
+        failed = next((a for a in getattr(setting, "acts", ()) if not a.holds(table)), None)
+        if failed is not None:
+            out.append((key, failed))
+    return out
+
+
+def ignored_message(prefix: str, key: str, value: Any, acts: Acts, table: Mapping) -> str:
+    """The one message for a setting that cannot act: its value, where it acts, what it
+    would be ignored with and the two fixes."""
+    shown = repr(value) if isinstance(value, str) else _shown(value)
+    condition = prefix + acts.key
+    fix = f"set {condition}" if acts.unless else f"set {acts.words(prefix)[3:]}"
+    now = table[acts.key]
+    now = f"{condition} not set" if now is None else f"{condition} = {_shown(now)}"
+    return (
+        f"{prefix}{key} = {shown} applies only {acts.words(prefix)}, and would be ignored "
+        f"with {now}; remove {prefix}{key} or {fix}"
+    )
+
+
+@dataclass(frozen=True)
 class Setting:
     """One key: its type, default, one-line doc and optional constraints.
 
@@ -99,6 +157,8 @@ class Setting:
             upper bounds, ``"-inf"`` for lower bounds (the other one excludes every value).
         unset: for a key whose default is ``None``, the string that sets it back to not set
             (TOML has no null: a scenario's value overridden by ``--set``).
+        acts: the conditions, on other settings of the same table, under which the setting
+            acts at all (:class:`Acts`); elsewhere a value away from the default is refused.
     """
 
     kind: type
@@ -110,6 +170,7 @@ class Setting:
     length: int | None = None
     infinite: str = ""
     unset: str = ""
+    acts: tuple[Acts, ...] = ()
 
     def check(self, key: str, value: Any, error: type[VimpcError] = ConfigError) -> Any:
         """``value`` converted (int to float where a number is expected), or ``error``

@@ -77,6 +77,12 @@ SWEEP_FILE = "sweep.toml"
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PNG = "summary.csv", "summary.md", "summary.png"
 LOCK = ".lock"
 TOP_KEYS = ("scenario", "sweep", "set", "grid", "runs")
+#: The most configurations one sweep holds: each is checked as a scenario before any work
+#: (about 10 ms each), then fitted or loaded and run, and gets its own results folder;
+#: a grid of 10^6 checked for minutes without a word.
+MAX_CONFIGURATIONS = 10_000
+#: from this many configurations on, the checks show a progress bar
+PROGRESS_FROM = 100
 SWEEP_KEYS = ("name", "out")
 
 
@@ -159,14 +165,17 @@ def _scenario_path(value: Any, path: Path) -> Path:
     return find_scenario(value).resolve()
 
 
-def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
+def read_sweep(path: str | Path, cli_sets: Sequence[str] = (), progress: bool = False) -> Plan:
     """Read a sweep file and validate every configuration as a scenario (module text);
-    a :class:`ConfigError` naming the key and the value otherwise. Nothing is written."""
+    a :class:`ConfigError` naming the key and the value otherwise, and for more than
+    :data:`MAX_CONFIGURATIONS` before any is checked. Nothing is written. ``progress``: a
+    progress bar on stderr while many configurations are checked."""
     from vimpc import scenario
     from vimpc._settings import unknown_key
+    from vimpc.scenario.catalog import find_sweep
     from vimpc.scenario.checks import _NAME
 
-    path = Path(path)
+    path = find_sweep(path)
     text, raw = _read(path)
     for key in raw:
         if key not in TOP_KEYS:
@@ -247,31 +256,56 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = ()) -> Plan:
         if key not in keys:
             keys.append(key)
 
+    total = len(runs) * math.prod(len(values) for values in grid.values())
+    if total > MAX_CONFIGURATIONS:
+        sizes = " x ".join(
+            [f"{len(runs)} runs"] * (len(runs) > 1)
+            + [f"{len(v)} values of {k}" for k, v in grid.items()]
+        )
+        raise ConfigError(
+            f"{path}: the sweep has {total} configurations ({sizes}), more than the "
+            f"{MAX_CONFIGURATIONS} one sweep holds (vimpc._sweep_command.MAX_CONFIGURATIONS): "
+            "each is checked, run and written apart; list fewer values, or split it into "
+            "several sweeps"
+        )
     combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     varying = [{**run, **combo} for run in runs for combo in combos]
     width = max(2, len(str(len(varying) - 1)))
     seen: dict[str, str] = {}
     configurations, configs = [], []
-    for i, over in enumerate(varying):
-        cid = f"c{i:0{width}d}"
-        sets = tuple(f"{k}={_toml_value(v)}" for k, v in {**base, **over}.items())
-        try:
-            cfg = scenario.load_scenario(scenario_file, list(sets))
-        except ConfigError as exc:
-            shown = ", ".join(f"{k} = {_toml_value(v)}" for k, v in over.items()) or "no overrides"
-            raise ConfigError(
-                f"{path}: configuration {cid} ({shown}) is not a valid scenario: {exc}"
-            ) from None
-        digest = _run_dir.text_digest(scenario.dump_toml(cfg))
-        if digest in seen:
-            raise ConfigError(
-                f"{path}: configurations {seen[digest]} and {cid} resolve to the same "
-                f"configuration ({', '.join(f'{k} = {_toml_value(v)}' for k, v in over.items())}"
-                "); remove the duplicate run or grid value"
-            )
-        seen[digest] = cid
-        configurations.append(Configuration(cid, over, sets))
-        configs.append(cfg)
+    bar = None
+    if progress and total >= PROGRESS_FROM:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="checking configurations", unit="cfg", file=sys.stderr)
+    try:
+        for i, over in enumerate(varying):
+            if bar is not None:
+                bar.update(1)
+            cid = f"c{i:0{width}d}"
+            sets = tuple(f"{k}={_toml_value(v)}" for k, v in {**base, **over}.items())
+            try:
+                cfg = scenario.load_scenario(scenario_file, list(sets))
+            except ConfigError as exc:
+                shown = (
+                    ", ".join(f"{k} = {_toml_value(v)}" for k, v in over.items()) or "no overrides"
+                )
+                raise ConfigError(
+                    f"{path}: configuration {cid} ({shown}) is not a valid scenario: {exc}"
+                ) from None
+            digest = _run_dir.text_digest(scenario.dump_toml(cfg))
+            if digest in seen:
+                raise ConfigError(
+                    f"{path}: configurations {seen[digest]} and {cid} resolve to the same "
+                    f"configuration ({', '.join(f'{k} = {_toml_value(v)}' for k, v in over.items())}"
+                    "); remove the duplicate run or grid value"
+                )
+            seen[digest] = cid
+            configurations.append(Configuration(cid, over, sets))
+            configs.append(cfg)
+    finally:
+        if bar is not None:
+            bar.close()
     return Plan(
         path=path,
         text=text,
@@ -560,7 +594,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "vimpc sweep needs a sweep file (SWEEP.toml), or --resume FOLDER to finish an "
             "unfinished sweep"
         )
-    plan = read_sweep(args.sweep, args.set or [])
+    plan = read_sweep(args.sweep, args.set or [], progress=not args.quiet)
     root = Path(args.out if args.out is not None else plan.out)
     _usable_folder(root, "--out" if args.out is not None else "sweep.out")
     final, stage = root / plan.name, root / (plan.name + PARTIAL)
@@ -693,7 +727,7 @@ def _resume_in(args: argparse.Namespace, final: Path, stage: Path) -> int:
             ) from None
         entries = manifest["configurations"]
         if args.sweep is not None:
-            plan = read_sweep(args.sweep, args.set or [])
+            plan = read_sweep(args.sweep, args.set or [], progress=not args.quiet)
             given = [(c.id, list(c.sets)) for c in plan.configurations]
             if given != [(e["id"], e["sets"]) for e in entries]:
                 raise ConfigError(

@@ -118,6 +118,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     else:
         print(f"({folder}; run one by its path)")
+    if args.dir is None:
+        from vimpc.scenario.catalog import shipped_sweeps
+
+        sweeps = shipped_sweeps()
+        for name, path in sweeps.items():
+            print(f"sweep {name}: vimpc sweep {name} ({path})")
     print("environments: " + ", ".join(k for k in gymnasium.registry if k.startswith("vimpc/")))
     return 0
 
@@ -228,7 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
         "failed (the others are kept; --resume runs what is missing); 130 interrupted (the "
         "finished episodes are kept and the command that resumes them is printed).",
     )
-    sweep.add_argument("sweep", nargs="?", help="the sweep .toml file")
+    sweep.add_argument(
+        "sweep",
+        nargs="?",
+        help="a sweep .toml file, or the name of a shipped one (vimpc list); an existing file wins",
+    )
     sweep.add_argument(
         "--set",
         action="append",

@@ -18,6 +18,10 @@ class ConfigError(VimpcError, ValueError):
     """A scenario file or configuration mapping is invalid."""
 
 
+class OutputExistsError(VimpcError, FileExistsError):
+    """A file would be written where one exists, and replacing it was not asked for."""
+
+
 class NotFittedError(VimpcError, RuntimeError):
     """A learned model was used before ``fit``."""
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from vimpc._files import write_atomic
 from vimpc.dynamics import FUNCTION_FIELDS, DiscreteModel
-from vimpc.errors import InputError
+from vimpc.errors import InputError, OutputExistsError
 
 #: The marker every DiscreteModel file carries in its ``"format"`` key.
 FILE_FORMAT = "vimpc.DiscreteModel/2"
@@ -74,7 +74,7 @@ def save(model: DiscreteModel, path: str | os.PathLike[str], *, overwrite: bool 
     Raises:
         InputError: ``path`` is not a path, does not end in ``.vimpc``, is a directory, or
             its folder does not exist or cannot be written (the message names ``path``).
-        FileExistsError: ``path`` exists and ``overwrite`` is false.
+        OutputExistsError: ``path`` exists and ``overwrite`` is false (a ``FileExistsError``).
         TypeError: ``info`` holds something JSON cannot carry (the key is named).
     """
     if not isinstance(model, DiscreteModel):
@@ -83,7 +83,11 @@ def save(model: DiscreteModel, path: str | os.PathLike[str], *, overwrite: bool 
         raise InputError(f"overwrite must be True or False, got {overwrite!r}")
     target = _model_path(path, "save the model to")
     if not overwrite and target.exists():
-        raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")
+        raise OutputExistsError(
+            f"cannot save the model to {str(target)!r}: that file already exists and is kept; "
+            "pass overwrite=True to replace it (save_model(model, path, overwrite=True)), or "
+            "give another path"
+        )
     folder = target.parent
     if not folder.exists():
         missing = folder

@@ -303,6 +303,7 @@ def obtain_model(
         raise ConfigError(f"fitting model.family = {mcfg['family']!r}: {exc}") from exc
     model = family.discrete_model()
     report = fit_report(model, train, calibration, validation, family.fit_time_)
+    report["calibration"] = "closed_loop" if closed_loop else "heldout"
     info = {**model.info, "fit": report, "cache_key": key, "data_box": data_box(train, calibration)}
     model = replace(model, info=info)
     try:
@@ -450,6 +451,9 @@ def fit_report(
     }
     failed = int(np.sum(~np.all(np.isfinite(one), axis=1)))
     failed_many = int(np.sum(~np.all(np.isfinite(many), axis=1)))
+    notes = model.info.get("fit_notes")
+    if notes:
+        report["notes"] = list(notes)
     if failed or failed_many:
         # a model's step can fail far from its data (a learned Lagrangian's Newton solve):
         # the RMS is over the predictions that exist, the failures are counted

@@ -119,19 +119,39 @@ def _tracking_rows(summary: dict[str, Any], tracking) -> list[tuple[str, str]]:
     ]
 
 
+def success_window_note(cfg: dict[str, Any]) -> str | None:
+    """Why the success rate means something else than it says, or None: a success window
+    as long as the episode reaches back to its start state, which would have to be at the
+    target too."""
+    metrics = cfg["metrics"]
+    length = cfg["episodes"]["steps"] * cfg["env"]["dt"]
+    if metrics["success_index"] is None or metrics["success_window"] < length:
+        return None
+    return (
+        f"metrics.success_window = {metrics['success_window']:g} s is not shorter than the "
+        f"episode ({length:g} s): the test covers every step from the start state, so the "
+        "success rate says whether an episode was within tolerance throughout, not whether "
+        "it got there"
+    )
+
+
 def summary_table(
-    summary: dict[str, Any], *, tracking: Sequence[tuple[str, str, float]] | None = None
+    summary: dict[str, Any],
+    *,
+    tracking: Sequence[tuple[str, str, float]] | None = None,
+    tube: bool = False,
 ) -> str:
     """The run's summary (:func:`vimpc.closedloop.summarize`) as aligned ``key  value``
     rows, with the env's true safety limits by name, and the tracking RMSE per entry with
     its unit (``tracking``, from :func:`tracking_rmse`; without it, the summary's pooled
-    value)."""
+    value). The count of empty tightened sets only with a ``tube`` (without one it is 0)."""
     n = summary["episodes"]
     units = {limit["unit"] for limit in summary["safety_limits"]}
     unit = units.pop() if len(units) == 1 else ""
     rows = [
         ("episodes", f"{n}"),
         ("success rate", _rate(summary["success_rate"], summary["success_rate_ci95"])),
+        *((("", f"warning: {summary['success_note']}"),) if "success_note" in summary else ()),
         *_limit_rows(summary),
         (
             "episodes with a violation",
@@ -176,7 +196,7 @@ def summary_table(
             )
         )
     rows += _variation_rows(summary)
-    if "empty_tube_fraction" in summary:
+    if tube and "empty_tube_fraction" in summary:
         rows.append(
             (
                 "empty tightened set",
@@ -290,16 +310,27 @@ def fit_table(report: dict[str, Any], names: list[str], units: Sequence[str] | N
             f"  failed predictions (not in the RMSE): {failed['one_step']} one-step, "
             f"{failed['multi_step']} {report['multi_step']}-step"
         )
+    if report.get("calibration") == "closed_loop":
+        # calibrated on the controller's episodes: open-loop data are not exchangeable with
+        # those, so the figure is a measurement, not a check of the bound's promise
+        promise = (
+            f"not promised: the bound is calibrated on closed-loop episodes, where it holds "
+            f"with probability >= {1 - report.get('delta', 0.0):.3f}"
+        )
+        where = "open-loop held-out data"
+    else:
+        promise = f"promised >= {1 - report.get('delta', 0.0):.3f}"
+        where = "validation data"
     if "validation_coverage" in report:
         lines.append(
-            f"  bound coverage on validation data: {report['validation_coverage']:.3f} "
-            f"(promised >= {1 - report['delta']:.3f})"
+            f"  bound coverage on {where}: {report['validation_coverage']:.3f} ({promise})"
         )
     if "validation_horizon_coverage" in report:
         lines.append(
             f"  per {report['bound_horizon']}-step window (all errors inside): "
-            f"{report['validation_horizon_coverage']:.3f} (promised >= {1 - report['delta']:.3f})"
+            f"{report['validation_horizon_coverage']:.3f} ({promise})"
         )
+    lines += [f"  note: {note}" for note in report.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Self
 import casadi as ca
 
 from vimpc import _checks, _settings
-from vimpc._settings import NONNEGATIVE, PROBABILITY, Setting
+from vimpc._settings import NONNEGATIVE, PROBABILITY, Acts, Setting
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError, NotFittedError
@@ -56,7 +56,11 @@ BOUND_SETTINGS: dict[str, Setting] = {
         choices=("none", "conformal"),
     ),
     "delta": Setting(
-        float, 0.05, "probability that a one-step error leaves the bound", rule=PROBABILITY
+        float,
+        0.05,
+        "probability that a one-step error leaves the bound",
+        rule=PROBABILITY,
+        acts=(Acts("bound", ("none",), unless=True),),
     ),
     "conformal_scale": Setting(
         str,
@@ -66,6 +70,7 @@ BOUND_SETTINGS: dict[str, Setting] = {
         "training errors, or `auto`: the narrowest of these at equal coverage on the "
         "training data",
         choices=("constant", "spread", "state", "auto"),
+        acts=(Acts("bound", ("conformal",)),),
     ),
     "bound_level": Setting(
         str,
@@ -73,12 +78,14 @@ BOUND_SETTINGS: dict[str, Setting] = {
         "what delta refers to: one step, or `horizon`: all bound_horizon consecutive one-step "
         "errors inside the bound at once (conformal bounds)",
         choices=LEVELS,
+        acts=(Acts("bound", ("conformal",)),),
     ),
     "bound_horizon": Setting(
         int,
         0,
         "steps of a horizon-level bound (>= controller.horizon; 0: none, for bound_level = `step`)",
         rule=NONNEGATIVE,
+        acts=(Acts("bound_level", ("horizon",)),),
     ),
 }
 
@@ -187,6 +194,8 @@ class ModelFamily(abc.ABC):
         self._check_bound_inputs(data, calibration, "fit(data, calibration)")
         for attribute in ("fit_time_", "calibration_"):
             self.__dict__.pop(attribute, None)
+        #: what the fit used instead of a setting it could not follow, in words
+        self.fit_notes_: list[str] = []
         self._fit(data)
         self.calibration_ = self._calibrate(data, calibration)
         self.fit_time_ = time.perf_counter() - start
@@ -340,6 +349,8 @@ class ModelFamily(abc.ABC):
         }
         if hasattr(self, "fit_time_"):
             out["fit_time_s"] = self.fit_time_
+        if getattr(self, "fit_notes_", None):
+            out["fit_notes"] = list(self.fit_notes_)
         return out
 
     def __repr__(self) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from vimpc import _checks
-from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Rule, Setting
+from vimpc._settings import NONNEGATIVE, POSITIVE, REQUIRED, Acts, Rule, Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.solvers import HESSIANS, INTERIOR_POINT, QP_SOLVERS, SOLVERS
@@ -39,6 +39,9 @@ SOLVER_OPTIONS = {
 }
 #: every option that only some solvers read, the SQP presets' among them, and its readers
 OPTION_READERS = {**SOLVER_OPTIONS, **dict.fromkeys(SQP_OPTIONS, SQP_SOLVERS)}
+#: where the tube's options act (``Setting.acts``)
+WITH_TUBE = Acts("tightening", ("tube",))
+WITH_FEEDBACK = (WITH_TUBE, Acts("tube", ("feedback",)))
 
 #: The controller's options, declared once: :class:`~vimpc.mpc.controller.MPC`'s keyword
 #: defaults and checks, the scenario's ``[controller]`` table (its schema, its validation, the
@@ -71,8 +74,15 @@ SETTINGS: dict[str, Setting] = {
         "QP solver of `sqpmethod`/`rti`; `auto`: `qrqp` for `sqpmethod`, `daqp` for the "
         "real-time iteration's condensed QP",
         choices=QP_SOLVERS,
+        acts=(Acts("solver", OPTION_READERS["qpsol"]),),
     ),
-    "hessian": Setting(str, "gauss-newton", "for `sqpmethod`/`rti`", choices=HESSIANS),
+    "hessian": Setting(
+        str,
+        "gauss-newton",
+        "for `sqpmethod`/`rti`",
+        choices=HESSIANS,
+        acts=(Acts("solver", OPTION_READERS["hessian"]),),
+    ),
     "rti_start": Setting(
         str,
         "none",
@@ -82,6 +92,7 @@ SETTINGS: dict[str, Setting] = {
         "(the cart-pole swing-up, seeds 0-49: 49/50 with `none`, 46/50 with `fatrop`; "
         "results/rti)",
         choices=RTI_STARTS,
+        acts=(Acts("solver", OPTION_READERS["rti_start"]),),
     ),
     "condensed_start": Setting(
         str,
@@ -91,12 +102,14 @@ SETTINGS: dict[str, Setting] = {
         "a solve neither solver finished) and, without `time_budget`, of the warm solves "
         "`condensed` does not finish",
         choices=CONDENSED_STARTS,
+        acts=(Acts("solver", OPTION_READERS["condensed_start"]),),
     ),
     "rti_regularization": Setting(
         float,
         0.0,
         "`rti` only: added to the diagonal of the Gauss–Newton Hessian (Levenberg–Marquardt)",
         rule=NONNEGATIVE,
+        acts=(Acts("solver", OPTION_READERS["rti_regularization"]),),
     ),
     "warm_barrier": Setting(
         float,
@@ -110,6 +123,7 @@ SETTINGS: dict[str, Setting] = {
         "median solve; on the nominal cart-pole it fails more solves "
         "(results/benchmarks/warm_barrier.md)",
         rule=POSITIVE,
+        acts=(Acts("solver", OPTION_READERS["warm_barrier"]),),
     ),
     "warm_max_iter": Setting(
         int,
@@ -122,6 +136,7 @@ SETTINGS: dict[str, Setting] = {
         "within the same limit (a continuation that fails too: the next solve from scratch, "
         "at `max_iter`). Not set: `max_iter`",
         rule=POSITIVE,
+        acts=(Acts("solver", OPTION_READERS["warm_max_iter"]),),
     ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
     "tol": Setting(float, 1e-4, "solver tolerance", rule=POSITIVE),
@@ -170,6 +185,7 @@ SETTINGS: dict[str, Setting] = {
         "linearisation, the error in an ellipsoid, the inputs tightened by the feedback's "
         "share)",
         choices=("open_loop", "feedback"),  # the same as vimpc.mpc.tube.TUBES
+        acts=(WITH_TUBE,),
     ),
     "tube_memory": Setting(
         float,
@@ -182,6 +198,7 @@ SETTINGS: dict[str, Setting] = {
         "whose tube is narrow; this damps it (the GP-VI cart-pole's swing-up: "
         "results/benchmarks/tube_memory.md)",
         rule=Rule(lambda v: 0.0 <= v < 1.0, phrase="in [0, 1)"),
+        acts=(WITH_TUBE,),
     ),
     "tube_Q": Setting(
         list,
@@ -190,6 +207,7 @@ SETTINGS: dict[str, Setting] = {
         "Q; read only with `tube = 'feedback'`)",
         items=float,
         rule=NONNEGATIVE,
+        acts=WITH_FEEDBACK,
     ),
     "tube_R": Setting(
         list,
@@ -198,6 +216,7 @@ SETTINGS: dict[str, Setting] = {
         "read only with `tube = 'feedback'`)",
         items=float,
         rule=POSITIVE,
+        acts=WITH_FEEDBACK,
     ),
     "tube_errors": Setting(
         str,
@@ -206,12 +225,14 @@ SETTINGS: dict[str, Setting] = {
         "(quantiles of independent Gaussian errors; each row held with probability "
         "1 - delta per stage, as in cautious GP-MPC; read only with `tube = 'feedback'`)",
         choices=ERRORS,
+        acts=WITH_FEEDBACK,
     ),
     "tube_lipschitz": Setting(
         float,
         None,
         "a fixed Lipschitz constant for the open-loop tube instead of the step's Jacobian",
         rule=POSITIVE,
+        acts=(WITH_TUBE, Acts("tube", ("open_loop",))),
     ),
 }
 #: the options' defaults, as ``MPC``'s keyword arguments take them

@@ -11,6 +11,9 @@ A scenario argument (``vimpc run X``, ``vimpc fit X``) is, in this order:
 2. the name of a shipped scenario (its file name, with or without ``.toml``) when it has no
    folder part: ``pendulum_swingup`` from any folder;
 3. otherwise an error that says which, with the shipped names and a "did you mean".
+
+A sweep argument (``vimpc sweep X``) follows the same rule with the sweep files of the
+``sweeps/`` folder (:func:`find_sweep`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ PACKAGE = "vimpc_scenarios"
 #: where a source checkout keeps them, next to the vimpc package
 FALLBACK = "scenarios"
 SUFFIX = ".toml"
+#: the shipped sweep files' folder inside the scenarios' (``vimpc sweep NAME``)
+SWEEPS = "sweeps"
 
 
 def shipped_folder() -> Path:
@@ -50,6 +55,48 @@ def shipped_folder() -> Path:
 def shipped_scenarios() -> dict[str, Path]:
     """Every shipped scenario: its name (the file name without ``.toml``) -> its file."""
     return {p.stem: p for p in sorted(shipped_folder().glob(f"*{SUFFIX}")) if p.is_file()}
+
+
+def shipped_sweeps() -> dict[str, Path]:
+    """Every shipped sweep file (the ``sweeps/`` folder beside the scenarios): its name
+    (the file name without ``.toml``) -> its file."""
+    folder = shipped_folder() / SWEEPS
+    return {p.stem: p for p in sorted(folder.glob(f"*{SUFFIX}")) if p.is_file()}
+
+
+def find_sweep(arg: str | Path) -> Path:
+    """The sweep file ``arg`` names, by the rule of scenarios (module docstring): an
+    existing file at that path, else a shipped sweep of that name when ``arg`` has no
+    folder part; :class:`ConfigError` naming ``arg``, the shipped sweeps and the closest
+    one otherwise."""
+    path, text = Path(arg), str(arg)
+    try:
+        if path.is_file() or path.is_dir():
+            return path  # a folder is refused by the sweep reader, naming it
+    except OSError as exc:
+        raise ConfigError(
+            f"sweep {text[:200]!r} is no file that can be read ({exc.strerror or exc})"
+        ) from None
+    shipped = shipped_sweeps()
+    names = ", ".join(shipped) or "none"
+    bare = path.name == text and text not in ("", ".", "..")
+    name = text[: -len(SUFFIX)] if bare and text.endswith(SUFFIX) else text
+    if bare and name in shipped:
+        return shipped[name]
+    if not bare:
+        hint = ""
+        if path.suffix == SUFFIX and path.stem in shipped:
+            hint = f"; the shipped sweep {path.stem!r} runs from any folder by its name"
+        raise ConfigError(
+            f"sweep file {text!r} does not exist (relative to {str(Path.cwd())!r}){hint}; "
+            f"shipped sweeps, run by name: {names}"
+        )
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    extra = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"sweep {text!r} is neither a file in {str(Path.cwd())!r} nor the name of a shipped "
+        f"sweep{extra} (shipped: {names}; or give the path to a sweep .toml file)"
+    )
 
 
 def find_scenario(arg: str | Path) -> Path:

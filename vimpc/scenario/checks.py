@@ -16,12 +16,12 @@ import os
 import re
 from typing import Any
 
-from vimpc._settings import MAX_SEED, resolve, unknown_key
+from vimpc._settings import MAX_SEED, ignored_message, inactive, resolve, unknown_key
 from vimpc.data.excitation import EXCITATION_KINDS
 from vimpc.errors import ConfigError, VimpcError
-from vimpc.mpc.options import check_within_period, ignored_solver_options, ignored_sqp_options
+from vimpc.mpc.options import check_within_period
 from vimpc.mpc.solvers import check_timed
-from vimpc.scenario.schema import CIRCLE_KEYS
+from vimpc.scenario.schema import CIRCLE_KEYS, MODEL_KEYS, SCHEMA
 from vimpc.scenario.specs import (
     EnvSpec,
     ModelSpec,
@@ -126,6 +126,9 @@ def check(cfg: dict[str, Any]) -> None:
                 f"plane), got {circle['indices']!r}"
             )
     _check_metrics(cfg, entry, env)
+    # after the entries are read (an index is checked even where it would not act)
+    for prefix, key, acts, table in ignored_settings(cfg):
+        raise ConfigError(ignored_message(prefix, key, table[key], acts, table))
     model = ModelSpec(cfg, env)
     check_variation(cfg, env, model)
     fields = model.fields
@@ -143,28 +146,7 @@ def check(cfg: dict[str, Any]) -> None:
         )
     _check_problem_size(cfg, env, model)
     _check_episode_size(cfg, env)
-    for key in ignored_sqp_options(ctrl["solver"], ctrl):
-        raise ConfigError(
-            f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
-            f"'sqpmethod' or 'rti', and would be ignored with controller.solver = "
-            f"{ctrl['solver']!r}; remove controller.{key} or choose an SQP solver"
-        )
-    for key, readers in ignored_solver_options(ctrl["solver"], ctrl):
-        raise ConfigError(
-            f"controller.{key} = {ctrl[key]!r} applies only to controller.solver = "
-            f"{readers}, and would be ignored with controller.solver = {ctrl['solver']!r}; "
-            f"remove controller.{key} or set controller.solver = {readers}"
-        )
     _check_timing(ctrl, cfg["env"]["dt"])
-    if ctrl["tube_lipschitz"] is not None and ctrl["tightening"] != "tube":
-        raise ConfigError(
-            "controller.tube_lipschitz applies only with controller.tightening = 'tube'"
-        )
-    if ctrl["tube_lipschitz"] is not None and ctrl["tube"] != "open_loop":
-        raise ConfigError(
-            f"controller.tube_lipschitz = {ctrl['tube_lipschitz']} applies only to "
-            f"controller.tube = 'open_loop', got {ctrl['tube']!r}"
-        )
     if cost["energy_weight"] > 0:
         if "energy" not in fields:
             raise ConfigError(
@@ -198,6 +180,30 @@ def check(cfg: dict[str, Any]) -> None:
     _check_closed_loop_calibration(cfg, model)
     # last: it builds the env (only for hard observation bounds or keep-out circles)
     _check_start_states(cfg, env)
+
+
+def setting_tables(cfg: dict[str, Any]):
+    """``(prefix, settings, table)`` for every table of a resolved configuration: the
+    declarations each table was resolved against, and its values."""
+    from vimpc.models import family
+
+    for name, settings in SCHEMA.items():
+        head, _, sub = name.partition(".")
+        table = cfg[head][sub] if sub else cfg[head]
+        yield f"{name}.", settings, table
+    model = cfg["model"]
+    yield "model.", {**MODEL_KEYS, **family(model["family"]).all_settings()}, model
+
+
+def ignored_settings(cfg: dict[str, Any]) -> list[tuple[str, str, Any, dict[str, Any]]]:
+    """``(prefix, key, condition, table)`` of every setting of a resolved configuration
+    that is set away from its default where its declared condition (``Setting.acts``)
+    fails: it would be ignored. The one rule for every table, the model family's too."""
+    return [
+        (prefix, key, acts, table)
+        for prefix, settings, table in setting_tables(cfg)
+        for key, acts in inactive(settings, table)
+    ]
 
 
 def _check_closed_loop_calibration(cfg: dict[str, Any], model: ModelSpec) -> None:
@@ -334,21 +340,39 @@ def _memory_bytes() -> int | None:
         return None
 
 
+#: an estimate of what one episode costs beyond its arrays [bytes]: its metrics (a dict
+#: of some 60 numbers), its seed's entry in the run's manifest and its trajectory's fields
+EPISODE_OVERHEAD = 4_000
+
+
 def _check_episode_size(cfg: dict[str, Any], env: EnvSpec) -> None:
     """An episode's record fits in memory: each step keeps its plan, ``horizon + 1``
     observations (:class:`vimpc.closedloop.Trajectory`), so ``episodes.steps`` beyond
-    memory would run for ever and end out of memory."""
+    memory would run for ever and end out of memory; and the run's records of all
+    ``episodes.count`` episodes fit too (``episodes.count = 10^9`` grew to 24 GB without a
+    word before the system ended it)."""
     memory = _memory_bytes()
     if memory is None:
         return
     steps, horizon = cfg["episodes"]["steps"], cfg["controller"]["horizon"]
     per_step = 8 * ((horizon + 1) * env.nobs + 2 * env.nobs + env.nu)
-    if steps * per_step > memory:
+    if steps * per_step + EPISODE_OVERHEAD > memory:
         raise ConfigError(
             f"episodes.steps = {steps} would record {steps * per_step / 1e9:.3g} GB per "
             f"episode (each step keeps its plan of controller.horizon + 1 = {horizon + 1} "
             f"observations), more than this machine's {memory / 1e9:.3g} GB of memory; "
-            f"set episodes.steps <= {memory // per_step}"
+            f"set episodes.steps <= {(memory - EPISODE_OVERHEAD) // per_step}"
+        )
+    # a run keeps every episode's record until its summary and figures are made
+    count = cfg["episodes"]["count"]
+    per_episode = steps * per_step + EPISODE_OVERHEAD
+    if count * per_episode > memory:
+        raise ConfigError(
+            f"episodes.count = {count} episodes of episodes.steps = {steps} steps would keep "
+            f"about {count * per_episode / 1e9:.3g} GB of records ({per_episode / 1e3:.3g} "
+            "kB each: a run keeps every episode's record for its summary and figures), more "
+            f"than this machine's {memory / 1e9:.3g} GB of memory; set episodes.count <= "
+            f"{memory // per_episode}"
         )
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from vimpc._settings import resolve, unknown_key
 from vimpc.errors import ConfigError
-from vimpc.mpc.options import OPTION_READERS
 from vimpc.scenario.checks import _check_name, check
 from vimpc.scenario.schema import MODEL_KEYS, SCHEMA, TABLE_ORDER
 
@@ -56,10 +55,12 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
     """Read, override (``key.sub=value`` strings) and validate a scenario file completely.
 
     Returns the resolved configuration: every key with its value, defaults filled in.
-    An override of ``controller.solver`` drops the file's options that only other solvers
+    A setting that cannot act in the configuration is refused by name (``Setting.acts``,
+    one rule for every table), except a setting of the file that an override turned off:
+    an override of ``controller.solver`` drops the file's options that only other solvers
     read (``warm_barrier`` for another solver than fatrop or ipopt, ``qpsol`` for fatrop,
-    ...), as turning the tube off leaves the tube's settings unused; such an option given
-    by an override itself is still refused.
+    ...), and ``controller.tightening = "none"`` the tube's; such a setting given by an
+    override itself is still refused.
     """
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise ConfigError(
@@ -77,8 +78,8 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
                 raise ConfigError(f"--set {item!r}: {k!r} is not a table")
         table[keys[-1]] = value
         overridden.add(tuple(keys))
-    _drop_other_solvers_options(raw, overridden)
     cfg = _resolve_tables(raw)
+    _drop_overridden_off(cfg, overridden)
     if cfg["scenario"]["name"] is None:
         cfg["scenario"]["name"] = path.stem
         _check_name(path.stem, f" (from the file name {path.name!r}; set scenario.name)")
@@ -86,15 +87,35 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
     return cfg
 
 
-def _drop_other_solvers_options(raw: dict[str, Any], overridden: set[tuple[str, ...]]) -> None:
-    """With ``controller.solver`` overridden, the options of the file's ``[controller]`` table
-    that the new solver does not read (and no override set) removed from ``raw``."""
-    ctrl = raw.get("controller")
-    if ("controller", "solver") not in overridden or not isinstance(ctrl, dict):
-        return
-    for key, solvers in OPTION_READERS.items():
-        if key in ctrl and ("controller", key) not in overridden and ctrl["solver"] not in solvers:
-            del ctrl[key]
+def _drop_overridden_off(cfg: dict[str, Any], overridden: set[tuple[str, ...]]) -> None:
+    """The file's settings that an override of the setting their condition reads turned
+    off (``Setting.acts``: the tube's options after ``controller.tightening = "none"``, a
+    solver's after another ``controller.solver``) set back to their defaults, so the
+    override is all it takes; a setting given by an override itself is still refused."""
+    from vimpc.scenario.checks import ignored_settings
+
+    changed = set(overridden)  # a setting set back may turn off others in turn
+    while True:
+        dropped = False
+        for prefix, key, acts, table in ignored_settings(cfg):
+            own = (*prefix.rstrip(".").split("."), key)
+            cause = (*prefix.rstrip(".").split("."), acts.key)
+            if own not in overridden and cause in changed:
+                default = _default(prefix, key, cfg)
+                table[key] = default.copy() if isinstance(default, (dict, list)) else default
+                changed.add(own)
+                dropped = True
+        if not dropped:
+            return
+
+
+def _default(prefix: str, key: str, cfg: dict[str, Any]) -> Any:
+    from vimpc.scenario.checks import setting_tables
+
+    for p, settings, _ in setting_tables(cfg):
+        if p == prefix:
+            return settings[key].default
+    raise KeyError(prefix + key)  # every prefix comes from setting_tables
 
 
 def _resolve_tables(raw: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from vimpc._settings import (
     REQUIRED,
     SEED,
     TYPE_NAMES,
+    Acts,
     Rule,
     Setting,
     markdown_rows,
@@ -30,6 +31,9 @@ CALIBRATIONS = ("heldout", "closed_loop")
 
 #: the item kind of :class:`Entries` that names an entry of the env's observation
 OBSERVATION: Any = "observation"
+#: where the settings of a closed-loop calibration and of the success test act
+CLOSED_LOOP = Acts("calibration", ("closed_loop",))
+WITH_SUCCESS = Acts("success_index", (None,), unless=True)
 
 
 @final
@@ -42,7 +46,7 @@ class Entries:
     name the env gives it: ``2`` or ``"x"``; names become indices when the scenario is checked
     against its env), ``float`` or ``bool``. ``one`` allows a single item, ``array`` an array
     of them (``length`` fixes its length; an array standing for one item has at least one);
-    ``rule`` is a condition on each number.
+    ``rule`` is a condition on each number; ``acts`` as a setting's.
     """
 
     kind: Any
@@ -52,6 +56,7 @@ class Entries:
     array: bool = True
     length: int | None = None
     rule: Rule | None = None
+    acts: tuple[Acts, ...] = ()
 
     def check(self, key: str, value: Any, error: type[VimpcError] = ConfigError) -> Any:
         """``value`` with each item checked (an index stays an int, a name a string; a number
@@ -209,6 +214,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "bound is calibrated on every window of them (conformal risk control over the "
             "episodes)",
             rule=POSITIVE,
+            acts=(CLOSED_LOOP,),
         ),
         "calibration_seed": Setting(
             int,
@@ -216,6 +222,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "reset seed of closed-loop calibration episode i is `calibration_seed + i` (apart "
             'from the episodes\' seeds; with `env.plant = "per_episode"` each draws its own plant)',
             rule=SEED,
+            acts=(CLOSED_LOOP,),
         ),
         "fits": Setting(
             int,
@@ -252,6 +259,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             0,
             "see `reference_from_env` (checked also when that is false)",
             array=False,
+            acts=(Acts("reference_from_env", (True,)),),
         ),
         "periodic": Entries(
             OBSERVATION, [], "observation entries that are angles (error `2 sin(e/2)`)", one=False
@@ -318,16 +326,24 @@ SCHEMA: dict[str, dict[str, Any]] = {
             bool, False, "compare with the controller's reference instead (tracking tasks)"
         ),
         "success_tolerance": Entries(
-            float, 0.1, "allowed distance from the target, per entry or one for all", rule=POSITIVE
+            float,
+            0.1,
+            "allowed distance from the target, per entry or one for all",
+            rule=POSITIVE,
+            acts=(WITH_SUCCESS,),
         ),
         "success_window": Setting(
             float,
             1.0,
             "success: every entry within tolerance over the last window [s]",
             rule=POSITIVE,
+            acts=(WITH_SUCCESS,),
         ),
         "success_periodic": Entries(
-            bool, False, "the entry is an angle (wrap the error), per entry or one for all"
+            bool,
+            False,
+            "the entry is an angle (wrap the error), per entry or one for all",
+            acts=(WITH_SUCCESS,),
         ),
     },
 }

@@ -166,6 +166,11 @@ class GPVIModel(SpreadFamily):
         if 0 < self.samples < len(X):
             pick = np.sort(rng.choice(len(X), self.samples, replace=False))
             X, U, Xn = X[pick], U[pick], Xn[pick]
+        elif self.samples > len(X):
+            self.fit_notes_.append(
+                f"model.samples = {self.samples} exceeds the {len(X)} training transitions: "
+                f"all {len(X)} used"
+            )
         if len(X) < 2:
             raise InputError(f"gp_vi needs at least 2 training pairs, the data hold {len(X)}")
         Z = self._embedded(X[:, :nq], X[:, nq:], U)
@@ -177,6 +182,12 @@ class GPVIModel(SpreadFamily):
         self._refuse_failed(prior_velocity, pick, data, "the prior's")
         targets = Xn[:, nq:] - prior_velocity
         posteriors = []
+        if self.support_points >= len(Z):
+            self.fit_notes_.append(
+                f"model.support_points = {self.support_points} is not fewer than the "
+                f"{len(Z)} training pairs: the exported posterior is the exact GP over all "
+                f"{len(Z)} (model.support_points = 0 says so)"
+            )
         for j in range(nq):
             hp = fit_hyperparameters(
                 Z, targets[:, j], restarts=self.restarts, iterations=self.iterations,
