@@ -60,12 +60,14 @@ def write_table(
     rows: Sequence[Mapping[str, Any]],
     headers: Mapping[str, str] | None = None,
     after: str = "",
+    outputs: Sequence[Path | str] = (),
     **provenance: str | None,
 ) -> str:
     """Write ``folder/name.csv`` (every column at full precision) and ``folder/name.md``
     (title, the command and date, ``intro``, the table with ``headers`` naming the columns,
     then ``after``) and the table's provenance record (:func:`record`; ``provenance``:
-    ``paper``, ``verdict``, ``settings_differ``); returns the markdown table."""
+    ``paper``, ``verdict``, ``settings_differ``; ``outputs``: the figures beside it);
+    returns the markdown table."""
     folder.mkdir(parents=True, exist_ok=True)
     keys = list(rows[0])
     with open(folder / f"{name}.csv", "w", newline="") as f:
@@ -87,7 +89,7 @@ def write_table(
     if after:
         text += f"\n{after.strip()}\n"
     (folder / f"{name}.md").write_text(text)
-    record(folder / f"{name}.md", command, [f"{name}.csv"], **provenance)
+    record(folder / f"{name}.md", command, [f"{name}.csv", *outputs], **provenance)
     return table
 
 

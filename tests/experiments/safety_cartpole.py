@@ -354,6 +354,12 @@ def margins_figure(margins: dict[str, list[float]]):
     return fig
 
 
+def shown(path: Path) -> str:
+    """``path`` as the command line gives it: inside the repository, relative to it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=100)
@@ -517,9 +523,11 @@ def main(argv: list[str] | None = None) -> None:
         f"--workers {args.workers}"
         + (f" --rows {' '.join(repr(t) for t in args.rows)}" if args.rows else "")
         + (f" --table {args.table}" if args.table != "cartpole" else "")
+        + (f" --out {shown(folder)}" if folder.resolve() != OUT.resolve() else "")
     )
     title = "Safe cart-pole: the rail with and without the tube, over plants and fits"
-    print(write_table(folder, args.table, title, command, intro, rows, HEADERS, after))
+    figures = [f"{args.table}_margins.png", *(n for names in copied.values() for n in names)]
+    print(write_table(folder, args.table, title, command, intro, rows, HEADERS, after, figures))
     if tmp is not None:
         tmp.cleanup()
 
