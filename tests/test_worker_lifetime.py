@@ -17,6 +17,9 @@ import pytest
 
 from vimpc import pipeline
 
+sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+from _common import descendants, process_title  # noqa: E402
+
 ROOT = Path(__file__).parents[1]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 # long enough that the workers are still busy when the command is killed
@@ -62,30 +65,6 @@ def _poll(condition, timeout: float) -> bool:
             return True
         time.sleep(0.2)
     return condition()
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return ""
 
 
 def _kill_and_check(args: list[str], cwd: Path, count: int, find=_workers) -> None:
@@ -144,8 +123,8 @@ def test_the_local_ray_cluster_of_a_killed_run_ends(tmp_path):
     def cluster(parent: int) -> list[int]:
         # every process below the run once its episodes run (the cluster's agents are
         # there by then)
-        tree = _descendants(parent)
-        return tree if any(_title(p).startswith("ray::episode") for p in tree) else []
+        tree = descendants(parent)
+        return tree if any(process_title(p).startswith("ray::episode") for p in tree) else []
 
     args = ["run", PENDULUM, "--backend", "ray", "--workers", "2", "--out", str(tmp_path)]
     _kill_and_check([*args, "--set", "episodes.count=4", *LONG], ROOT, 1, find=cluster)

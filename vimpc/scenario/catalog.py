@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 from pathlib import Path
+from typing import NoReturn
 
 from vimpc.errors import ConfigError
 
@@ -78,25 +79,7 @@ def find_sweep(arg: str | Path) -> Path:
             f"sweep {text[:200]!r} is no file that can be read ({exc.strerror or exc})"
         ) from None
     shipped = shipped_sweeps()
-    names = ", ".join(shipped) or "none"
-    bare = path.name == text and text not in ("", ".", "..")
-    name = text[: -len(SUFFIX)] if bare and text.endswith(SUFFIX) else text
-    if bare and name in shipped:
-        return shipped[name]
-    if not bare:
-        hint = ""
-        if path.suffix == SUFFIX and path.stem in shipped:
-            hint = f"; the shipped sweep {path.stem!r} runs from any folder by its name"
-        raise ConfigError(
-            f"sweep file {text!r} does not exist (relative to {str(Path.cwd())!r}){hint}; "
-            f"shipped sweeps, run by name: {names}"
-        )
-    close = difflib.get_close_matches(name, list(shipped), n=1)
-    extra = f"; did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(
-        f"sweep {text!r} is neither a file in {str(Path.cwd())!r} nor the name of a shipped "
-        f"sweep{extra} (shipped: {names}; or give the path to a sweep .toml file)"
-    )
+    return _shipped(text, path, shipped) or _unknown(text, path, shipped, "sweep")
 
 
 def find_scenario(arg: str | Path) -> Path:
@@ -116,30 +99,49 @@ def find_scenario(arg: str | Path) -> Path:
             "name of a shipped scenario (vimpc list)"
         ) from None
     shipped = shipped_scenarios()
-    names = ", ".join(shipped) or "none"
-    bare = path.name == text and text not in ("", ".", "..")
-    name = text[: -len(SUFFIX)] if bare and text.endswith(SUFFIX) else text
-    if bare and name in shipped:
-        return shipped[name]
+    found = _shipped(text, path, shipped)
+    if found is not None:
+        return found
     if path.is_dir():
         raise ConfigError(
             f"scenario {text!r} is a folder, not a scenario file; give the path to a .toml file "
-            f"or the name of a shipped scenario ({names})"
+            f"or the name of a shipped scenario ({', '.join(shipped) or 'none'})"
         )
-    if not bare:
+    return _unknown(text, path, shipped, "scenario")
+
+
+def _bare(text: str, path: Path) -> bool:
+    """Whether ``text`` is a name alone, without a folder part."""
+    return path.name == text and text not in ("", ".", "..")
+
+
+def _shipped(text: str, path: Path, shipped: dict[str, Path]) -> Path | None:
+    """The shipped file that the bare name ``text`` (with or without ``.toml``) names."""
+    if not _bare(text, path):
+        return None
+    return shipped.get(text[: -len(SUFFIX)] if text.endswith(SUFFIX) else text)
+
+
+def _unknown(text: str, path: Path, shipped: dict[str, Path], kind: str) -> NoReturn:
+    """Raise the :class:`ConfigError` for a ``kind`` ("scenario", "sweep") that is neither
+    a file nor a shipped name: the shipped names, and the closest one to a bare name."""
+    names = ", ".join(shipped) or "none"
+    command = "run" if kind == "scenario" else kind
+    if not _bare(text, path):
         hint = ""
         if path.suffix == SUFFIX and path.stem in shipped:
             hint = (
-                f"; the shipped scenario {path.stem!r} runs from any folder by its name "
-                f"(vimpc run {path.stem})"
+                f"; the shipped {kind} {path.stem!r} runs from any folder by its name "
+                f"(vimpc {command} {path.stem})"
             )
         raise ConfigError(
-            f"scenario file {text!r} does not exist (relative to {str(Path.cwd())!r}){hint}; "
-            f"shipped scenarios, run by name: {names}"
+            f"{kind} file {text!r} does not exist (relative to {str(Path.cwd())!r}){hint}; "
+            f"shipped {kind}s, run by name: {names}"
         )
+    name = text[: -len(SUFFIX)] if text.endswith(SUFFIX) else text
     close = difflib.get_close_matches(name, list(shipped), n=1)
     extra = f"; did you mean {close[0]!r}?" if close else ""
     raise ConfigError(
-        f"scenario {text!r} is neither a file in {str(Path.cwd())!r} nor the name of a shipped "
-        f"scenario{extra} (shipped: {names}; or give the path to a scenario .toml file)"
+        f"{kind} {text!r} is neither a file in {str(Path.cwd())!r} nor the name of a shipped "
+        f"{kind}{extra} (shipped: {names}; or give the path to a {kind} .toml file)"
     )
