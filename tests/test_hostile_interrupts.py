@@ -135,8 +135,14 @@ def test_ctrl_c_however_early_ends_the_command_in_one_line(entry, command, tmp_p
         "run", os.path.join(root, "scenarios", "pendulum_swingup.toml"), "--out",
         str(tmp_path), "--set", "episodes.steps=400", "--no-plots", "--quiet",
     ]  # fmt: skip
+    delays = [0.05, 0.15, 0.25, 0.4, 0.7, 1.2]
+    if command == "list":  # finishes in about half a second: delays across its own length
+        start = time.monotonic()
+        subprocess.run([sys.executable, *entry, *args], cwd=root, capture_output=True)
+        length = time.monotonic() - start
+        delays = [f * length for f in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)]
     interrupted = 0
-    for delay in (0.05, 0.15, 0.25, 0.4, 0.7, 1.2):
+    for delay in delays:
         child = subprocess.Popen(
             [sys.executable, *entry, *args],
             cwd=root,
