@@ -133,7 +133,8 @@ def test_ctrl_c_however_early_ends_the_command_in_one_line(entry, command, tmp_p
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     args = ["list"] if command == "list" else [
         "run", os.path.join(root, "scenarios", "pendulum_swingup.toml"), "--out",
-        str(tmp_path), "--set", "episodes.steps=400", "--no-plots", "--quiet",
+        str(tmp_path), "--set", "episodes.steps=400", "--set", "episodes.count=20", "--no-plots",
+        "--quiet",
     ]  # fmt: skip
     delays = [0.05, 0.15, 0.25, 0.4, 0.7, 1.2]
     if command == "list":  # finishes in about half a second: delays across its own length
@@ -165,6 +166,27 @@ def test_ctrl_c_however_early_ends_the_command_in_one_line(entry, command, tmp_p
         assert len([ln for ln in text.splitlines() if "interrupted" in ln]) == 1, text
         interrupted += 1
     assert interrupted >= 3  # most delays land in the imports or the command
+
+
+def test_a_ctrl_c_in_a_callback_of_the_imports_is_latched_without_a_traceback():
+    # a SIGINT that lands in a weakref callback (as importlib's module locks have) cannot
+    # raise there: Python printed "Exception ignored in ..." with its traceback
+    code = textwrap.dedent(
+        """
+        import signal, sys, weakref
+        sys.argv[0] = "/usr/bin/vimpc"
+        from vimpc import _interrupt
+        _interrupt.latch_early()
+        class Lock: pass
+        lock = Lock()
+        ref = weakref.ref(lock, lambda _: signal.raise_signal(signal.SIGINT))
+        del lock
+        print("latched" if _interrupt.interrupted() else "lost")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "latched", done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as on Linux")

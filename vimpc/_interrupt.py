@@ -119,15 +119,31 @@ def _is_command() -> bool:
     return any(a == "-m" and b in ("vimpc.cli", "vimpc") for a, b in zip(argv, argv[1:], strict=False))
 
 
+def _unraisable(hook):
+    """``sys.unraisablehook`` that drops a latched SIGINT's ``KeyboardInterrupt`` raised
+    where Python cannot raise it on (a weakref callback of the import machinery, a
+    ``__del__``): the latch remembers it, and the command ends with its one line; any other
+    unraisable exception goes to ``hook``."""
+
+    def quiet(unraisable) -> None:
+        if _pending and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        hook(unraisable)
+
+    return quiet
+
+
 def latch_early() -> None:
     """In the ``vimpc`` command, latch SIGINTs from before the heavy imports on: CasADi,
-    called while they run, could swallow one (the command then went on to the end)."""
+    called while they run, could swallow one (the command then went on to the end), and
+    one that lands in a callback of the import machinery would print a traceback."""
     if (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         and _is_command()
     ):
         signal.signal(signal.SIGINT, _latch)
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
 
 
 def exit_if_command() -> None:
