@@ -63,6 +63,15 @@ ROWS = {
     "nominal, open-loop tube (box)": (NOMINAL, ['controller.tube="open_loop"']),
     # a horizon-level bound calibrated on the controller's own closed-loop episodes
     "nominal, feedback tube, gaussian (scenario)": (NOMINAL, []),
+    # fatrop's iteration cap before the scenario's 500: the hardest swing-up solves stop
+    # unconverged (the fallback input, then a solve from scratch)
+    "nominal, feedback tube, gaussian, max_iter 100": (NOMINAL, ["controller.max_iter=100"]),
+    # the solves from the previous plan bounded at 100 iterations (about 25 ms here), a
+    # stopped one continued in the next call; the solve from scratch keeps max_iter
+    "nominal, feedback tube, gaussian, warm_max_iter 100": (
+        NOMINAL,
+        ["controller.warm_max_iter=100"],
+    ),
     # the same bound calibrated on the held-out open-loop trajectories instead
     "nominal, feedback tube, gaussian, held-out calibration": (NOMINAL, [HELDOUT]),
     # a step-level bound on the held-out open-loop trajectories
@@ -186,6 +195,7 @@ def settings(folder: Path) -> dict:
         "soft_bounds": bool(cons.get("soft_bounds", False)),
         "bound_weight": cons.get("bound_weight", float("nan")),
         "max_iter": ctrl.get("max_iter"),
+        "warm_max_iter": ctrl.get("warm_max_iter") or "max_iter",
         "time_budget": ctrl.get("time_budget"),
         "tube_memory": ctrl.get("tube_memory", 0.0) if tightening == "tube" else "",
         "warm_barrier": ctrl.get("warm_barrier") or "solver's own",
@@ -276,6 +286,7 @@ def row_of(label: str, m: dict, folder: Path, complete: bool) -> dict:
         "plan_constraint_max": m.get("max_plan_constraint_residual", float("nan")),
         "soft_bound_weight": s["bound_weight"] if s["soft_bounds"] else "hard bound",
         "max_iter": s["max_iter"],
+        "warm_max_iter": s["warm_max_iter"],
         "tube_memory": s["tube_memory"],
         "warm_barrier": s["warm_barrier"],
         "assumes": s["assumes"],
@@ -329,6 +340,7 @@ HEADERS = {
     "plan_constraint_max": "model's constraint residual over the plans (max)",
     "soft_bound_weight": "soft-bound weight",
     "max_iter": "solver iteration cap",
+    "warm_max_iter": "iteration cap of solves from the previous plan",
     "tube_memory": "tube memory",
     "warm_barrier": "warm solves' barrier start",
     "assumes": "what the tube assumes",
@@ -493,7 +505,9 @@ def main(argv: list[str] | None = None) -> None:
         "interval contains it, no when it lies below. Caps and thresholds in effect are "
         "columns: the tube and what it assumes, the soft-bound weight (the rail is an exact "
         "penalty: a state pushed past the tightened limit is not infeasible, it pays this "
-        "weight), the solver's iteration cap, the tube's memory of the previous call's wider "
+        "weight), the solver's iteration cap and that of its solves from the previous plan "
+        "(`warm_max_iter`; a stopped one is continued in the next call), the tube's memory "
+        "of the previous call's wider "
         "margins (`tube_memory`) and the barrier parameter fatrop's solves from the previous "
         "plan start at (`warm_barrier`); empty tightened stages are counted, never "
         "capped. Late calls: controller calls (tube, solve and Python work) longer than the "
