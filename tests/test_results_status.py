@@ -31,6 +31,34 @@ def test_committed_readme_is_what_the_records_generate():
     )
 
 
+def test_the_project_readme_quotes_the_papers_results_as_the_records_give_them():
+    text = (ROOT / "README.md").read_text()
+    assert results.PAPERS_BEGIN in text
+    assert text == results.project_readme(ROOT), (
+        "README.md's table of the papers' results differs from the records: run "
+        "`python -m vimpc.results --write`"
+    )
+
+
+def test_a_papers_row_is_as_stale_as_its_stalest_table(tmp_path, monkeypatch):
+    root, script, table = _repo(tmp_path, monkeypatch)
+    other = table.with_name("u.md")
+    other.write_text("| b |\n")
+    for t, verdict in ((table, None), (other, "partial")):
+        _provenance.write_record(t, command="c", script=script, root=root, paper="Fig. 1",
+                                 verdict=verdict)  # fmt: skip
+    rows = results.papers(root, results.scan(root)[0]).splitlines()[2:]
+    assert len(rows) == 1 and rows[0].startswith("| Fig. 1 | `results/x/t.md`, `results/x/u.md`")
+    assert rows[0].endswith("| partial | fresh |")  # the verdict from the table that gives one
+    script.write_text(script.read_text() + "\n# changed\n")
+    assert results.papers(root, results.scan(root)[0]).splitlines()[2].endswith("| stale |")
+    # a README without the markers is left as it is
+    assert results.project_readme(root, "# P\n\nprose\n") == "# P\n\nprose\n"
+    block = f"# P\n\n{results.PAPERS_BEGIN}\n{results.PAPERS_END}\n\nafter\n"
+    assert "| Fig. 1 |" in results.project_readme(root, block)
+    assert results.project_readme(root, block).endswith("\nafter\n")
+
+
 def test_reproduction_verdicts_are_recorded():
     """The paper reproductions carry their verdicts; the marked-stale tables say why."""
     records = {s.table.relative_to(ROOT / "results").as_posix(): s for s in results.scan(ROOT)[0]}
