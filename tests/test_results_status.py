@@ -40,6 +40,96 @@ def test_the_project_readme_quotes_the_papers_results_as_the_records_give_them()
     )
 
 
+def test_the_project_readme_quotes_its_figures_from_the_claims():
+    """Every section of results/claims.toml has its block in README.md, and each block is
+    what the claims render from their tables (with the tables' states)."""
+    text = (ROOT / "README.md").read_text()
+    sections = {c.section for c in results.load_claims(ROOT)}
+    assert sections >= {"safety", "tubes", "conformal", "solvers", "benchmarks", "models"}
+    for section in sections:
+        assert results.claims_begin(section) in text and results.claims_end(section) in text
+    assert text == results.project_readme(ROOT), (
+        "README.md's claims differ from their tables: run `python -m vimpc.results --write`"
+    )
+
+
+def _claims_repo(tmp_path, monkeypatch, claims: str, readme_sections=("s",)):
+    """A repository of one table (t.csv with rows a, b, b) with a record, the given claims
+    and a README with a block per section."""
+    root, script, table = _repo(tmp_path, monkeypatch)
+    (root / "results" / "x" / "t.csv").write_text(
+        "# command: python make.py\nlabel,kind,value\na,p,0.12345\nb,q,7\nb,r,8\n"
+    )
+    _provenance.write_record(table, command="c", script=script, outputs=["t.csv"], root=root)
+    (root / "results" / "claims.toml").write_text(claims)
+    readme = "# P\n\n" + "".join(
+        f"{results.claims_begin(n)}\n{results.claims_end(n)}\n\nprose\n" for n in readme_sections
+    )
+    (root / "README.md").write_text(readme)
+    return root, script
+
+
+def _claim(text: str, where: str, section: str = "s", table: str = "results/x/t.csv") -> str:
+    return f'[[claim]]\nsection = "{section}"\ntext = "{text}"\ntable = "{table}"\n{where}\n'
+
+
+def test_a_claim_renders_its_row_with_the_format_and_the_state_of_its_table(tmp_path, monkeypatch):
+    claims = _claim("value {value:.2f}, kind {kind}", 'where = { label = "a" }') + _claim(
+        "q {q.value:d} and r {r.value:.1%}",
+        'rows = { q = { label = "b", kind = "q" }, r = { label = "b", kind = "r" } }',
+    )
+    root, script = _claims_repo(tmp_path, monkeypatch, claims)
+    text = results.project_readme(root)
+    assert "- value 0.12, kind p (`results/x/t.md`, fresh)\n" in text
+    assert "- q 7 and r 800.0% (`results/x/t.md`, fresh)\n" in text
+    assert text.endswith("prose\n") and results.project_readme(root, text) == text
+    script.write_text("print('another table')\n")  # the table's source changed
+    assert "- value 0.12, kind p (`results/x/t.md`, stale)\n" in results.project_readme(root)
+    assert results.main(["--root", str(root), "--write"]) == 0
+    assert "(`results/x/t.md`, stale)" in (root / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ('where = { label = "c" }', r"where = \{'label': 'c'\} selects 0 rows of results/x/t.csv"),
+        ('where = { label = "b" }', r"where = \{'label': 'b'\} selects 2 rows of results/x/t.csv"),
+        ('rows = { one = { label = "b" } }', r"rows.one = \{'label': 'b'\} selects 2 rows"),
+        (
+            'where = { name = "a" }',
+            r"where names column 'name', which results/x/t.csv does not have",
+        ),
+    ],
+)
+def test_a_selector_must_match_exactly_one_row(tmp_path, monkeypatch, where, message):
+    root, _ = _claims_repo(tmp_path, monkeypatch, _claim("v {value}", where))
+    with pytest.raises(
+        results.ClaimError, match=r'claim 1 \(section "s", "v \{value\}"\): ' + message
+    ):
+        results.project_readme(root)
+
+
+@pytest.mark.parametrize(
+    ("claims", "sections", "message"),
+    [
+        (_claim("v {missing}", 'where = { label = "a" }'), ("s",), "has no column 'missing'"),
+        (_claim("v {kind:.2f}", 'where = { label = "a" }'), ("s",), "cannot format 'p'"),
+        (_claim("v", 'where = { label = "a" }', table="results/x/u.csv"), ("s",),
+         "table results/x/u.csv does not exist"),
+        (_claim("v", 'where = { label = "a" }'), ("s", "other"),
+         'has a block for claims section "other", but results/claims.toml has no claim'),
+        (_claim("v", 'where = { label = "a" }', section="elsewhere"), ("s",),
+         'README.md has no block for section "elsewhere"'),
+    ],
+)  # fmt: skip
+def test_a_claim_that_cannot_be_rendered_is_refused(tmp_path, monkeypatch, claims, sections,
+                                                    message):  # fmt: skip
+    root, _ = _claims_repo(tmp_path, monkeypatch, claims, sections)
+    with pytest.raises(results.ClaimError, match=message):
+        results.project_readme(root)
+    assert results.main(["--root", str(root), "--write"]) == 2
+
+
 def test_a_papers_row_is_as_stale_as_its_stalest_table(tmp_path, monkeypatch):
     root, script, table = _repo(tmp_path, monkeypatch)
     other = table.with_name("u.md")
