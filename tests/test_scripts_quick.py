@@ -236,3 +236,27 @@ def test_quick_keeps_explicit_arguments(monkeypatch, tmp_path):
     assert parse(parser(), argv, RESULTS, quick).steps == 7
     full = parse(parser(), [], RESULTS / "x", quick)
     assert (full.steps, full.out, full.quick) == (1000, RESULTS / "x", False)
+
+
+def test_the_gp_vi_rollouts_go_on_past_their_first_chunk(monkeypatch):
+    # the runs of Figs. 1a and 1b go in chunks of CHUNK steps; a quick run (100 steps) is one
+    # chunk, and a full run's second chunk once failed on a name the first had rebound
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(FOLDERS[1]))
+    energy = importlib.import_module("gp_vi_energy")
+    constraints = importlib.import_module("gp_vi_constraints")
+    from vimpc.integrators import ExplicitIntegrator
+    from vimpc.mechanics import DoublePendulum, Pendulum
+
+    system = Pendulum()
+    step = ExplicitIntegrator(system, "euler").step_function(energy.H)
+    xs, errs = energy.rollout(system, step, 25, chunk=10)
+    whole, _ = energy.rollout(system, step, 25, chunk=25)
+    assert xs.shape == (26, 2) and errs.shape == (26,)
+    np.testing.assert_allclose(xs, whole, rtol=0, atol=1e-12)
+    maximal = DoublePendulum().maximal()
+    x0 = constraints.start(DoublePendulum())
+    step = ExplicitIntegrator(maximal, "rk4").step_function(constraints.H)
+    run = constraints.rollout(maximal, step, x0, 25, chunk=10)
+    assert run.res.shape[0] == 26 and run.failed is None

@@ -143,7 +143,7 @@ def rollout(maximal, step, x0: np.ndarray, n: int, chunk: int = CHUNK) -> Run:
             accumulate[m] = step.mapaccum(m)
         try:
             with np.errstate(all="ignore"):
-                chunk = np.asarray(accumulate[m](x, np.zeros((nu, m)), np.zeros((0, m)))).T
+                block = np.asarray(accumulate[m](x, np.zeros((nu, m)), np.zeros((0, m)))).T
         except RuntimeError:
             # replay the chunk one step at a time to find the step that fails
             for k in range(m):
@@ -154,11 +154,11 @@ def rollout(maximal, step, x0: np.ndarray, n: int, chunk: int = CHUNK) -> Run:
                 parts.append(y[None])
                 x = y
             raise  # the chunk failed but no single step did: report it, do not hide it
-        parts.append(chunk)
-        bad = np.flatnonzero(~np.all(np.isfinite(chunk), axis=1))
+        parts.append(block)
+        bad = np.flatnonzero(~np.all(np.isfinite(block), axis=1))
         if bad.size:
             return run(done + bad[0] + 1, "not finite")
-        x, done = chunk[-1], done + m
+        x, done = block[-1], done + m
     return run()
 
 

@@ -94,16 +94,16 @@ def rollout(system, step, n: int, chunk: int = CHUNK) -> tuple[np.ndarray, np.nd
         if m not in accumulate:
             accumulate[m] = step.mapaccum(m)
         with np.errstate(all="ignore"):
-            chunk = np.asarray(accumulate[m](x, np.zeros((1, m)), np.zeros((0, m)))).T
-            err = energy_error(system, chunk)
+            block = np.asarray(accumulate[m](x, np.zeros((1, m)), np.zeros((0, m)))).T
+            err = energy_error(system, block)
         bad = np.flatnonzero(~(np.abs(err) <= STOP))
         if bad.size:
-            xs.append(chunk[: bad[0] + 1])
+            xs.append(block[: bad[0] + 1])
             errs.append(err[: bad[0] + 1])
             break
-        xs.append(chunk)
+        xs.append(block)
         errs.append(err)
-        x, done = chunk[-1], done + m
+        x, done = block[-1], done + m
     return np.vstack(xs), np.concatenate(errs)
 
 
