@@ -189,6 +189,37 @@ def test_a_ctrl_c_in_a_callback_of_the_imports_is_latched_without_a_traceback():
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
 
 
+def test_an_interrupt_an_extension_turned_into_an_import_error_ends_in_one_line():
+    # a SIGINT inside numpy's C import came out as "ImportError: PyCapsule_Import could
+    # not import module 'datetime'" with its traceback; here an import that does the same
+    code = textwrap.dedent(
+        """
+        import signal, sys
+        class Extension:
+            def find_spec(self, name, path, target=None):
+                if name == "vimpc_envs":
+                    try:
+                        signal.raise_signal(signal.SIGINT)
+                    except KeyboardInterrupt as exc:
+                        raise ImportError("PyCapsule_Import could not import module") from exc
+        sys.meta_path.insert(0, Extension())
+        sys.argv[0] = "/usr/bin/vimpc"
+        import vimpc
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "vimpc: interrupted; no result was written as complete"
+    ], done.stderr
+    # a program that imports vimpc (not the command) gets the import's own error
+    program = code.replace('sys.argv[0] = "/usr/bin/vimpc"', 'sys.argv[0] = "mine.py"')
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1 and "KeyboardInterrupt" in done.stderr, done.stderr
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as on Linux")
 def test_a_count_too_large_for_the_memory_limit_is_a_message_not_a_traceback(tmp_path):
     import resource

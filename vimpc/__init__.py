@@ -23,8 +23,11 @@ try:
     from vimpc.model_file import save as save_model
     from vimpc.models.base import ModelFamily as ModelFamily
     from vimpc.models.families.nominal import NominalModel as NominalModel
-except KeyboardInterrupt:
-    _interrupt.exit_if_command()
+except (KeyboardInterrupt, Exception) as exc:  # a SystemExit goes on as it is
+    # the interrupt itself, or what an extension made of it (numpy's C import turns one
+    # into "ImportError: PyCapsule_Import could not import module 'datetime'")
+    if isinstance(exc, KeyboardInterrupt) or _interrupt.interrupted():
+        _interrupt.exit_if_command()
     raise
 
 __version__ = "0.1.0"

@@ -15,10 +15,11 @@ try:
 
     from vimpc._interrupt import MESSAGE, check, interrupt_latch, interrupted
     from vimpc.errors import ConfigError, VimpcError
-except KeyboardInterrupt:
-    from vimpc._interrupt import exit_if_command
+except (KeyboardInterrupt, Exception) as exc:  # a SystemExit goes on as it is
+    from vimpc import _interrupt
 
-    exit_if_command()
+    if isinstance(exc, KeyboardInterrupt) or _interrupt.interrupted():
+        _interrupt.exit_if_command()  # as in vimpc/__init__.py
     raise
 
 
