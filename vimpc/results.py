@@ -7,8 +7,8 @@ names from the files as they are now and says ``fresh``, ``stale`` (which source
 ``stale (marked)`` (a record that says why it no longer holds); a result file that no
 record covers is listed as ``no record``. ``--write`` regenerates the generated part of
 ``results/README.md`` from the records, and the table of the papers' results in the
-project's ``README.md`` (a row per paper's figure: its tables, verdict and state);
-It also renders the project README's measured figures: each block between
+project's ``README.md`` (a row per paper's figure: its tables, verdict and state). It
+also renders the project README's measured figures: each block between
 ``<!-- BEGIN claims: NAME ... -->`` and ``<!-- END claims: NAME -->`` is a bullet list of the
 claims of ``results/claims.toml`` whose ``section`` is ``NAME``, each a sentence whose
 placeholders are filled from one row of a committed table (selected by its label columns),
