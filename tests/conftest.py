@@ -1,11 +1,20 @@
 """Shared test set-up: fitted models and compiled controllers are cached in a temporary
 folder, never in the user's; controllers left at ``jit = "auto"`` run interpreted
 (``VIMPC_JIT=none``: compiling every test's own NLP would take longer than the suite), and the
-tests of compiling ask for it by name."""
+tests of compiling ask for it by name. A suite started with SIGINT ignored (as a shell
+without job control starts a command in the background) gives Python's handler back to the
+processes the Ctrl-C tests start, which press Ctrl-C as a user in a terminal would."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # an ignored SIGINT is inherited through exec; a handler is not (the child starts with
+    # the default, and Python installs its own)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -196,6 +196,8 @@ def write_record(
     elif old.get("verdict"):
         record["verdict"] = old["verdict"]
         record["verdict_commit"] = old.get("verdict_commit") or old.get("commit", "")
+        if old.get("verdict_note"):
+            record["verdict_note"] = old["verdict_note"]
     text = json.dumps(record, indent=1) + "\n"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
