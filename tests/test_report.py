@@ -15,7 +15,7 @@ from vimpc_envs.fourbar import FourBarEnv
 from vimpc_envs.pendulum import PendulumEnv
 from vimpc_envs.rolling_disk import RollingDiskEnv
 
-from vimpc import cli, mechanics, pipeline, report, scenario
+from vimpc import _text, cli, mechanics, pipeline, report, scenario
 from vimpc.closedloop import Trajectory, episode_metrics, summarize
 from vimpc.plotting import mechanism as plot_mechanism
 from vimpc.plotting import safety as plot_safety
@@ -633,9 +633,9 @@ def test_one_episode_is_not_called_episodes():
     for fig in figs:
         for text in _texts(fig):
             assert not re.search(r"\b1 (episodes|steps)\b", text), text
-    assert report.count(1, "episode") == "1 episode"
-    assert report.count(0, "episode") == "0 episodes"
-    assert report.count(2, "step") == "2 steps"
+    assert _text.count(1, "episode") == "1 episode"
+    assert _text.count(0, "episode") == "0 episodes"
+    assert _text.count(2, "step") == "2 steps"
 
 
 def test_solve_time_marks_do_not_share_a_colour_with_an_episode():

@@ -9,13 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from vimpc._text import count
+
 #: width of the summary table's first column; its values start at column ``KEY_WIDTH + 4``
 KEY_WIDTH = 28
-
-
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``"1 episode"``, ``"3 episodes"``: a number with its noun in the right number."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def _rate(value: float, ci: list[float]) -> str:

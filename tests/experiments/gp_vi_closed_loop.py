@@ -208,8 +208,8 @@ def ranking_segments(worst: dict[str, np.ndarray], low: float, high: float) -> l
 def ranking_text(scenario: str, kept: dict[tuple[str, str], dict]) -> str:
     """Sentences, computed from the stored errors, on how the two models' success depends
     on the threshold of ``scenario``."""
+    from vimpc._text import count
     from vimpc.plotting.success import window_worst
-    from vimpc.report import count
 
     first = kept[scenario, MODELS[0]]
     tau, unit = first["threshold"], first["unit"]

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from vimpc._text import count
 from vimpc.plotting.style import TRUE_LIMIT, _figure, _legend
-from vimpc.report import count
 
 
 def outside_data_figure(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from vimpc._text import count
 from vimpc.closedloop import Trajectory, prediction_check, safety_rows
 from vimpc.plotting.style import (
     BOUND,
@@ -32,7 +33,6 @@ from vimpc.plotting.style import (
     _style,
     axis_label,
 )
-from vimpc.report import count
 
 
 def _open(bound: float, side: int) -> float:

@@ -13,6 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
+from vimpc._text import count
 from vimpc.closedloop import Trajectory
 from vimpc.plotting.style import (
     INPUT,
@@ -38,7 +39,6 @@ from vimpc.plotting.style import (
     saturated,
     unwrapped,
 )
-from vimpc.report import count
 
 
 def states_inputs_figure(

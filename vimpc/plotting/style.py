@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from vimpc._files import write_atomic
-from vimpc.report import count
+from vimpc._text import count
 
 #: runs with more episodes than this draw them thin and faint, without one legend entry each
 MAX_LINES = 8

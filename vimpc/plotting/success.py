@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from vimpc._text import count
 from vimpc.closedloop.metrics import wilson_interval
 from vimpc.errors import InputError
 from vimpc.plotting.style import LIMIT_Z, MARK_Z, TRACE_Z, TRUE_LIMIT, _figure, _legend, axis_label
-from vimpc.report import count
 
 #: the band drawn around the median, as percentiles over the episodes
 BAND = (10.0, 90.0)
