@@ -61,7 +61,7 @@ def test_the_bound_is_calibrated_on_the_calibration_episodes_of_the_first_bound(
     calibration, _ = pipeline.split_heldout(pipeline.collect(cfg, env, "heldout"))
     family.fit(train, calibration)
     first = family.discrete_model()
-    assert first.info["bound"]["level"] == "step"
+    assert first.bound_info.level == "step" and first.bound_info.calibrated_on == "heldout"
     path = tmp_path / "first.vimpc"
     save_model(first, path)
     seeds = range(d["calibration_seed"], d["calibration_seed"] + d["calibration_episodes"])
@@ -72,8 +72,9 @@ def test_the_bound_is_calibrated_on_the_calibration_episodes_of_the_first_bound(
         first, closed, 0.1, scale=residual_scale(first, train), level="horizon", horizon=8,
         method="windows",
     )  # fmt: skip
-    record = source.model.info["bound"]
-    assert record["level"] == "horizon" and record["horizon"] == 8
+    typed = source.model.bound_info
+    assert (typed.level, typed.horizon, typed.calibrated_on) == ("horizon", 8, "closed_loop")
+    record = typed.extra
     assert record["windows"] == 30 * (30 - 8 + 1) and record["window_trajectories"] == 30
     assert record["quantile"] == bound.quantile, (record, bound.describe())
     assert source.report["calibration_transitions"] == 30 * 30

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import BoundInfo, DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mechanics import CartPole
 from vimpc.models import NominalModel
@@ -273,7 +273,9 @@ def _on_the_rail(bound, soft: bool = True):
     model, A, B = _linear_model()
     x_, u_, p_ = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", 0)
     fn = ca.Function("bound", [x_, u_, p_], [bound(x_)])
-    model = dataclasses.replace(model, bound=fn, delta=0.05)
+    model = dataclasses.replace(
+        model, bound=fn, delta=0.05, bound_info=BoundInfo(0.05, "step", None, "assumed", "assumed")
+    )
     cost = Cost(Q=[10.0, 0.1], R=[0.1], reference=[0.99, 0.0])
     bounds = Constraints(
         u_min=[-2.0], u_max=[2.0], obs_min=[-1.0, -np.inf], obs_max=[1.0, np.inf],

@@ -24,7 +24,7 @@ import pytest
 from scipy.special import erf
 
 from vimpc.data import Dataset
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import BoundInfo, DiscreteModel
 from vimpc.errors import InputError
 from vimpc.models import calibrate
 from vimpc.models.calibration import Bound, minimum_calibration_size, residual_scale
@@ -40,7 +40,10 @@ def tiny_model(nx: int = 2, *, with_bound: bool = False) -> DiscreteModel:
     obs = ca.MX.sym("obs", nx)
     extra = {}
     if with_bound:
-        extra = {"bound": ca.Function("bound", [x, u, p], [ca.DM.ones(nx)]), "delta": 0.5}
+        extra = {
+            "bound": ca.Function("bound", [x, u, p], [ca.DM.ones(nx)]),
+            "bound_info": BoundInfo(0.5, "step", None, "assumed", "assumed"),
+        }
     return DiscreteModel(
         dt=DT,
         nx=nx,
@@ -222,9 +225,11 @@ def test_bound_is_quantile_times_scale():
     assert bounded.delta == 0.2 and bounded.step is model.step
     X, U = rng.normal(size=(7, 2)), rng.normal(size=(7, 1))
     np.testing.assert_array_equal(bound_values(bounded, X, U), np.tile(cb.quantile * scale, (7, 1)))
-    info = bounded.info["bound"]
-    assert info["method"] == "split conformal" and info["n_calibration"] == 99
-    assert info["quantile"] == cb.quantile and info["scale"] == scale.tolist()
+    assert (bounded.bound_info.method, bounded.bound_info.level) == ("conformal", "step")
+    assert bounded.bound_info.delta == 0.2 and bounded.bound_info.calibrated_on == "heldout"
+    info = bounded.bound_info.extra
+    assert info["description"] == "split conformal" and info["n_calibration"] == 99
+    assert info["quantile"] == cb.quantile and list(info["scale"]) == scale.tolist()
     # the scale sets the shape, not the coverage: scaling it by 10 scales q by 1/10
     cb10 = calibrate(
         model, one_step_data(np.random.default_rng(5), 99, [0.5, 4.0]), 0.2, scale=scale * 10
@@ -256,7 +261,7 @@ def test_bound_is_quantile_times_spread():
     X, U = rng.normal(size=(5, 2)), rng.normal(size=(5, 1))
     expected = cb.quantile * (0.1 + np.abs(X))
     np.testing.assert_allclose(bound_values(bounded, X, U), expected, rtol=1e-15)
-    assert bounded.info["bound"]["scale"] == "state-dependent spread"
+    assert bounded.bound_info.extra["scale"] == "state-dependent spread"
 
     constant = calibrate(model, calibration, 0.1, scale=residual_scale(model, training))
     test = one_step_data(rng, 20_000, sigma)

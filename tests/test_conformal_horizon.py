@@ -28,6 +28,7 @@ from vimpc import scenario
 from vimpc.closedloop import Trajectory, episode_metrics, summarize
 from vimpc.closedloop.metrics import windows_inside as episode_windows_inside
 from vimpc.data import Dataset, add_noise, rollout_model
+from vimpc.dynamics import BoundInfo
 from vimpc.errors import ConfigError, InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel, calibrate
@@ -344,7 +345,7 @@ def test_a_family_with_the_auto_scale_records_its_choice():
     rng = np.random.default_rng(15)
     train, cal = pendulum_data(rng, 60, 15), pendulum_data(rng, 60, 15)
     family = NominalModel(Pendulum(), DT, bound="conformal", delta=0.1, conformal_scale="auto")
-    info = family.fit(train, cal).discrete_model().info["bound"]
+    info = family.fit(train, cal).discrete_model().bound_info.extra
     ratios = info["width_vs_constant_on_training"]
     assert set(ratios) == {"constant", "state"} and ratios["constant"] == 1.0
     assert info["scale_chosen"] == min(ratios, key=ratios.get)
@@ -413,8 +414,10 @@ def test_a_family_calibrates_a_horizon_bound_with_a_state_scale_and_reports_it()
         bound_level="horizon",
         bound_horizon=10,
     ).fit(train, cal)
-    info = family.discrete_model().info["bound"]
-    assert info["level"] == "horizon" and info["horizon"] == 10
+    record = family.discrete_model().bound_info
+    assert (record.level, record.horizon, record.steps()) == ("horizon", 10, 10)
+    assert (record.method, record.calibrated_on, record.delta) == ("conformal", "heldout", 0.1)
+    info = record.extra
     assert info["horizon_method"] in ("windows", "bonferroni")
     assert info["scale"]["kind"].startswith("state")
     model = family.discrete_model()
@@ -429,8 +432,8 @@ def test_a_family_calibrates_a_horizon_bound_with_a_state_scale_and_reports_it()
     )
     # back to a step-level bound without fitting again: no horizon figures
     family.recalibrate(train, cal, bound_level="step", bound_horizon=0)
-    info = family.discrete_model().info["bound"]
-    assert info["level"] == "step" and "horizon" not in info
+    record = family.discrete_model().bound_info
+    assert (record.level, record.horizon) == ("step", None) and "horizon_method" not in record.extra
     assert "validation_horizon_coverage" not in fit_report(
         family.discrete_model(), train, cal, val, 0.0
     )
@@ -491,7 +494,8 @@ def test_episode_metrics_report_coverage_per_step_and_per_horizon():
     # 2, 3, 4 and 5 hold an outside step: 4 of 8 inside
     model = tiny_model()
     x, u, p = ca.MX.sym("x", 2), ca.MX.sym("u", 1), ca.MX.sym("p", 0)
-    model = replace(model, bound=ca.Function("b", [x, u, p], [ca.DM.ones(2)]), delta=0.1)
+    record = BoundInfo(0.1, "step", None, "assumed", "assumed")
+    model = replace(model, bound=ca.Function("b", [x, u, p], [ca.DM.ones(2)]), bound_info=record)
     T = 10
     inputs = np.zeros((T, 1))
     obs = np.zeros((T + 1, 2))

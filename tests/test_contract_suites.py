@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import BoundInfo, DiscreteModel
 from vimpc.errors import InputError
 from vimpc.testing import DiscreteModelContract, EnvContract
 
@@ -76,6 +76,7 @@ def carts(b: tuple[float, ...] = (1.0,), *, quantise: bool = False) -> DiscreteM
         residual=ca.Function("residual", [x, u, x_next, m], [residual]),
         bound=ca.Function("bound", [x, u, m], [1e-3 * ca.DM.ones(2 * n)]),
         delta=0.05,
+        bound_info=BoundInfo(0.05, "step", None, "assumed", "assumed"),
         constraint=(
             ca.Function("constraint", [x], [ca.vertcat(x[0] - x[1], x[2] - x[3])])
             if n == 2
@@ -191,6 +192,7 @@ _BROKEN_MODELS = {
             residual=None,
             bound=None,
             delta=None,
+            bound_info=None,
             step=_fn("step", [2, 1, 1], lambda x, u, m: x + u + ca.sqrt(x[0] - 10.0)),
         ),
         {"test_outputs_are_finite", "test_jacobians_match_finite_differences"},
@@ -226,6 +228,7 @@ _BROKEN_MODELS = {
             residual=None,
             bound=None,
             delta=None,
+            bound_info=None,
             step=_fn("step", [2, 1, 1], lambda x, u, m: (x + u).T),
         ),
         {"test_shapes_and_names"},
@@ -235,6 +238,7 @@ _BROKEN_MODELS = {
             residual=None,
             bound=None,
             delta=None,
+            bound_info=None,
             step=_fn("step", [2, 1, 1], lambda x, u, m: _FLAKY(x) + u),
         ),
         {"test_step_is_deterministic"},
@@ -291,7 +295,7 @@ def test_velocity_constraint_drift_fails_its_check() -> None:
 
 
 def test_absent_parts_are_skipped_not_passed() -> None:
-    bare = dataclasses.replace(carts(), residual=None, bound=None, delta=None)
+    bare = dataclasses.replace(carts(), residual=None, bound=None, delta=None, bound_info=None)
     suite = _broken(TestCartContract, lambda: bare)()
     for name in (
         "test_step_satisfies_residual",

@@ -159,7 +159,7 @@ _PLAIN_CASADI = textwrap.dedent(
     path, x, u = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    assert doc["format"] == "vimpc.DiscreteModel/2", doc["format"]
+    assert doc["format"] == "vimpc.DiscreteModel/3", doc["format"]
     step = casadi.Function.deserialize(doc["functions"]["step"]["serialized"])
     p = doc["p_default"]
     x_next = step(x, u, p).full().ravel().tolist()
@@ -353,7 +353,8 @@ def test_bound_delta_energy_and_velocity_constraint_round_trip(tmp_path):
     disk = NominalModel(RollingDisk(), DT).discrete_model()
     bounded = conformal_bound(disk, 0.1, 2.0, 50, scale=np.arange(1.0, 9.0)).apply(disk)
     loaded = load(save(bounded, tmp_path / "disk.vimpc"))
-    assert loaded.delta == 0.1 and loaded.info["bound"]["quantile"] == 2.0
+    assert loaded.delta == 0.1 and loaded.bound_info.extra["quantile"] == 2.0
+    assert loaded.bound_info == bounded.bound_info
     x = np.array([0.3, 0.4, 0.1, -0.2, 1.0, 0.5, 0.3 * np.cos(0.4), 0.3 * np.sin(0.4)])
     u = np.array([0.5, -0.2])
     np.testing.assert_array_equal(_num(loaded.bound, x, u, []), 2.0 * np.arange(1.0, 9.0))

@@ -426,7 +426,8 @@ def test_recalibrating_changes_the_bound_and_not_the_fit():
     widths = {}
     for delta in (0.2, 0.01):
         model = family_.recalibrate(bound="theorem1", delta=delta).discrete_model()
-        assert model.delta == delta and model.info["bound"]["delta"] == delta
+        assert model.delta == delta and model.bound_info.delta == delta
+        assert (model.bound_info.method, model.bound_info.calibrated_on) == ("theorem1", "training")
         widths[delta] = np.asarray(model.bound.map(len(X))(X.T, U.T, np.zeros((0, len(X)))))
     assert np.all(widths[0.01] > widths[0.2])  # a smaller delta, a wider bound
     assert all(np.array_equal(a, p.alpha) for a, p in zip(before, family_.posteriors_, strict=True))
@@ -441,8 +442,9 @@ def test_the_theorem1_bound_covers_held_out_transitions_more_often_than_promised
 
     n = len(test.pairs("obs")[0])
     assert round(coverage(model, test) * n) >= fewest_covered(n, model.delta), n
-    info = model.info["bound"]
+    info = model.bound_info.extra
     assert info["projection_lipschitz"] == 1.0 and len(info["sqrt_beta"]) == 1
+    assert "bound" not in model.info  # the record is typed, not repeated in info
 
 
 @pytest.mark.parametrize("transcription", ["step", "implicit"])

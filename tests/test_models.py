@@ -347,7 +347,7 @@ def test_spread_family_bound_is_quantile_times_spread():
     rng = np.random.default_rng(0)
     X, U = rng.uniform(-2.0, 2.0, (5, 2)), rng.uniform(-1.0, 1.0, (5, 1))
     np.testing.assert_allclose(bound_values(exported, X, U), q * 0.01 * (1 + np.abs(X)), rtol=1e-15)
-    assert exported.info["bound"]["scale"] == "state-dependent spread"
+    assert exported.bound_info.extra["scale"] == "state-dependent spread"
     # the frictionless model misses the 0.3 friction: the quantile is well above 1
     assert q > 1.0
 

@@ -9,7 +9,7 @@ import casadi as ca
 import numpy as np
 import pytest
 
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import BoundInfo, DiscreteModel
 from vimpc.errors import ConfigError, InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
@@ -21,6 +21,8 @@ from vimpc.mpc.tube import state_jacobian, tube_function
 DT = 0.1
 A = np.array([[1.0, DT], [0.0, 1.0]])
 B = np.array([[DT**2 / 2], [DT]])
+#: the record of a bound given by hand, per step, at delta 0.1
+ASSUMED_10 = BoundInfo(0.1, "step", None, "assumed", "assumed")
 
 
 def _double_integrator(
@@ -53,6 +55,7 @@ def _double_integrator(
         ),
         bound=ca.Function("bound", [x, u, p], [ca.DM(w)]) if bound else None,
         delta=0.05 if bound else None,
+        bound_info=BoundInfo(0.05, "step", None, "assumed", "assumed") if bound else None,
         from_obs=ca.Function("from_obs", [obs], [ca.mtimes(np.linalg.inv(M), obs)]),
         to_obs=ca.Function("to_obs", [x], [ca.mtimes(M, x)]),
         state_names=state_names,
@@ -76,6 +79,7 @@ def _point_mass(w) -> DiscreteModel:
         step=ca.Function("step", [x, u, p], [ca.mtimes(Ax, x) + ca.mtimes(Bx, u)]),
         bound=ca.Function("bound", [x, u, p], [ca.DM(w)]),
         delta=0.05,
+        bound_info=BoundInfo(0.05, "step", None, "assumed", "assumed"),
         from_obs=ca.Function("from_obs", [obs], [ca.mtimes(np.linalg.inv(M), obs)]),
         to_obs=ca.Function("to_obs", [x], [ca.mtimes(M, x)]),
         state_names=("px", "py", "vx", "vy"),
@@ -227,7 +231,7 @@ def test_implicit_and_explicit_models_give_the_same_jacobian_on_a_consistent_pla
     safety = ca.Function("safety", [obs], [ca.vertcat(1.0 - ca.cos(obs[0]), 8.0 - obs[1])])
     tubes = [
         np.asarray(
-            tube_function(dataclasses.replace(m, bound=bound, delta=0.1), N, safety)(
+            tube_function(dataclasses.replace(m, bound=bound, bound_info=ASSUMED_10), N, safety)(
                 xs.T, inputs.T, []
             )[0]
         )
@@ -835,8 +839,8 @@ def test_a_horizon_level_bound_is_read_as_quantiles_over_its_horizon():
     w = np.array([2e-3, 1e-2])
     step = dataclasses.replace(_double_integrator(w, implicit=False), delta=delta)
     wide = _double_integrator(w * z[1] / z[0], implicit=False)
-    info = {**wide.info, "bound": {"level": "horizon", "horizon": H}}
-    horizon = dataclasses.replace(wide, delta=delta, info=info)
+    record = BoundInfo(delta, "horizon", H, "conformal", "heldout")
+    horizon = dataclasses.replace(wide, bound_info=record)
     assert (bound_steps(step), bound_steps(horizon)) == (1, H)
     assert gaussian_factors(delta, nx, H)[0] == pytest.approx(1 / z[1] ** 2, rel=1e-12)
     problem = dict(

@@ -13,6 +13,7 @@ from test_mpc import DT, _linear_model  # the double integrator with drag
 
 from vimpc import report
 from vimpc.closedloop import episode_metrics, run_episode, summarize
+from vimpc.dynamics import BoundInfo
 from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
@@ -251,7 +252,9 @@ def test_with_a_tube_the_iteration_waits_for_the_state_on_the_sparse_qp():
     model = NominalModel(Pendulum(), 0.05).discrete_model()
     x, u, p = ca.SX.sym("x", 2), ca.SX.sym("u", 1), ca.SX.sym("p", model.np)
     bounded = dataclasses.replace(
-        model, bound=ca.Function("bound", [x, u, p], [ca.DM([1e-3, 1e-3])]), delta=0.05
+        model,
+        bound=ca.Function("bound", [x, u, p], [ca.DM([1e-3, 1e-3])]),
+        bound_info=BoundInfo(0.05, "step", None, "assumed", "assumed"),
     )
     cost = Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
     cons = Constraints(u_min=[-2.0], u_max=[2.0], obs_min=[-np.inf, -8.0], obs_max=[np.inf, 8.0])

@@ -11,7 +11,7 @@ import casadi as ca
 import numpy as np
 import pytest
 
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import BoundInfo, DiscreteModel
 from vimpc.mpc import MPC, Constraints, Cost, Status
 from vimpc.mpc.tube import tube_failure_cause
 
@@ -47,6 +47,7 @@ def _broken_beyond(edge: float, *, bound: bool, w: float = 0.01) -> DiscreteMode
             "bound", [x, u, p], [ca.if_else(beyond, np.nan, 1.0) * w if bound else w]
         ),
         delta=0.05,
+        bound_info=BoundInfo(0.05, "step", None, "assumed", "assumed"),
         from_obs=ident,
         to_obs=ident,
         state_names=("s", "v"),

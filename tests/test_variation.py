@@ -186,10 +186,17 @@ def test_the_data_box_is_the_range_of_the_training_and_calibration_states():
 
 
 def test_a_bound_that_holds_only_on_its_training_box_is_warned_about():
-    theorem = {"obtained": "theorem", "method": "GP", "domain_low": [0.0], "domain_high": [1.0]}
+    from vimpc.dynamics import BoundInfo
+
+    box = {"domain_low": [0.0], "domain_high": [1.0]}
+    theorem = BoundInfo(0.1, "step", None, "theorem1", "training", box)
     assert report.bound_holds_only_on(theorem) == "training box"
-    assert report.bound_holds_only_on({"obtained": "conformal", "method": "split"}) is None
-    assert report.bound_holds_only_on({"holds_only_on": "data hull"}) == "data hull"
+    # the same figures from a conformal calibration: its promise is over the data, no region
+    conformal = BoundInfo(0.1, "step", None, "conformal", "heldout", box)
+    assert report.bound_holds_only_on(conformal) is None
+    assert report.bound_holds_only_on(None) is None
+    named = BoundInfo(0.1, "step", None, "conformal", "heldout", {"holds_only_on": "data hull"})
+    assert report.bound_holds_only_on(named) == "data hull"
     records = [{"bound_holds_only_on": "training box"}]
     summary = {"outside_data_share": 0.125, "episodes_outside_data": 3, "episodes_with_data_box": 4}
     flags = report.data_region_flags(summary, records)

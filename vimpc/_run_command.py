@@ -99,7 +99,7 @@ def _model_record(source, pipeline, fit_cfg) -> dict:
     from vimpc import report
 
     path = None if source.path is None else str(source.path)
-    info = source.model.info
+    info, bound = source.model.info, source.model.bound_info
     return {
         "path": path,
         "sha256": None if path is None else pipeline.file_digest(path),
@@ -110,8 +110,8 @@ def _model_record(source, pipeline, fit_cfg) -> dict:
         "data_seed": fit_cfg["data"]["seed"],
         "heldout_seed": fit_cfg["data"]["heldout_seed"],
         "data_box": info.get("data_box"),
-        "bound": info.get("bound"),
-        "bound_holds_only_on": report.bound_holds_only_on(info.get("bound")),
+        "bound": None if bound is None else bound.as_dict(),
+        "bound_holds_only_on": report.bound_holds_only_on(bound),
     }
 
 

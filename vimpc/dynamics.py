@@ -8,8 +8,9 @@ nothing of vimpc but its exceptions; the ``.vimpc`` file format lives in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -177,6 +178,151 @@ def _expect(name: str, fn: ca.Function | None, ins: list[int], outs: list[int] |
         )
 
 
+#: What a bound's probability refers to: one transition, or ``horizon`` consecutive ones.
+BOUND_LEVELS = ("step", "horizon")
+#: Where a bound was calibrated: held-out open-loop trajectories, the controller's own
+#: closed-loop episodes, the training data (a bound a theorem derives from the fit), or
+#: nowhere (a bound assumed, given by hand).
+BOUND_CALIBRATED_ON = ("heldout", "closed_loop", "training", "assumed")
+
+
+@dataclass(frozen=True)
+class BoundInfo:
+    """What a model's ``bound`` promises and how it was obtained, as the controller reads it.
+
+    Fields:
+        delta: the probability, in (0, 1), that the promise fails.
+        level: ``"step"``: one transition's error lies inside the bound in every entry with
+            probability at least ``1 - delta``; ``"horizon"``: ``horizon`` consecutive
+            one-step errors (each from the true state) all do at once.
+        horizon: the number of steps ``N`` of a horizon-level bound (a positive int), ``None``
+            for a step-level one.
+        method: how the bound was obtained, a short name: ``"conformal"`` (calibrated on
+            data), or the name of the theorem a family derives it by (``"theorem1"``).
+        calibrated_on: one of :data:`BOUND_CALIBRATED_ON`.
+        extra: the family's own figures (quantiles, scale, support box, a description), for
+            reports only: str keys, JSON values; kept read-only (mappings as read-only
+            mappings, lists as tuples). Its keys must not repeat a field's name.
+    """
+
+    delta: float
+    level: str
+    horizon: int | None
+    method: str
+    calibrated_on: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        delta = self.delta
+        if (
+            isinstance(delta, bool)
+            or not isinstance(delta, (int, float, np.floating, np.integer))
+            or not 0.0 < float(delta) < 1.0
+        ):
+            raise InputError(
+                f"BoundInfo.delta must be a probability in (0, 1) (a float), got {delta!r}"
+            )
+        object.__setattr__(self, "delta", float(delta))
+        if self.level not in BOUND_LEVELS:
+            raise InputError(
+                f"BoundInfo.level must be one of {BOUND_LEVELS} (what the bound's probability "
+                f"refers to: one transition, or a horizon of consecutive ones), got "
+                f"{self.level!r}"
+            )
+        horizon = self.horizon
+        if self.level == "step":
+            if horizon is not None:
+                raise InputError(
+                    f"BoundInfo.horizon must be None for level = 'step', got {horizon!r}"
+                )
+        elif (
+            isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1
+        ):
+            raise InputError(
+                "BoundInfo.horizon must be a positive int for level = 'horizon' (the number of "
+                f"consecutive steps the bound covers at once), got {horizon!r}"
+            )
+        else:
+            object.__setattr__(self, "horizon", int(horizon))
+        if not isinstance(self.method, str) or not self.method.strip():
+            raise InputError(
+                "BoundInfo.method must be a non-empty str naming how the bound was obtained "
+                f"('conformal', 'theorem1', ...), got {self.method!r}"
+            )
+        if self.calibrated_on not in BOUND_CALIBRATED_ON:
+            raise InputError(
+                f"BoundInfo.calibrated_on must be one of {BOUND_CALIBRATED_ON}, got "
+                f"{self.calibrated_on!r}"
+            )
+        if not isinstance(self.extra, Mapping):
+            raise InputError(
+                f"BoundInfo.extra must be a mapping of str keys to JSON values, got "
+                f"{type(self.extra).__name__}"
+            )
+        names = {f.name for f in fields(self)}
+        clash = sorted(str(k) for k in self.extra if k in names)
+        if clash:
+            raise InputError(
+                f"BoundInfo.extra must not repeat the record's fields, got the keys {clash}"
+            )
+        object.__setattr__(self, "extra", _frozen(self.extra, "BoundInfo.extra"))
+
+    def __reduce__(self):  # read-only mappings do not pickle; the record does
+        fixed = (self.delta, self.level, self.horizon, self.method, self.calibrated_on)
+        return (type(self), (*fixed, _thawed(self.extra)))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as plain JSON: the fields, then the figures of ``extra`` (lists and
+        dicts again)."""
+        return {
+            "delta": self.delta,
+            "level": self.level,
+            "horizon": self.horizon,
+            "method": self.method,
+            "calibrated_on": self.calibrated_on,
+            **_thawed(self.extra),
+        }
+
+    def steps(self) -> int:
+        """How many consecutive one-step errors the bound holds at once with probability
+        ``1 - delta``: its horizon for a horizon-level bound, else 1."""
+        return self.horizon if self.level == "horizon" else 1
+
+
+def _frozen(value: Any, where: str) -> Any:
+    """``value`` (JSON) with mappings as read-only mappings and lists as tuples."""
+    if isinstance(value, (np.floating, np.integer, np.bool_)):
+        value = value.item()
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"{where} must hold finite numbers, got {value!r}")
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InputError(f"{where} must have str keys, got {key!r}")
+            out[key] = _frozen(item, f"{where}[{key!r}]")
+        return MappingProxyType(out)
+    raise InputError(
+        f"{where} must hold JSON values (str, numbers, bool, None, lists, str-keyed "
+        f"mappings), got a {type(value).__name__} ({value!r:.60})"
+    )
+
+
+def _thawed(value: Any) -> Any:
+    """The plain JSON of a :func:`_frozen` value."""
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class DiscreteModel:
     """Discrete-time dynamics ``x_next = step(x, u, p)`` as CasADi functions.
@@ -196,9 +342,13 @@ class DiscreteModel:
         bound, delta: ``bound(x, u, p) -> e`` and a probability ``delta`` in (0, 1): for a
             transition ``(x, u, x_next)`` of the system the model was calibrated on,
             ``abs(x_next - step(x, u, p)) <= e`` holds in every entry at once with
-            probability at least ``1 - delta``. ``x`` and ``x_next`` are states as the
-            model receives them (``from_obs`` of the measured observations), so the bound
-            covers measurement noise too. Both ``None`` for a model without a bound.
+            probability at least ``1 - delta`` (for a horizon-level bound, for all the
+            transitions of ``horizon`` consecutive steps at once). ``x`` and ``x_next`` are
+            states as the model receives them (``from_obs`` of the measured observations), so
+            the bound covers measurement noise too. Both ``None`` for a model without a bound.
+        bound_info: the bound's :class:`BoundInfo` (its ``delta``, level and horizon, how and
+            on what it was calibrated), present exactly when ``bound`` is. ``delta`` may be
+            left ``None`` with a record: it is then the record's; given, it must equal it.
         energy: ``(x, p) -> E`` [J], the model's mechanical energy, where it knows one.
         from_obs, to_obs: ``obs -> x`` and ``x -> obs``.
         constraint: ``x -> g``, holonomic constraint residual, or ``None``.
@@ -226,6 +376,7 @@ class DiscreteModel:
     residual_jacobian: ca.Function | None = None
     bound: ca.Function | None = None
     delta: float | None = None
+    bound_info: BoundInfo | None = None
     energy: ca.Function | None = None
     constraint: ca.Function | None = None
     velocity_constraint: ca.Function | None = None
@@ -257,6 +408,21 @@ class DiscreteModel:
         _expect("to_obs", self.to_obs, [nx], [self.nobs])
         _expect("constraint", self.constraint, [nx], None)
         _expect("velocity_constraint", self.velocity_constraint, [nx], None)
+        if self.bound_info is not None and not isinstance(self.bound_info, BoundInfo):
+            raise InputError(
+                "DiscreteModel.bound_info must be a BoundInfo record (or None), got "
+                f"{type(self.bound_info).__name__}"
+            )
+        if (self.bound is None) != (self.bound_info is None):
+            raise InputError(
+                "DiscreteModel.bound and DiscreteModel.bound_info go together: a bound needs "
+                "its record (BoundInfo(delta=..., level='step', horizon=None, method=..., "
+                "calibrated_on=...)) and a record its bound, got "
+                f"bound={'a function' if self.bound is not None else None} and "
+                f"bound_info={self.bound_info!r:.200}"
+            )
+        if self.bound_info is not None and self.delta is None:
+            object.__setattr__(self, "delta", self.bound_info.delta)
         if (self.bound is None) != (self.delta is None):
             raise InputError(
                 "DiscreteModel.bound and DiscreteModel.delta go together: give both or neither, "
@@ -271,6 +437,12 @@ class DiscreteModel:
             if not 0.0 < float(self.delta) < 1.0:
                 raise InputError(f"DiscreteModel.delta must be in (0, 1), got {self.delta!r}")
             object.__setattr__(self, "delta", float(self.delta))
+            if self.delta != self.bound_info.delta:
+                raise InputError(
+                    f"DiscreteModel.delta = {self.delta!r} differs from its bound record's "
+                    f"delta = {self.bound_info.delta!r}: give the same, or delta=None to take "
+                    "the record's"
+                )
         for name, size in (
             ("state_names", nx),
             ("input_names", nu),

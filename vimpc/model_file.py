@@ -1,13 +1,16 @@
 """The ``.vimpc`` file: one :class:`~vimpc.dynamics.DiscreteModel` as a JSON document.
 
-File format ``vimpc.DiscreteModel/2``: UTF-8 JSON text, one object with
+File format ``vimpc.DiscreteModel/3``: UTF-8 JSON text, one object with
 
-- ``"format": "vimpc.DiscreteModel/2"`` (the marker; checked on load),
+- ``"format": "vimpc.DiscreteModel/3"`` (the marker; checked on load),
 - ``"casadi_version"``: the CasADi that wrote the functions,
 - ``"dt"``, ``"nx"``, ``"nu"``, ``"np"``, ``"nobs"``: numbers,
 - ``"state_names"``, ``"input_names"``, ``"param_names"``: lists of str,
 - ``"p_default"``: list of float,
 - ``"delta"``: the bound's probability of failure, or ``null`` for a model without a bound,
+- ``"bound_info"``: the bound's record (:class:`~vimpc.dynamics.BoundInfo`), or ``null``
+  for a model without a bound: ``{"delta", "level", "horizon", "method",
+  "calibrated_on", "extra"}``, ``"extra"`` an object of the family's figures,
 - ``"info"``: the provenance mapping (system, integrator, data, fit settings) as plain
   JSON; tuples come back as lists,
 - ``"functions"``: for each of ``step``, ``residual``, ``residual_jacobian``, ``bound``,
@@ -16,6 +19,11 @@ File format ``vimpc.DiscreteModel/2``: UTF-8 JSON text, one object with
 - ``"sha256"``: the hex digest of the whole document without this key, written as
   ``json.dumps(doc, sort_keys=True, separators=(",", ":"))``, so an edit anywhere (a
   changed ``dt``, swapped names, a function from another model) is refused on load.
+
+Format ``vimpc.DiscreteModel/2`` (written before the bound had its record) is read too: it
+has no ``"bound_info"``, and its ``info["bound"]`` (what
+:meth:`vimpc.models.calibration.Bound.describe` gave) becomes the record
+(:func:`bound_info_from_v2`) and leaves ``info``.
 
 Any CasADi program (Python, C++, MATLAB) reads the file with its JSON library and calls
 ``casadi.Function.deserialize(doc["functions"]["step"]["serialized"])`` (C++:
@@ -54,11 +62,14 @@ import casadi as ca
 import numpy as np
 
 from vimpc._files import write_atomic
-from vimpc.dynamics import FUNCTION_FIELDS, DiscreteModel
+from vimpc.dynamics import FUNCTION_FIELDS, BoundInfo, DiscreteModel
 from vimpc.errors import InputError, OutputExistsError
 
 #: The marker every DiscreteModel file carries in its ``"format"`` key.
-FILE_FORMAT = "vimpc.DiscreteModel/2"
+FILE_FORMAT = "vimpc.DiscreteModel/3"
+#: The earlier formats :func:`load` still reads (the bound's record then comes from
+#: ``info["bound"]``).
+READ_FORMATS = (FILE_FORMAT, "vimpc.DiscreteModel/2")
 #: The suffix of DiscreteModel files.
 FILE_SUFFIX = ".vimpc"
 _FORMAT_FAMILY = "vimpc.DiscreteModel/"
@@ -145,11 +156,11 @@ def load(path: str | os.PathLike[str]) -> DiscreteModel:
             f"{source} is not a vimpc model file: no 'format' marker (expected {FILE_FORMAT!r})"
         )
     fmt = doc["format"]
-    if fmt != FILE_FORMAT:
+    if fmt not in READ_FORMATS:
         if isinstance(fmt, str) and fmt.startswith(_FORMAT_FAMILY):
             raise InputError(
                 f"{source}: unsupported DiscreteModel file format {fmt!r}; "
-                f"this vimpc reads {FILE_FORMAT!r}"
+                f"this vimpc reads {' and '.join(map(repr, READ_FORMATS))}"
             )
         raise InputError(
             f"{source} is not a vimpc model file: format is {fmt!r}, expected {FILE_FORMAT!r}"
@@ -186,11 +197,70 @@ def document(model: DiscreteModel) -> dict[str, Any]:
         "param_names": [str(n) for n in model.param_names],
         "p_default": p_default,
         "delta": model.delta,
+        "bound_info": None if model.bound_info is None else _bound_document(model.bound_info),
         "info": info,
         "functions": functions,
     }
     doc["sha256"] = _document_digest(doc)
     return doc
+
+
+def _bound_document(record: BoundInfo) -> dict[str, Any]:
+    doc = record.as_dict()
+    names = ("delta", "level", "horizon", "method", "calibrated_on")
+    return {**{k: doc[k] for k in names}, "extra": {k: v for k, v in doc.items() if k not in names}}
+
+
+def bound_info_from_v2(
+    described: Mapping[str, Any] | None, delta: float | None, info: Mapping[str, Any]
+) -> BoundInfo | None:
+    """The bound's record of a format-2 file: from its ``info["bound"]`` (``described``,
+    what :meth:`vimpc.models.calibration.Bound.describe` gave), the same record the bound
+    gives now (:meth:`~vimpc.models.calibration.Bound.record`): ``level`` (``"step"``
+    when absent) and ``horizon``; as method ``"conformal"`` for a conformal bound, else
+    the family's ``bound`` setting (``info["settings"]``); ``calibrated_on`` the fit's
+    ``info["fit"]["calibration"]`` for a conformal bound (``"heldout"`` when absent),
+    ``"training"`` for a theorem's; in ``extra`` the other figures, the description
+    (``method``) as ``"description"``. A model with a bound that recorded nothing of it
+    (``delta`` without ``described``: a bound given by hand) gets a step-level record,
+    method ``"unrecorded"``, calibrated on ``"assumed"``. ``None`` without ``delta``.
+    """
+    if delta is None:
+        return None
+    if not isinstance(described, Mapping):
+        return BoundInfo(delta, "step", None, "unrecorded", "assumed")
+    figures = dict(described)
+    description = figures.pop("method", None)
+    obtained = figures.get("obtained")
+    figures.pop("delta", None)
+    level = figures.pop("level", "step")
+    horizon = figures.pop("horizon", None)
+    settings = info.get("settings")
+    fit = info.get("fit")
+    if obtained == "theorem":
+        named = settings.get("bound") if isinstance(settings, Mapping) else None
+        method, on = (named if isinstance(named, str) and named else "theorem"), "training"
+    else:
+        method = "conformal" if obtained == "conformal" else str(obtained or "unrecorded")
+        on = fit.get("calibration") if isinstance(fit, Mapping) else None
+        on = on if on in ("heldout", "closed_loop") else "heldout"
+    extra = figures if description is None else {"description": description, **figures}
+    return BoundInfo(delta, level, horizon, method, on, extra)
+
+
+_BOUND_KEYS = ("delta", "level", "horizon", "method", "calibrated_on", "extra")
+
+
+def _bound_from_document(record: Any) -> BoundInfo | None:
+    if record is None:
+        return None
+    if not isinstance(record, dict) or set(record) != set(_BOUND_KEYS):
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise InputError(f"'bound_info' must be null or an object with the keys {_BOUND_KEYS}, "
+                         f"got {keys}")  # fmt: skip
+    if not isinstance(record["extra"], dict):
+        raise InputError(f"'extra' must be an object, got {record['extra']!r:.80}")
+    return BoundInfo(**record)
 
 
 def _document_digest(doc: dict[str, Any]) -> str:
@@ -219,6 +289,15 @@ def _from_document(doc: dict[str, Any], source: Path) -> DiscreteModel:
     delta = doc.get("delta")
     if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))):
         raise InputError(f"{source} is corrupt: 'delta' must be a number or null, got {delta!r}")
+    info = get("info", dict, "an object")
+    try:
+        if doc["format"] == FILE_FORMAT:
+            bound_info = _bound_from_document(doc.get("bound_info"))
+        else:  # format 2: the record is what info["bound"] described
+            info = dict(info)
+            bound_info = bound_info_from_v2(info.pop("bound", None), delta, info)
+    except InputError as exc:
+        raise InputError(f"{source} is corrupt: its bound's record: {exc}") from None
     functions = get("functions", dict, "an object")
     fns = {
         name: _deserialize(source, name, functions.get(name), doc.get("casadi_version"))
@@ -239,7 +318,8 @@ def _from_document(doc: dict[str, Any], source: Path) -> DiscreteModel:
             param_names=names("param_names"),
             p_default=np.asarray(p_default, dtype=np.float64),
             delta=delta,
-            info=get("info", dict, "an object"),
+            bound_info=bound_info,
+            info=info,
             **fns,
         )
     except (TypeError, ValueError) as exc:

@@ -461,8 +461,8 @@ def fit_report(
     if model.bound is not None:
         report["delta"] = model.delta
         report["validation_coverage"] = evaluation.coverage(model, validation)
-        horizon = (model.info.get("bound") or {}).get("horizon")
-        if isinstance(horizon, int) and horizon <= validation.n_steps:
+        horizon = model.bound_info.horizon
+        if horizon is not None and horizon <= validation.n_steps:
             # a horizon-level bound: the share of validation windows with every step inside
             from vimpc.models.calibration import horizon_coverage
 

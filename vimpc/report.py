@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vimpc._text import count
+
+if TYPE_CHECKING:
+    from vimpc.dynamics import BoundInfo
 
 #: width of the summary table's first column; its values start at column ``KEY_WIDTH + 4``
 KEY_WIDTH = 28
@@ -543,17 +546,18 @@ def _coverage_per_fit(cfg, runner, trajectories, per_episode, fits) -> dict[str,
 TRAINING_BOX = "training box"
 
 
-def bound_holds_only_on(bound: dict[str, Any] | None) -> str | None:
-    """The region a model's bound (its ``info["bound"]`` record) is known to hold on only:
-    the record's own ``holds_only_on``, else :data:`TRAINING_BOX` for a bound derived from a
-    theorem on the box of the training inputs (GP-VI's Theorem 1 records that box as
-    ``domain_low``/``domain_high``); ``None`` for a bound without such a limit (a conformal
-    bound's promise is over the calibration distribution, not a region)."""
-    if not isinstance(bound, dict):
+def bound_holds_only_on(bound: BoundInfo | None) -> str | None:
+    """The region a model's bound (its :class:`~vimpc.dynamics.BoundInfo`) is known to hold
+    on only: the record's own ``holds_only_on`` (in its ``extra``), else :data:`TRAINING_BOX`
+    for a bound derived from a theorem on the box of the training inputs (calibrated on the
+    training data; GP-VI's Theorem 1 records that box as ``domain_low``/``domain_high``);
+    ``None`` for a bound without such a limit (a conformal bound's promise is over the
+    calibration distribution, not a region)."""
+    if bound is None:
         return None
-    if bound.get("holds_only_on"):
-        return str(bound["holds_only_on"])
-    if bound.get("obtained") == "theorem" and "domain_low" in bound:
+    if bound.extra.get("holds_only_on"):
+        return str(bound.extra["holds_only_on"])
+    if bound.calibrated_on == "training" and "domain_low" in bound.extra:
         return TRAINING_BOX
     return None
 

@@ -52,10 +52,10 @@ QUICK_SETS = [
 
 
 def _scaled(model, factor: float):
-    info = dict(model.info["bound"])
+    info = model.bound_info.extra
     bound = conformal_bound(
         model,
-        info["delta"],
+        model.bound_info.delta,
         info["quantile"] * factor,
         info["n_calibration"],
         scale=np.array(info["scale"]),

@@ -222,7 +222,8 @@ def bound_quantiles(m: dict) -> str:
     for record in m.get("fits") or [m["model"]]:
         bound = record.get("bound")
         if bound is None and record.get("path") and Path(record["path"]).exists():
-            bound = load(record["path"]).info.get("bound")
+            info = load(record["path"]).bound_info
+            bound = None if info is None else info.as_dict()
         q = (bound or {}).get("quantile")
         out.append("n/a" if q is None else f"{q:.3g}")
     return " / ".join(out)

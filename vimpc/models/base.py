@@ -281,7 +281,7 @@ class ModelFamily(abc.ABC):
     def _calibrate(self, data: Dataset | None, calibration: Dataset | None) -> Bound | None:
         """The bound the settings ask for, on the fitted model (None for "none")."""
         if self.bound in self.bound_methods:
-            return self._own_bound()
+            return replace(self._own_bound(), name=self.bound)
         if self.bound != "conformal":
             return None
         model = self._build()

@@ -3,8 +3,8 @@ conformal calibration of a bound for any :class:`DiscreteModel` from held-out da
 
 A :class:`Bound` is a model's ``bound`` function with its ``delta``, how it was obtained and
 its calibration figures; a family keeps the one its fit gave as ``calibration_``, and
-:meth:`~vimpc.models.ModelFamily.discrete_model` puts it into the exported model, the
-figures in ``info["bound"]``. It is obtained either
+:meth:`~vimpc.models.ModelFamily.discrete_model` puts it into the exported model, with its
+:class:`~vimpc.dynamics.BoundInfo` record (:meth:`Bound.record`). It is obtained either
 
 - ``"conformal"``: calibrated on held-out transitions by split conformal prediction
   (:func:`calibrate`, below), for any model; or
@@ -82,7 +82,7 @@ import casadi as ca
 import numpy as np
 
 from vimpc.data.dataset import Dataset
-from vimpc.dynamics import DiscreteModel
+from vimpc.dynamics import BOUND_CALIBRATED_ON, BoundInfo, DiscreteModel
 from vimpc.errors import InputError
 from vimpc.integrators import _newton
 from vimpc.models.evaluation import (
@@ -127,7 +127,13 @@ class Bound:
             (derived from the fit).
         method: what it is, in words (``"split conformal"``, the theorem's name).
         figures: its calibration figures (numbers, lists, strings: what the model file
-            records). A figure also reads as an attribute: ``bound.quantile``.
+            records), a conformal bound's ``level`` (and ``horizon``) among them. A figure
+            also reads as an attribute: ``bound.quantile``.
+        calibrated_on: where it was calibrated, one of
+            :data:`~vimpc.dynamics.BOUND_CALIBRATED_ON`; ``None``: ``"heldout"`` for a
+            conformal bound, ``"training"`` for a theorem's.
+        name: the short name of how it was obtained in the model's record (the family's
+            ``bound`` setting, ``"theorem1"``); ``None``: ``obtained``.
     """
 
     function: ca.Function
@@ -135,6 +141,8 @@ class Bound:
     obtained: str
     method: str
     figures: Mapping[str, Any] = field(default_factory=dict)
+    calibrated_on: str | None = None
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.function, ca.Function) or (
@@ -152,6 +160,16 @@ class Bound:
             raise InputError(f"Bound.delta must be a probability in (0, 1), got {self.delta!r}")
         if self.obtained not in OBTAINED:
             raise InputError(f"Bound.obtained must be one of {OBTAINED}, got {self.obtained!r}")
+        if self.calibrated_on is None:
+            on = "heldout" if self.obtained == "conformal" else "training"
+            object.__setattr__(self, "calibrated_on", on)
+        if self.calibrated_on not in BOUND_CALIBRATED_ON:
+            raise InputError(
+                f"Bound.calibrated_on must be one of {BOUND_CALIBRATED_ON}, got "
+                f"{self.calibrated_on!r}"
+            )
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
+            raise InputError(f"Bound.name must be None or a non-empty str, got {self.name!r}")
         try:
             json.dumps(dict(self.figures))
         except (TypeError, ValueError) as exc:
@@ -172,7 +190,8 @@ class Bound:
             ) from None
 
     def describe(self) -> dict[str, Any]:
-        """What the model's ``info["bound"]`` records."""
+        """The bound in words and figures: what the model files of format 2 recorded as
+        ``info["bound"]`` (:func:`vimpc.model_file.bound_info_from_v2` reads it back)."""
         return {
             "method": self.method,
             "obtained": self.obtained,
@@ -180,8 +199,24 @@ class Bound:
             **self.figures,
         }
 
+    def record(self) -> BoundInfo:
+        """The model's :class:`~vimpc.dynamics.BoundInfo`: ``delta``, the level and horizon
+        of the figures, ``name`` (or ``obtained``) as the method, ``calibrated_on``, and in
+        ``extra`` the other figures with the description (``method``) and ``obtained``."""
+        figures = dict(self.figures)
+        level = figures.pop("level", "step")
+        horizon = figures.pop("horizon", None)
+        return BoundInfo(
+            delta=float(self.delta),
+            level=level,
+            horizon=horizon,
+            method=self.name or self.obtained,
+            calibrated_on=self.calibrated_on,
+            extra={"description": self.method, "obtained": self.obtained, **figures},
+        )
+
     def apply(self, model: DiscreteModel) -> DiscreteModel:
-        """``model`` with this bound, its ``delta`` and its record in ``info["bound"]``. The
+        """``model`` with this bound, its ``delta`` and its record (``bound_info``). The
         model's bound is NaN wherever ``x``, ``u`` or ``p`` has a NaN or inf entry, as its
         step is: a clipped variance or scale (``fmax(NaN, floor)`` is the floor) would
         otherwise claim its smallest error at a state that is no state.
@@ -201,7 +236,7 @@ class Bound:
             model,
             bound=_nan_at_nonfinite(f),
             delta=float(self.delta),
-            info={**model.info, "bound": self.describe()},
+            bound_info=self.record(),
         )
 
 
@@ -224,13 +259,15 @@ def conformal_bound(
     level: str = "step",
     horizon: int | None = None,
     figures: Mapping[str, Any] | None = None,
+    calibrated_on: str = "heldout",
 ) -> Bound:
     """The conformal bound ``quantile * scale`` (constant) or ``quantile * spread(x, u, p)``
     (state-dependent) of ``model``, from ``n_calibration`` calibration transitions.
 
     ``shape`` describes a spread in the record (default ``"state-dependent spread"``);
     ``level`` and ``horizon`` say what the probability refers to; ``figures`` are further
-    calibration figures to record.
+    calibration figures to record; ``calibrated_on`` where the calibration transitions came
+    from (``"heldout"``, ``"closed_loop"``).
 
     Raises:
         InputError: both or neither of ``scale`` and ``spread``; a scale that is not
@@ -268,7 +305,7 @@ def conformal_bound(
         )
         method = f"split conformal over {horizon}-step horizons ({how})"
     record.update(figures or {})
-    return Bound(function, float(delta), "conformal", method, record)
+    return Bound(function, float(delta), "conformal", method, record, calibrated_on)
 
 
 def _check_spread(spread) -> None:
@@ -529,6 +566,9 @@ def calibrate(
             ``method = "auto"``.
         figures: further figures to record with the bound (how its scale was chosen).
 
+    The bound records ``calibrated_on = "closed_loop"`` when ``data`` says it holds
+    closed-loop episodes (``metadata["closed_loop"]``), else ``"heldout"``.
+
     Raises:
         InputError: ``delta`` outside (0, 1); both or neither of ``scale`` and ``spread``;
             a level, horizon or method out of range; ``method = "auto"`` without
@@ -556,7 +596,9 @@ def calibrate(
         scale = _checked_scale(scale, model.nx)
     scores = step_scores(model, data, scale=scale, spread=spread)
     n = scores.size
-    kw = {"scale": scale, "spread": spread, "shape": shape}
+    # the controller's own episodes (vimpc.pipeline.calibrate_closed_loop) say so
+    on = "closed_loop" if data.metadata.get("closed_loop") else "heldout"
+    kw = {"scale": scale, "spread": spread, "shape": shape, "calibrated_on": on}
     if horizon is None:
         k = conformal_rank(n, delta)
         if k > n:

@@ -88,9 +88,8 @@ def gaussian_factors(delta: float, nx: int, steps: int = 1) -> tuple[float, floa
 
 def bound_steps(model: DiscreteModel) -> int:
     """How many consecutive one-step errors the model's bound holds at once with probability
-    ``1 - delta``: its horizon for a horizon-level bound, else 1."""
-    record = model.info.get("bound") or {}
-    return int(record.get("horizon", 1)) if record.get("level") == "horizon" else 1
+    ``1 - delta``: its horizon for a horizon-level bound (its ``bound_info``), else 1."""
+    return 1 if model.bound_info is None else model.bound_info.steps()
 
 
 def keeps_mx(model: DiscreteModel) -> bool:

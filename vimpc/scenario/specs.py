@@ -107,9 +107,9 @@ class ModelSpec:
                     f"{env.nobs} and {env.nu}"
                 )
             problems += _settings_differences(mcfg, model.info)
-            recorded = model.info.get("bound")
-            if isinstance(recorded, dict):
-                short = _horizon_shortfall(cfg, recorded.get("level"), recorded.get("horizon"))
+            recorded = model.bound_info
+            if recorded is not None:
+                short = _horizon_shortfall(cfg, recorded.level, recorded.horizon)
                 problems += [f"its bound: {short}"] if short else []
             if problems:
                 raise ConfigError(

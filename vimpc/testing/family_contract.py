@@ -418,6 +418,24 @@ class ModelFamilyContract(DiscreteModelContract):
             f"delta must come with the bound, got delta={model.delta!r} with bound "
             f"{'present' if model.bound is not None else 'absent'}"
         )
+        assert (model.bound_info is None) == (model.bound is None), (
+            f"the bound's record must come with the bound, got bound_info="
+            f"{model.bound_info!r} with bound "
+            f"{'present' if model.bound is not None else 'absent'}"
+        )
+        if model.bound_info is not None:
+            record, settings = model.bound_info, fam.get_settings()
+            assert record.delta == settings["delta"], (record.delta, settings["delta"])
+            level = settings.get("bound_level", "step")
+            horizon = settings.get("bound_horizon") if level == "horizon" else None
+            assert (record.level, record.horizon) == (level, horizon), (
+                f"the bound's record says level {record.level!r}, horizon {record.horizon!r}; "
+                f"the settings ask for {level!r}, {horizon!r}"
+            )
+            assert record.method == settings["bound"], (
+                f"the bound's record names the method {record.method!r}, the setting is "
+                f"bound = {settings['bound']!r}"
+            )
 
     def test_save_and_load_are_bit_exact(self) -> None:
         """The saved and loaded model has the same metadata and, for every function, the
@@ -425,7 +443,7 @@ class ModelFamilyContract(DiscreteModelContract):
         from vimpc.model_file import load
 
         model, loaded = self._model(), load(self._saved())
-        for name in ("dt", "nx", "nu", "np", "nobs", "delta"):
+        for name in ("dt", "nx", "nu", "np", "nobs", "delta", "bound_info"):
             assert getattr(loaded, name) == getattr(model, name), (
                 f"{name}: {getattr(model, name)!r} saved, {getattr(loaded, name)!r} loaded"
             )

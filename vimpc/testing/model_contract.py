@@ -27,7 +27,14 @@ import casadi as ca
 import numpy as np
 from scipy.stats import binom
 
-from vimpc.dynamics import FUNCTION_FIELDS, CheckedFunction, DiscreteModel
+from vimpc.dynamics import (
+    BOUND_CALIBRATED_ON,
+    BOUND_LEVELS,
+    FUNCTION_FIELDS,
+    BoundInfo,
+    CheckedFunction,
+    DiscreteModel,
+)
 from vimpc.errors import InputError, VimpcError
 
 
@@ -380,6 +387,41 @@ class DiscreteModelContract:
                 assert np.all(np.isfinite(value)), (
                     f"{name} is not finite at x={x.tolist()}, u={u.tolist()}: {value.tolist()}"
                 )
+
+    def test_bound_comes_with_its_record(self) -> None:
+        """``bound_info`` is present exactly when ``bound`` is, a :class:`BoundInfo` whose
+        ``delta`` is the model's, whose level is ``"step"`` (no horizon) or ``"horizon"``
+        (a positive horizon: what the controller's tube reads), with a method, where it
+        was calibrated and read-only figures."""
+        m = self._model()
+        if m.bound is None:
+            assert m.bound_info is None and m.delta is None, (
+                f"a model without a bound has no bound record nor delta, got bound_info="
+                f"{m.bound_info!r} and delta={m.delta!r}"
+            )
+            raise unittest.SkipTest("model has no bound")
+        r = m.bound_info
+        assert isinstance(r, BoundInfo), (
+            f"a model with a bound carries its BoundInfo record, got bound_info={r!r}"
+        )
+        assert m.delta == r.delta and 0.0 < r.delta < 1.0, (
+            f"delta = {m.delta!r}, its record says {r.delta!r}"
+        )
+        assert r.level in BOUND_LEVELS, f"level {r.level!r} is not one of {BOUND_LEVELS}"
+        if r.level == "step":
+            assert r.horizon is None and r.steps() == 1, f"a step-level bound, horizon {r.horizon}"
+        else:
+            assert isinstance(r.horizon, int) and r.horizon >= 1 and r.steps() == r.horizon, (
+                f"a horizon-level bound needs a positive int horizon, got {r.horizon!r}"
+            )
+        assert isinstance(r.method, str) and r.method.strip(), f"method {r.method!r}"
+        assert r.calibrated_on in BOUND_CALIBRATED_ON, f"calibrated_on {r.calibrated_on!r}"
+        try:
+            r.extra["added"] = 1  # type: ignore[index]
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("the bound record's extra figures can be changed")
 
     def test_bound_is_nonnegative(self) -> None:
         """The uncertainty bound is elementwise >= 0 (it bounds an absolute error)."""
