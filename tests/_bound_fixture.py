@@ -14,7 +14,9 @@ from vimpc.models import NominalModel
 DT = 0.1
 
 
-def _data(rng: np.random.Generator, n: int, T: int) -> Dataset:
+def pendulum_data(rng: np.random.Generator, n: int, T: int) -> Dataset:
+    """``n`` trajectories of ``T`` steps of a pendulum with friction 0.3 (the 'true' system
+    the frictionless nominal model does not know), observed with 1e-3 noise."""
     truth = NominalModel(Pendulum(friction=[0.3]), DT).discrete_model()
     x0 = rng.uniform([-2.0, -2.0], [2.0, 2.0], size=(n, 2))
     inputs = rng.uniform(-2.0, 2.0, size=(n, T, 1))
@@ -27,7 +29,7 @@ def datasets() -> tuple[Dataset, Dataset]:
     """``(train, calibration)``: 20 trajectories of 10 steps each, of a pendulum with
     friction 0.3 observed with 1e-3 noise."""
     rng = np.random.default_rng(2024)
-    return _data(rng, 20, 10), _data(rng, 20, 10)
+    return pendulum_data(rng, 20, 10), pendulum_data(rng, 20, 10)
 
 
 def fitted_family() -> NominalModel:

@@ -22,12 +22,13 @@ from pathlib import Path
 import casadi as ca
 import numpy as np
 import pytest
+from _bound_fixture import DT, pendulum_data
 from test_conformal import tiny_model  # noqa: E402  (the same x_next = GAIN x + u)
 
 from vimpc import scenario
 from vimpc.closedloop import Trajectory, episode_metrics, summarize
 from vimpc.closedloop.metrics import windows_inside as episode_windows_inside
-from vimpc.data import Dataset, add_noise, rollout_model
+from vimpc.data import Dataset
 from vimpc.dynamics import BoundInfo
 from vimpc.errors import ConfigError, InputError
 from vimpc.mechanics import Pendulum
@@ -48,7 +49,6 @@ from vimpc.models.evaluation import bound_values, coverage, one_step_errors
 from vimpc.pipeline import fit_report
 from vimpc.report import fit_table, summary_table
 
-DT = 0.1
 GAIN = 0.5
 RHO = 0.8
 ROOT = Path(__file__).parents[1]
@@ -389,17 +389,6 @@ def test_state_scale_needs_velocities_in_an_even_observation():
 def test_bad_bound_settings_name_the_key(settings, message):
     with pytest.raises(InputError, match=message):
         NominalModel(Pendulum(), DT, **settings)
-
-
-def pendulum_data(rng: np.random.Generator, n: int, T: int) -> Dataset:
-    """``n`` trajectories of ``T`` steps of a pendulum with friction 0.3 (the 'true' system
-    the frictionless nominal model does not know), observed with 1e-3 noise."""
-    truth = NominalModel(Pendulum(friction=[0.3]), DT).discrete_model()
-    x0 = rng.uniform([-2.0, -2.0], [2.0, 2.0], size=(n, 2))
-    inputs = rng.uniform(-2.0, 2.0, size=(n, T, 1))
-    states = rollout_model(truth, x0, inputs)
-    t = np.tile(np.arange(T + 1) * DT, (n, 1))
-    return add_noise(Dataset(t, states, states, inputs, DT, {"system": "Pendulum"}), 1e-3, rng)
 
 
 def test_a_family_calibrates_a_horizon_bound_with_a_state_scale_and_reports_it():
