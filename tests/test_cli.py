@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc import _run_command, cli, pipeline, scenario
 from vimpc.errors import ConfigError

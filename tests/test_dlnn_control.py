@@ -10,8 +10,8 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
-import vimpc  # noqa: F401  (registers the environment ids)
 from vimpc.errors import ConfigError, InputError
 from vimpc.pipeline import build_env
 from vimpc.scenario import load_scenario

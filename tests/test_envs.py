@@ -11,6 +11,7 @@ import sys
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 from vimpc_envs.cartpole import CartPoleEnv
 from vimpc_envs.fourbar import FourBarEnv
 from vimpc_envs.pendulum import PendulumEnv
@@ -358,13 +359,16 @@ def test_gymnasium_make(env_id):
     env.close()
 
 
-def test_import_vimpc_registers_envs_without_torch():
+def test_import_vimpc_envs_registers_envs_without_torch():
     code = (
-        "import sys, gymnasium, vimpc\n"
-        "assert 'torch' not in sys.modules, 'import vimpc imported torch'\n"
+        "import sys, vimpc\n"
+        "assert 'gymnasium' not in sys.modules, 'import vimpc imported gymnasium'\n"
+        "import gymnasium, vimpc_envs\n"
+        "assert 'torch' not in sys.modules, 'import vimpc_envs imported torch'\n"
         "env = gymnasium.make('vimpc/CartPole-v0')\n"
         "env.reset(seed=0)\n"
         "assert 'torch' not in sys.modules, 'making an env imported torch'\n"
+        "env = gymnasium.make('vimpc_envs:vimpc/Pendulum-v0')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -14,6 +14,7 @@ import unittest
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc.data import make_excitation, rollout_env
 from vimpc.data.sampling import halton

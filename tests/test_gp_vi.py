@@ -11,9 +11,10 @@ import gymnasium
 import numpy as np
 import pytest
 import scipy.linalg
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 from _binomial import fewest_covered, most_violated
 
-import vimpc  # registers the environments
+import vimpc
 from vimpc.data import make_excitation, rollout_env
 from vimpc.errors import InputError
 from vimpc.mechanics import CartPole, FourBar, ParallelogramFourBar, RollingDisk

@@ -12,6 +12,7 @@ import casadi as ca
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc.data import make_excitation, rollout_env
 from vimpc.data.dataset import Dataset

@@ -12,8 +12,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).parents[1]
 CONFIG = ROOT / "pyproject.toml"
 CONTRACTS = [
@@ -106,10 +104,5 @@ def test_importing_the_controller_loads_no_learning_library(tmp_path):
     assert not _loaded_by_importing_mpc(tmp_path) & {"torch", "gpytorch"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vimpc/__init__.py imports vimpc_envs, which registers the environment ids with "
-    "gymnasium: `import vimpc` does so by design, and Python runs it before vimpc.mpc",
-)
 def test_importing_the_controller_loads_no_env_library(tmp_path):
     assert "gymnasium" not in _loaded_by_importing_mpc(tmp_path)

@@ -13,9 +13,9 @@ import casadi as ca
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 from scipy.integrate import solve_ivp
 
-import vimpc  # noqa: F401  (registers the environments)
 from vimpc.data import make_excitation, rollout_env
 from vimpc.data.dataset import Dataset
 from vimpc.errors import FitWarning, InputError

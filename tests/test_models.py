@@ -16,6 +16,7 @@ import casadi as ca
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 import vimpc
 from vimpc._settings import (

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc import pipeline, scenario
 from vimpc.data import rollout_model

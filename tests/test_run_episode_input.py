@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import gymnasium
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc.closedloop import run_episode
 from vimpc.errors import InputError

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc import cli, scenario
 from vimpc.closedloop import run_episode

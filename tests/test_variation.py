@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 from vimpc import cli, pipeline, report, scenario
 from vimpc.closedloop import Trajectory, episode_metrics

@@ -1,8 +1,9 @@
 """vimpc: learning-based model-predictive control of mechanical systems.
 
-Importing vimpc registers its gymnasium environments (``vimpc/Pendulum-v0``,
-``vimpc/CartPole-v0``, ``vimpc/FourBar-v0``, ``vimpc/RollingDisk-v0``); it does not
-import torch.
+Importing vimpc loads neither torch nor gymnasium. vimpc's gymnasium environments
+(``vimpc/Pendulum-v0``, ``vimpc/CartPole-v0``, ``vimpc/FourBar-v0``,
+``vimpc/RollingDisk-v0``) are registered by importing their package, ``vimpc_envs``
+(or by naming it in the id: ``gymnasium.make("vimpc_envs:vimpc/Pendulum-v0")``).
 """
 
 from vimpc import _interrupt
@@ -11,8 +12,6 @@ from vimpc import _interrupt
 # catch it: the command says so in one line (a program that imports vimpc gets it raised)
 _interrupt.latch_early()
 try:
-    import vimpc_envs as _vimpc_envs  # noqa: F401  (registers the environment ids)
-
     from vimpc.dynamics import DiscreteModel as DiscreteModel
     from vimpc.errors import ConfigError as ConfigError
     from vimpc.errors import InputError as InputError

@@ -93,8 +93,8 @@ def _description(path: Path) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     import gymnasium
+    import vimpc_envs  # noqa: F401  (registers the environment ids)
 
-    import vimpc  # noqa: F401
     from vimpc.scenario.catalog import shipped_folder, shipped_scenarios
 
     if args.dir is None:

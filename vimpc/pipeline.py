@@ -41,8 +41,7 @@ PREDICTION_STEPS = 20
 def build_env(cfg: dict[str, Any], *, obs_noise: float | None = None):
     """The scenario's environment (unwrapped, no time limit: episodes set the length)."""
     import gymnasium
-
-    import vimpc  # noqa: F401  (registers the environment ids)
+    import vimpc_envs  # noqa: F401  (registers the environment ids)
 
     kwargs = dict(cfg["env"]["kwargs"])
     if obs_noise is not None:

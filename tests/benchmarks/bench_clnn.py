@@ -32,6 +32,7 @@ from pathlib import Path
 
 import casadi as ca
 import numpy as np
+import vimpc_envs  # noqa: F401  (registers the environment ids)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import OUT, add_options, ms_stats, parse, write_results  # noqa: E402

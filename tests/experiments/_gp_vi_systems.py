@@ -35,8 +35,7 @@ PI = math.pi
 def _env_by_id(env_id: str) -> Callable[[int], Any]:
     def make(param_seed: int):
         import gymnasium
-
-        import vimpc  # noqa: F401  (registers the environment ids)
+        import vimpc_envs  # noqa: F401  (registers the environment ids)
 
         return gymnasium.make(
             env_id,

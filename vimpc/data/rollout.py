@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium
 import numpy as np
 
 from vimpc._checks import positive_int
@@ -13,6 +12,9 @@ from vimpc.data.dataset import Dataset
 from vimpc.data.sampling import _generator
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
+
+if TYPE_CHECKING:  # an annotation only: importing vimpc loads no gymnasium
+    import gymnasium
 
 __all__ = ["add_noise", "rollout_env", "rollout_model"]
 

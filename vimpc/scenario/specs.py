@@ -26,9 +26,7 @@ class EnvSpec:
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         import gymnasium
-        from vimpc_envs._base import MechanicalEnv
-
-        import vimpc  # noqa: F401  (registers the environment ids)
+        from vimpc_envs._base import MechanicalEnv  # (the package registers the ids)
 
         env_id = cfg["env"]["id"]
         if env_id not in gymnasium.registry:
