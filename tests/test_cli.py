@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import vimpc_envs  # noqa: F401  (registers the environment ids)
 
-from vimpc import _run_command, cli, pipeline, scenario
+from vimpc import cli, pipeline, scenario
 from vimpc.errors import ConfigError
+from vimpc.runs import store
 
 ROOT = Path(__file__).parents[1]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
@@ -263,7 +264,7 @@ def test_run_folders_are_reserved_exclusively(tmp_path):
 
     def reserve() -> None:
         barrier.wait()
-        final, stage = _run_command._reserve_run_dir(tmp_path, "x")
+        final, stage = store.reserve_run_dir(tmp_path, "x")
         got.append(final)
         stage.rename(final)
 
@@ -284,9 +285,9 @@ def test_a_name_whose_finished_folder_exists_is_not_taken(tmp_path, monkeypatch)
         def now(cls, tz=None):
             return real(2026, 1, 1, tzinfo=tz)
 
-    monkeypatch.setattr(_run_command, "datetime", Frozen)
+    monkeypatch.setattr(store, "datetime", Frozen)
     (tmp_path / "x" / "20260101T000000Z").mkdir(parents=True)
-    final, stage = _run_command._reserve_run_dir(tmp_path, "x")
+    final, stage = store.reserve_run_dir(tmp_path, "x")
     assert final.name == "20260101T000000Z-1" and stage.is_dir()
 
 
@@ -402,7 +403,7 @@ def test_version_and_help_read_cleanly(capsys):
 def test_reserving_fails_clearly_where_the_scenario_folder_is_a_file(tmp_path):
     (tmp_path / "x").write_text("")
     with pytest.raises(ConfigError, match="cannot create"):
-        _run_command._reserve_run_dir(tmp_path, "x")
+        store.reserve_run_dir(tmp_path, "x")
 
 
 def test_an_unreadable_cached_fit_is_fitted_again(tmp_path, capsys):

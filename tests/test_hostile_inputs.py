@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vimpc import _run_dir, cli, scenario
+from vimpc import cli, scenario
 from vimpc.data import Dataset
 from vimpc.errors import ConfigError, InputError
+from vimpc.runs import store
 from vimpc.scenario import checks as scenario_checks
 
 ROOT = Path(__file__).parents[1]
@@ -111,7 +112,7 @@ SHORT = ["--set", "episodes.steps=2", "--set", "controller.horizon=5", "--set", 
 @pytest.fixture
 def interrupted_run(tmp_path, monkeypatch, capsys) -> Path:
     """The .partial folder of a run stopped by a Ctrl-C after its second episode."""
-    real = _run_dir.save_episode
+    real = store.save_episode
     calls = []
 
     def save_then_interrupt(*args, **kwargs):
@@ -120,7 +121,7 @@ def interrupted_run(tmp_path, monkeypatch, capsys) -> Path:
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
+    monkeypatch.setattr(store, "save_episode", save_then_interrupt)
     args = ["run", PENDULUM, "--out", str(tmp_path / "runs"), "--quiet", "--no-plots", *SHORT]
     assert cli.main(args) == 130
     monkeypatch.undo()
@@ -141,7 +142,7 @@ def _resume_refused(stage: Path, message: str, capsys) -> None:
 def test_resume_refuses_a_kept_episode_it_cannot_read_before_running_any(
     which, interrupted_run, capsys
 ):
-    arrays, record = _run_dir.episode_files(interrupted_run, 1)
+    arrays, record = store.episode_files(interrupted_run, 1)
     damaged = arrays if which == "npz" else record
     damaged.write_bytes(damaged.read_bytes()[:40])
     _resume_refused(interrupted_run, "1 kept episode(s)", capsys)
@@ -153,7 +154,7 @@ def test_resume_refuses_a_kept_episode_it_cannot_read_before_running_any(
 
 
 def test_resume_refuses_a_configuration_edited_in_the_folder(interrupted_run, capsys):
-    config = interrupted_run / _run_dir.CONFIG
+    config = interrupted_run / store.CONFIG
     config.write_text(config.read_text().replace("horizon = 5", "horizon = 7"))
     _resume_refused(interrupted_run, "changed since the run began", capsys)
 

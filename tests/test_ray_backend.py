@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vimpc import _ray_backend, _run_dir, cli
+from vimpc import cli
 from vimpc.closedloop.episode import WALL_CLOCK
 from vimpc.errors import ConfigError
+from vimpc.runs import ray as ray_backend
+from vimpc.runs import store
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
 from _common import descendants, process_title, timeless  # noqa: E402
@@ -54,7 +56,7 @@ def cluster():
     if not HAVE_RAY:
         pytest.skip("the Ray backend needs ray: pip install -e '.[ray]'")
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with _ray_backend.connected(None, 2) as opened:
+    with ray_backend.connected(None, 2) as opened:
         yield opened
     # ray.init's SIGTERM handler does not outlive the cluster
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
@@ -123,7 +125,7 @@ def test_a_run_on_ray_keeps_the_episodes_of_a_local_run(cluster, local_tiny, tmp
 
 def test_auto_is_the_cluster_of_ray_address(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
-    assert _ray_backend._auto_address() == "127.0.0.1:6379"
+    assert ray_backend._auto_address() == "127.0.0.1:6379"
 
 
 def test_a_run_on_an_existing_cluster_leaves_it_running(cluster, local_tiny, tmp_path):
@@ -207,7 +209,7 @@ def test_an_interrupted_sweep_on_ray_resumes_only_what_is_missing(
     assert json.loads((stage / "sweep.json").read_text())["missing"] == [
         c for c in ("c00", "c01") if c not in complete
     ]
-    kept = {c: _run_dir.finished(stage / f"{c}.partial", 3) for c in ("c00", "c01")}
+    kept = {c: store.finished(stage / f"{c}.partial", 3) for c in ("c00", "c01")}
     assert sum(len(k) for k in kept.values()) + 3 * len(complete) == 4
     for cid, done in kept.items():
         if cid in complete:
@@ -278,7 +280,7 @@ def test_an_episode_error_on_a_worker_is_raised_with_its_own_type(cluster, tmp_p
     path = model_file.save(pipeline.build_model(cfg, pipeline.build_env(cfg)), tmp_path / "m.vimpc")
     path.write_bytes(_corrupt(path.read_bytes()))
     with pytest.raises(InputError, match="is corrupt"):
-        _ray_backend.run_episodes(cfg, path, [0, 1], workers=2)
+        ray_backend.run_episodes(cfg, path, [0, 1], workers=2)
 
 
 def test_a_configuration_whose_episodes_fail_on_ray_is_counted_and_resumed(
@@ -296,9 +298,9 @@ def test_a_configuration_whose_episodes_fail_on_ray_is_counted_and_resumed(
     path.write_text(text, encoding="utf-8")
 
     def corrupted(paths):  # the model file, corrupted on its way to the workers
-        return [_ray_backend.put(_corrupt(Path(p).read_bytes())) for p in paths]
+        return [ray_backend.put(_corrupt(Path(p).read_bytes())) for p in paths]
 
-    monkeypatch.setattr(_ray_backend, "model_bytes", corrupted)
+    monkeypatch.setattr(ray_backend, "model_bytes", corrupted)
     args = ["--quiet", "--no-plots", "--backend", "ray", "--workers", "2"]
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "out"), *args]) == 2
     err = capsys.readouterr().err
@@ -328,7 +330,7 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     stage = None
     while time.perf_counter() < deadline and proc.poll() is None:
         stages = list((out / "pendulum_swingup").glob("*.partial")) if out.exists() else []
-        if stages and _run_dir.finished(stages[0], 8):
+        if stages and store.finished(stages[0], 8):
             stage = stages[0]
             break
         time.sleep(0.05)
@@ -354,7 +356,7 @@ def test_ctrl_c_stops_a_run_on_ray_and_its_tasks_and_the_run_resumes(cluster, tm
     assert [p.name for p in (out / "pendulum_swingup").iterdir()] == [stage.name]
     assert not (stage / "metrics.json").exists()
     manifest = json.loads((stage / "run.json").read_text())
-    done = _run_dir.finished(stage, 8)
+    done = store.finished(stage, 8)
     assert 0 < len(done) < 8 and manifest["missing"] == sorted(set(range(8)) - set(done))
     assert manifest["sessions"][0]["ended"] == "interrupted"
     # resumed on the module's cluster: only the missing episodes run
@@ -415,14 +417,14 @@ def test_a_port_where_no_ray_cluster_answers_is_an_error_not_a_hang(monkeypatch)
 
     if not HAVE_RAY:
         pytest.skip("the trial connection is a Ray client: ray is the optional extra .[ray]")
-    monkeypatch.setattr(_ray_backend, "PROBE_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(ray_backend, "PROBE_TIMEOUT_S", 3.0)
     with socket.socket() as server:  # accepts connections and never answers
         server.bind(("127.0.0.1", 0))
         server.listen(8)
         address = f"127.0.0.1:{server.getsockname()[1]}"
         started = time.perf_counter()
         with pytest.raises(ConfigError) as error:
-            _ray_backend._probe(address, address, loopback=True)
+            ray_backend._probe(address, address, loopback=True)
         assert time.perf_counter() - started < 10
     assert f"{address} accepts connections, but no Ray cluster answered there within 3 s" in str(
         error.value
@@ -447,7 +449,7 @@ def test_two_sweeps_into_one_folder_are_refused_before_ray_starts(tmp_path, monk
     def refuse(*args, **kwargs):
         raise AssertionError("Ray was started before the bad input was refused")
 
-    monkeypatch.setattr(_ray_backend, "connected", refuse)
+    monkeypatch.setattr(ray_backend, "connected", refuse)
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP, encoding="utf-8")
     (tmp_path / "out" / "horizons").mkdir(parents=True)
@@ -459,12 +461,12 @@ def test_two_sweeps_into_one_folder_are_refused_before_ray_starts(tmp_path, monk
 @pytest.mark.parametrize("version", ["2.9.3", "1.13.0", "2.29.1"])
 def test_a_ray_too_old_is_refused_naming_its_version(version):
     with pytest.raises(ConfigError, match=rf"needs Ray >= 2\.30, found Ray {version}"):
-        _ray_backend.check_version(version)
+        ray_backend.check_version(version)
 
 
 @pytest.mark.parametrize("version", ["2.30.0", "2.60.0", "3.0.0.dev0"])
 def test_a_recent_ray_is_accepted(version):
-    _ray_backend.check_version(version)
+    ray_backend.check_version(version)
 
 
 def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -524,10 +526,10 @@ def test_an_episode_task_of_a_network_model_does_not_import_torch(tmp_path):
     code = (
         "import pickle, sys\n"
         "from pathlib import Path\n"
-        "from vimpc import _ray_backend\n"
+        "from vimpc.runs import ray as ray_backend\n"
         f"folder = Path({str(tmp_path)!r})\n"
         "cfg = pickle.loads((folder / 'cfg.pickle').read_bytes())\n"
-        "_, metrics = _ray_backend.episode(cfg, 'k', 0, 0, (folder / 'dlnn.vimpc').read_bytes())\n"
+        "_, metrics = ray_backend.episode(cfg, 'k', 0, 0, (folder / 'dlnn.vimpc').read_bytes())\n"
         "print(metrics['steps'], 'torch' in sys.modules, 'ray' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

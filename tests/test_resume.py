@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vimpc import _run_dir, cli, pipeline
+from vimpc import _processes, cli, pipeline
 from vimpc.closedloop.episode import WALL_CLOCK
+from vimpc.runs import store
 
 ROOT = Path(__file__).parents[1]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
@@ -44,7 +45,7 @@ def reference(tmp_path_factory) -> Path:
 
 def _interrupt_after(monkeypatch, kept: int) -> None:
     """A Ctrl-C in this process right after the ``kept``-th episode was written."""
-    real = _run_dir.save_episode
+    real = store.save_episode
     calls = []
 
     def save_then_interrupt(*args, **kwargs):
@@ -53,7 +54,7 @@ def _interrupt_after(monkeypatch, kept: int) -> None:
         if len(calls) == kept:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
+    monkeypatch.setattr(store, "save_episode", save_then_interrupt)
 
 
 def _same_episodes(run: Path, reference: Path, count: int = 4) -> None:
@@ -95,7 +96,7 @@ def test_an_interrupted_run_keeps_its_episodes_and_resumes_to_the_same_results(
     manifest = json.loads((stage / "run.json").read_text())
     assert manifest["complete"] is False and manifest["finished"] == 2
     assert len(manifest["missing"]) == 2
-    assert sorted(_run_dir.finished(stage, 4)) == sorted(set(range(4)) - set(manifest["missing"]))
+    assert sorted(store.finished(stage, 4)) == sorted(set(range(4)) - set(manifest["missing"]))
     assert not (stage / "metrics.json").exists()
     monkeypatch.undo()
 
@@ -140,7 +141,7 @@ def test_resume_refuses_a_complete_run_another_scenario_and_other_settings(
         assert cli.main(["run", *extra]) == 2, extra
         assert message in capsys.readouterr().err, extra
     # nothing was run: the folder is as the interruption left it, and still resumable
-    assert len(_run_dir.finished(stage, 4)) == 1 and (stage / "run.json").exists()
+    assert len(store.finished(stage, 4)) == 1 and (stage / "run.json").exists()
     assert cli.main(["run", PENDULUM, *SHORT, "--resume", str(stage)]) == 0
     _same_episodes(stage.with_name(stage.name.removesuffix(".partial")), reference)
 
@@ -154,9 +155,9 @@ def test_resume_refuses_episodes_of_another_seed_or_edited_by_hand(
     assert cli.main(["run", PENDULUM, "--out", str(tmp_path), *SHORT]) == 130
     monkeypatch.undo()
     (stage,) = (tmp_path / "pendulum_swingup").iterdir()
-    kept = sorted(_run_dir.finished(stage, 4))
+    kept = sorted(store.finished(stage, 4))
     a, b = kept
-    files = [_run_dir.episode_files(stage, k) for k in kept]
+    files = [store.episode_files(stage, k) for k in kept]
     originals = [(p.read_bytes(), q.read_bytes()) for p, q in files]
     capsys.readouterr()
 
@@ -239,27 +240,28 @@ def test_a_folder_another_process_is_running_is_neither_reported_nor_resumed(
     assert cli.main(["run", PENDULUM, "--out", str(tmp_path), *SHORT]) == 130
     monkeypatch.undo()
     (stage,) = (tmp_path / "pendulum_swingup").iterdir()
-    held = _run_dir.Lock(stage, wait=False)  # as a live run holds it
+    held = store.Lock(stage, wait=False)  # as a live run holds it
     try:
-        assert _run_dir.unfinished_runs(tmp_path, "pendulum_swingup") == []
+        assert store.unfinished_runs(tmp_path, "pendulum_swingup") == []
         capsys.readouterr()
         assert cli.main(["run", "--resume", str(stage)]) == 2
         assert "is being run by another vimpc process" in capsys.readouterr().err
     finally:
         held.release()
-    assert [s for s, _ in _run_dir.unfinished_runs(tmp_path, "pendulum_swingup")] == [stage]
+    assert [s for s, _ in store.unfinished_runs(tmp_path, "pendulum_swingup")] == [stage]
 
 
 KILLED_AFTER_TWO = """
 import os, signal, sys
-from vimpc import _run_dir, cli
-real, calls = _run_dir.save_episode, []
+from vimpc import cli
+from vimpc.runs import store
+real, calls = store.save_episode, []
 def save_then_die(*args, **kwargs):
     real(*args, **kwargs)
     calls.append(1)
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGKILL)  # no handler, no clean-up: as kill -9
-_run_dir.save_episode = save_then_die
+store.save_episode = save_then_die
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -274,7 +276,7 @@ def test_a_killed_run_is_found_by_the_next_run_and_resumed(reference, tmp_path, 
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     (stage,) = (tmp_path / "pendulum_swingup").iterdir()
-    assert stage.name.endswith(".partial") and len(_run_dir.finished(stage, 4)) == 2
+    assert stage.name.endswith(".partial") and len(store.finished(stage, 4)) == 2
     # the next run of the scenario says so, and how to finish it
     assert cli.main(args) == 0
     out = capsys.readouterr().out
@@ -305,7 +307,7 @@ def test_a_failed_run_keeps_its_episodes_and_one_that_finished_none_leaves_nothi
     monkeypatch.setattr(closedloop, "run_episode", fail_third)
     assert cli.main(["run", PENDULUM, "--out", str(tmp_path / "a"), *SHORT]) == 2
     (stage,) = (tmp_path / "a" / "pendulum_swingup").iterdir()
-    assert _run_dir.finished(stage, 4) == [0, 1] and not (stage / "metrics.json").exists()
+    assert store.finished(stage, 4) == [0, 1] and not (stage / "metrics.json").exists()
     assert "vimpc run --resume" in capsys.readouterr().err
     calls.clear()
     calls.extend([1, 1])  # the next episode fails at once
@@ -317,17 +319,17 @@ def test_a_failed_run_keeps_its_episodes_and_one_that_finished_none_leaves_nothi
 
 
 def test_worker_count_is_capped_by_episodes_and_cores(monkeypatch):
-    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
-    assert pipeline.worker_count(64, 100) == (2, "2 usable cores")
-    assert pipeline.worker_count(64, 1) == (1, "1 episode to run")
-    assert pipeline.worker_count(3, 2) == (2, "2 episodes to run and 2 usable cores")
-    assert pipeline.worker_count(2, 10) == (2, None)
-    assert pipeline.worker_count(1, 0) == (1, None)
-    monkeypatch.setattr(pipeline, "usable_cores", lambda: 4)
-    assert pipeline.worker_count(8, 3) == (3, "3 episodes to run")
-    assert pipeline.worker_count(8, 30) == (4, "4 usable cores")
+    monkeypatch.setattr(_processes, "usable_cores", lambda: 2)
+    assert _processes.worker_count(64, 100) == (2, "2 usable cores")
+    assert _processes.worker_count(64, 1) == (1, "1 episode to run")
+    assert _processes.worker_count(3, 2) == (2, "2 episodes to run and 2 usable cores")
+    assert _processes.worker_count(2, 10) == (2, None)
+    assert _processes.worker_count(1, 0) == (1, None)
+    monkeypatch.setattr(_processes, "usable_cores", lambda: 4)
+    assert _processes.worker_count(8, 3) == (3, "3 episodes to run")
+    assert _processes.worker_count(8, 30) == (4, "4 usable cores")
     monkeypatch.undo()
-    assert 1 <= pipeline.usable_cores() <= (os.cpu_count() or 1)
+    assert 1 <= _processes.usable_cores() <= (os.cpu_count() or 1)
 
 
 @pytest.mark.parametrize("workers", [0, -2, "2", 1.5, True])
@@ -345,7 +347,7 @@ def test_run_episodes_names_a_bad_worker_count(workers, monkeypatch):
 
 
 def test_a_capped_run_says_so_and_records_the_processes(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
+    monkeypatch.setattr(_processes, "usable_cores", lambda: 2)
     sets = ["--set", "episodes.steps=3", "--set", "controller.horizon=5", "--quiet"]
     args = ["run", PENDULUM, "--out", str(tmp_path), *sets, "--no-plots", "--workers", "64"]
     assert cli.main(args) == 0
@@ -359,7 +361,7 @@ def test_a_capped_run_says_so_and_records_the_processes(tmp_path, monkeypatch, c
     (session,) = metrics["sessions"]
     assert session["processes"] == 1 and len(session["load_average"]) == 2
     # on one core, three episodes run in one process: the cores are what caps them
-    monkeypatch.setattr(pipeline, "usable_cores", lambda: 1)
+    monkeypatch.setattr(_processes, "usable_cores", lambda: 1)
     more = ["--set", "episodes.count=3", "--out", str(tmp_path / "one")]
     assert cli.main([*args, *more]) == 0
     out = capsys.readouterr().out
@@ -462,7 +464,7 @@ def test_a_worker_killed_mid_run_ends_the_run_with_its_episodes_kept(tmp_path, m
     # a multiprocessing.Pool replaced the dead worker and waited for its episode for ever
     import multiprocessing
 
-    real, calls = _run_dir.save_episode, []
+    real, calls = store.save_episode, []
 
     def save_then_kill_a_worker(*args, **kwargs):
         real(*args, **kwargs)
@@ -472,7 +474,7 @@ def test_a_worker_killed_mid_run_ends_the_run_with_its_episodes_kept(tmp_path, m
             os.kill(victim.pid, signal.SIGKILL)
             victim.join(timeout=10)
 
-    monkeypatch.setattr(_run_dir, "save_episode", save_then_kill_a_worker)
+    monkeypatch.setattr(store, "save_episode", save_then_kill_a_worker)
     # episodes long enough (60 steps) that the others are still running at the kill
     sets = [*SHORT, "--set", "episodes.steps=60", "--set", "episodes.count=6"]
     args = ["run", PENDULUM, "--out", str(tmp_path), *sets, "--workers", "2"]
@@ -480,7 +482,7 @@ def test_a_worker_killed_mid_run_ends_the_run_with_its_episodes_kept(tmp_path, m
     err = capsys.readouterr().err
     assert "a worker process ended before its episode did" in err
     (stage,) = (tmp_path / "pendulum_swingup").iterdir()
-    assert 1 <= len(_run_dir.finished(stage, 6)) < 6 and "vimpc run --resume" in err
+    assert 1 <= len(store.finished(stage, 6)) < 6 and "vimpc run --resume" in err
     assert not multiprocessing.active_children()  # the other worker was ended too
     monkeypatch.undo()
     assert cli.main(["run", "--resume", str(stage), "--quiet"]) == 0

@@ -538,7 +538,7 @@ def test_an_override_that_turns_a_setting_off_drops_the_files_value_only():
 
 
 def test_every_shipped_scenario_and_sweep_loads():
-    from vimpc._sweep_command import read_sweep
+    from vimpc.runs.sweep import read_sweep
     from vimpc.scenario.catalog import shipped_scenarios, shipped_sweeps
 
     local = sorted(p.stem for p in (ROOT / "scenarios").glob("*.toml"))

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from vimpc import _run_dir, _sweep_command, cli, pipeline
-from vimpc._sweep_command import read_sweep
+from vimpc import _processes, cli, pipeline
 from vimpc.errors import ConfigError, SolverError
+from vimpc.runs import store, sweep
+from vimpc.runs.sweep import read_sweep
 
 ROOT = Path(__file__).parents[1]
 FAST = """
@@ -182,7 +183,7 @@ def test_two_sweeps_into_one_folder_are_refused(reference, tmp_path, capsys, no_
 
 def _interrupt_after(monkeypatch, kept: int) -> list[int]:
     """A Ctrl-C right after the ``kept``-th episode was written; returns the call list."""
-    real = _run_dir.save_episode
+    real = store.save_episode
     calls: list[int] = []
 
     def save_then_interrupt(*args, **kwargs):
@@ -191,7 +192,7 @@ def _interrupt_after(monkeypatch, kept: int) -> list[int]:
         if len(calls) == kept:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
+    monkeypatch.setattr(store, "save_episode", save_then_interrupt)
     return calls
 
 
@@ -210,7 +211,7 @@ def test_an_interrupted_sweep_is_marked_incomplete_and_resumes_only_what_is_miss
     assert manifest["complete"] is False and manifest["missing"] == ["c01"]
     assert manifest["sessions"][0]["ended"] == "interrupted"
     assert (stage / "c00" / "metrics.json").is_file()
-    assert _run_dir.finished(stage / "c01.partial", 2) == [0]
+    assert store.finished(stage / "c01.partial", 2) == [0]
     before = (stage / "c00" / "metrics.json").stat().st_mtime_ns
     monkeypatch.undo()
 
@@ -246,21 +247,18 @@ def test_failed_configurations_are_counted_kept_and_resumed(tmp_path, monkeypatc
     assert not list(stage.glob("summary.*"))
     monkeypatch.undo()
     with pytest.raises(ConfigError, match="other configurations than the sweep"):
-        _sweep_command.cmd_sweep(
-            cli.build_parser().parse_args(
-                ["sweep", str(tmp_path / "sweep.toml"), "--set", "episodes.steps=4",
-                 "--resume", str(stage)]
-            )
-        )  # fmt: skip
+        sweep.run_sweep(
+            tmp_path / "sweep.toml", overrides=["episodes.steps=4"], resume=stage, progress=False
+        )
     assert cli.main(["sweep", "--resume", str(stage), "--quiet", "--no-plots"]) == 0
     assert len(_rows(tmp_path / "out" / "horizons")) == 2
 
 
 def test_the_summary_figure_is_written(reference, tmp_path):
     manifest = json.loads((reference / "sweep.json").read_text())
-    rows = _sweep_command.summary_rows(reference, manifest)
+    rows = store.summary_rows(reference, manifest)
     target = tmp_path / "summary.png"
-    _sweep_command.summary_figure(rows, target, manifest)
+    store.summary_figure(rows, target, manifest)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and target.stat().st_size > 10_000
 
 
@@ -270,7 +268,7 @@ def test_two_workers_give_the_serial_results(reference, tmp_path):
     assert _timeless(_rows(final)) == _timeless(_rows(reference))
     manifest = json.loads((final / "sweep.json").read_text())
     processes = manifest["sessions"][0]["processes"]
-    assert processes == min(2, pipeline.usable_cores())
+    assert processes == min(2, _processes.usable_cores())
     md = (final / "summary.md").read_text()
     assert f"measured with {processes} configuration process" in md
 
@@ -361,21 +359,21 @@ episodes.seed = [0, 10, 20]
 def test_a_configuration_whose_model_fails_is_counted_and_the_others_run(
     tmp_path, monkeypatch, capsys
 ):
-    from vimpc import _run_command
+    from vimpc.runs import session
 
-    real = _run_command._obtain_models
+    real = session.obtain_models
 
     def fail_at_horizon_4(cfg, *args, **kwargs):
         if cfg["controller"]["horizon"] == 4:
             raise ConfigError("fitting model.family = 'x': no data (test)")
         return real(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(_run_command, "_obtain_models", fail_at_horizon_4)
+    monkeypatch.setattr(session, "obtain_models", fail_at_horizon_4)
     assert _sweep(tmp_path, _sweep_file(tmp_path, GRID)) == 2
     assert "c00: ConfigError: fitting model.family" in capsys.readouterr().err
     stage = tmp_path / "out" / "horizons.partial"
     assert (stage / "c01" / "metrics.json").is_file()
-    assert _run_dir.finished(stage / "c00.partial", 2) == []
+    assert store.finished(stage / "c00.partial", 2) == []
     assert json.loads((stage / "sweep.json").read_text())["missing"] == ["c00"]
 
 
@@ -416,9 +414,7 @@ def test_a_sweep_too_large_to_hold_is_refused_at_once_naming_its_size(tmp_path, 
 
 
 def test_checking_many_configurations_shows_progress(tmp_path, monkeypatch, capsys, no_env):
-    from vimpc import _sweep_command
-
-    monkeypatch.setattr(_sweep_command, "PROGRESS_FROM", 3)
+    monkeypatch.setattr(sweep, "PROGRESS_FROM", 3)
     text = FAST + "\n[grid]\nepisodes.seed = [1, 2, 3]\n"
     plan = read_sweep(_sweep_file(tmp_path, text), progress=True)
     assert len(plan.configurations) == 3

@@ -319,10 +319,10 @@ def test_fits_with_saved_data_are_refused(tmp_path):
 def test_an_interrupted_varied_run_resumes_to_the_same_episodes(
     varied_run, tmp_path, monkeypatch, capsys
 ):
-    from vimpc import _run_dir
+    from vimpc.runs import store
 
     reference, theirs = varied_run
-    real, calls = _run_dir.save_episode, []
+    real, calls = store.save_episode, []
 
     def save_then_interrupt(*args, **kwargs):
         real(*args, **kwargs)
@@ -330,7 +330,7 @@ def test_an_interrupted_varied_run_resumes_to_the_same_episodes(
         if len(calls) == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(_run_dir, "save_episode", save_then_interrupt)
+    monkeypatch.setattr(store, "save_episode", save_then_interrupt)
     args = ["run", SAFE, "--out", str(tmp_path), "--quiet", "--no-plots", *_sets(VARIED)]
     assert cli.main(args) == 130
     monkeypatch.undo()
@@ -372,7 +372,7 @@ def test_worker_processes_run_the_fits_and_plants_of_a_serial_run(varied_run):
 
 
 def test_a_run_of_several_fits_plots_each_fit_against_its_own_bound(varied_run, tmp_path):
-    from vimpc import _run_dir
+    from vimpc.runs import store
 
     run, metrics = varied_run
     cfg = scenario.load_scenario(SAFE, VARIED)
@@ -380,7 +380,7 @@ def test_a_run_of_several_fits_plots_each_fit_against_its_own_bound(varied_run, 
     paths = [str(s.path) for s in sources]
     assert paths == [f["path"] for f in metrics["fits"]]  # the cached fits, not new ones
     runner = pipeline.EpisodeRunner(cfg, paths)
-    kept = [_run_dir.load_episode(run, k) for k in range(3)]
+    kept = [store.load_episode(run, k) for k in range(3)]
     report.run_figures(
         cfg,
         runner,

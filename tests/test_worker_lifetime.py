@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vimpc import pipeline
+from vimpc import _processes
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
 from _common import descendants, process_title  # noqa: E402
@@ -134,7 +134,7 @@ def test_a_worker_whose_parent_is_gone_ends_by_itself(tmp_path):
     # the watch that covers what PR_SET_PDEATHSIG misses (other systems): the parent's id
     # changing is what an orphan sees
     code = (
-        "import os, time, vimpc.pipeline as p\n"
+        "import os, time, vimpc._processes as p\n"
         "p.PARENT_POLL_S = 0.05\n"
         "p.end_with_parent(os.getppid())\n"
         "os.getppid = lambda: 1\n"
@@ -145,6 +145,6 @@ def test_a_worker_whose_parent_is_gone_ends_by_itself(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120)
     assert done.returncode == 1 and time.monotonic() - started < 60
     # and a parent that died before the worker asked to follow it
-    code = "import vimpc.pipeline as p, time\np.end_with_parent(-1)\ntime.sleep(60)\n"
+    code = "import vimpc._processes as p, time\np.end_with_parent(-1)\ntime.sleep(60)\n"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 1
-    assert pipeline.PARENT_POLL_S < 5  # an orphan does not work on for long
+    assert _processes.PARENT_POLL_S < 5  # an orphan does not work on for long

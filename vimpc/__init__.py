@@ -4,6 +4,9 @@ Importing vimpc loads neither torch nor gymnasium. vimpc's gymnasium environment
 (``vimpc/Pendulum-v0``, ``vimpc/CartPole-v0``, ``vimpc/FourBar-v0``,
 ``vimpc/RollingDisk-v0``) are registered by importing their package, ``vimpc_envs``
 (or by naming it in the id: ``gymnasium.make("vimpc_envs:vimpc/Pendulum-v0")``).
+
+A scenario runs from Python with :func:`vimpc.run_scenario`, a sweep with
+:func:`vimpc.run_sweep` (both loaded on first use).
 """
 
 from vimpc import _interrupt
@@ -42,5 +45,19 @@ __all__ = [
     "VimpcError",
     "__version__",
     "load_model",
+    "run_scenario",
+    "run_sweep",
     "save_model",
 ]
+
+
+def __getattr__(name: str):
+    """``run_scenario`` and ``run_sweep`` (:mod:`vimpc.runs`), loaded on first use so that
+    ``import vimpc`` stays light."""
+    if name in ("run_scenario", "run_sweep"):
+        # by name, not an import statement: the package's root is imported by every layer
+        # (for __version__), and the run layer sits above them all
+        import importlib
+
+        return getattr(importlib.import_module("vimpc.runs"), name)
+    raise AttributeError(f"module 'vimpc' has no attribute {name!r}")

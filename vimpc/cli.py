@@ -1,5 +1,6 @@
 """The ``vimpc`` command: parse the arguments and dispatch; ``fit`` a scenario's model,
-``list`` scenarios, print the ``schema``. The body of ``run`` is :mod:`vimpc._run_command`."""
+``list`` scenarios, print the ``schema``. ``run`` and ``sweep`` call the library
+(:func:`vimpc.runs.run_scenario`, :func:`vimpc.runs.run_sweep`)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,27 @@ except (KeyboardInterrupt, Exception) as exc:  # a SystemExit goes on as it is
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vimpc._run_command import cmd_run
+    from vimpc.runs.run import run_scenario
 
-    return cmd_run(args)
+    result = run_scenario(
+        args.scenario,
+        overrides=args.set or [],
+        out=args.out,
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        refit=args.refit,
+        plots=not args.no_plots,
+        progress=not args.quiet,
+        resume=args.resume,
+    )
+    return result.exit_status
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from vimpc import pipeline, scenario
-    from vimpc._run_command import _obtain_model
     from vimpc.model_file import FILE_SUFFIX, save
+    from vimpc.runs.session import obtain_model
     from vimpc.scenario.catalog import find_scenario
 
     if args.workers < 1:
@@ -56,7 +69,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise ConfigError(f"--output {str(out)!r}: the folder {str(out.parent)!r} is not writable")
     env = pipeline.build_env(cfg)
-    source = _obtain_model(cfg, env, args, print)
+    source = obtain_model(
+        cfg, env, refit=args.refit, progress=not args.quiet, workers=args.workers, log=print
+    )
     model = source.model
     try:
         path = save(model, out, overwrite=args.overwrite)
@@ -137,9 +152,21 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from vimpc._sweep_command import cmd_sweep
+    from vimpc.runs.sweep import run_sweep
 
-    return cmd_sweep(args)
+    result = run_sweep(
+        args.sweep,
+        overrides=args.set or [],
+        out=args.out,
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        refit=args.refit,
+        plots=not args.no_plots,
+        progress=not args.quiet,
+        resume=args.resume,
+    )
+    return result.exit_status
 
 
 def _backend_args(p: argparse.ArgumentParser, what: str) -> None:
@@ -160,7 +187,8 @@ def _backend_args(p: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from vimpc import __version__
-    from vimpc._run_command import DEFAULT_OUT, EXIT_ALL_SOLVES_FAILED
+    from vimpc.runs.session import EXIT_ALL_SOLVES_FAILED
+    from vimpc.runs.store import DEFAULT_OUT
 
     parser = argparse.ArgumentParser(
         prog="vimpc",

@@ -8,7 +8,7 @@ The nominal cart-pole swing-up (``scenarios/cartpole_swingup.toml``, ``--steps``
 episode, seeds 0 ..) runs ``--episodes`` episodes four ways, alternating within every
 repetition so that machine-load drift hits all: the local backend
 (:func:`vimpc.pipeline.run_episodes`, 1 worker: in this process; 2: spawned processes) and
-the Ray backend (:func:`vimpc._ray_backend.run_episodes`, one task per episode) on a fresh
+the Ray backend (:func:`vimpc.runs.ray.run_episodes`, one task per episode) on a fresh
 local Ray cluster of 1 or 2 CPUs. The time is that of the call, from the first episode
 submitted to the last result back: it includes starting the workers (spawned processes or
 Ray workers), building each worker's env and controller and sending the results back, and
@@ -49,14 +49,14 @@ def _local(cfg, seeds, workers) -> tuple[float, list]:
 
 
 def _ray(cfg, seeds, workers) -> tuple[float, list, float, float]:
-    from vimpc import _ray_backend
+    from vimpc.runs import ray as ray_backend
 
     start = time.perf_counter()
-    with _ray_backend.connected(None, workers) as cluster:
+    with ray_backend.connected(None, workers) as cluster:
         assert cluster.owned, "a Ray connection was open already: the timing needs a fresh one"
         up = time.perf_counter() - start
         t0 = time.perf_counter()
-        results = _ray_backend.run_episodes(cfg, None, seeds, workers=workers)
+        results = ray_backend.run_episodes(cfg, None, seeds, workers=workers)
         seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
     down = time.perf_counter() - t1

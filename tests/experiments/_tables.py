@@ -203,15 +203,15 @@ def read_run(root: Path) -> tuple[dict, Path, bool] | None:
     partial = sorted(p for p in root.glob("*/*.partial") if (p / "run.json").exists())
     if not partial:
         return None
-    from vimpc import _run_dir
     from vimpc.closedloop.metrics import summarize
+    from vimpc.runs import store
 
     folder = partial[-1]
     requested = int(json.loads((folder / "run.json").read_text())["episodes"])
-    done = _run_dir.finished(folder, requested)
+    done = store.finished(folder, requested)
     if not done:
         return None
-    loaded = [_run_dir.load_episode(folder, k) for k in done]
+    loaded = [store.load_episode(folder, k) for k in done]
     per_episode = [m for _, m in loaded]
     metrics = summarize(per_episode, [t for t, _ in loaded])
     metrics["per_episode"] = per_episode

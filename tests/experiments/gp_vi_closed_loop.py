@@ -87,9 +87,9 @@ def kept_errors(folder: Path, episodes: int) -> dict[str, Any]:
     """The success test's errors of the ``episodes`` episodes kept in the run ``folder``,
     with what names them; each episode's success recomputed from its error must equal the
     one its run recorded and :func:`vimpc.pipeline.success_test`'s, or SystemExit."""
-    from vimpc import _run_dir
     from vimpc.pipeline import success_test
     from vimpc.plotting.success import window_worst
+    from vimpc.runs import store
     from vimpc.scenario.specs import EnvSpec
 
     cfg = tomllib.loads((folder / "config.resolved.toml").read_text())
@@ -97,7 +97,7 @@ def kept_errors(folder: Path, episodes: int) -> dict[str, Any]:
     test = success_test(cfg)
     errors, seeds, recorded, t = [], [], [], None
     for k in range(episodes):
-        traj, metrics = _run_dir.load_episode(folder, k)
+        traj, metrics = store.load_episode(folder, k)
         error, threshold = success_error(traj, m)
         if t is not None and not np.array_equal(traj.t, t):
             raise SystemExit(f"{folder}: episode {k} has other times than episode 0")

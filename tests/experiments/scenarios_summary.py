@@ -97,9 +97,9 @@ def provenance(record: dict) -> str:
 
 def over_dt(run: Path, episodes: int, dt: float) -> tuple[int, int]:
     """``(solves that took longer than dt, solves)`` over the run's recorded episodes."""
-    from vimpc import _run_dir
+    from vimpc.runs import store
 
-    times = np.concatenate([_run_dir.load_episode(run, k)[0].solve_times for k in range(episodes)])
+    times = np.concatenate([store.load_episode(run, k)[0].solve_times for k in range(episodes)])
     return int(np.count_nonzero(times > dt)), int(times.size)
 
 

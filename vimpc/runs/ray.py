@@ -1,4 +1,5 @@
-"""The Ray backend of ``vimpc run`` and ``vimpc sweep`` (``--backend ray``).
+"""The Ray backend of runs and sweeps (``backend="ray"``, ``--backend ray``):
+:class:`vimpc.runs.backends.RayBackend` calls these.
 
 Ray is an optional extra (``pip install "vimpc[ray]"``), imported only here and only when
 the backend is asked for. Where the work runs:
@@ -161,7 +162,7 @@ _CLUSTER: Cluster | None = None
 
 def current() -> Cluster:
     if _CLUSTER is None:
-        raise RuntimeError("no Ray cluster is open: wrap the work in _ray_backend.connected()")
+        raise RuntimeError("no Ray cluster is open: wrap the work in vimpc.runs.ray.connected()")
     return _CLUSTER
 
 
@@ -225,7 +226,7 @@ def _loopback_node(ray) -> Iterator[None]:
 
 def _start_local(ray, workers: int) -> Cluster:
     from vimpc import _reaper
-    from vimpc.pipeline import usable_cores
+    from vimpc._processes import usable_cores
 
     cpus = max(1, min(int(workers), usable_cores()))
     # the cluster's processes are the children ray.init starts: Ray ends its raylet and
@@ -570,17 +571,18 @@ def fit_sweep(
     data are files (``data.path``) stay for the sweep's process. Returns the cached files
     written (``fresh``) and ``{configuration: error}`` for the configurations whose fit
     failed. The keys fitted are added to ``refitted`` (not fitted again)."""
-    from vimpc import _run_dir, pipeline, scenario
+    from vimpc import pipeline, scenario
     from vimpc._files import write_atomic
+    from vimpc.runs import store
 
     wanted: dict[str, tuple[dict[str, Any], str]] = {}  # cache file -> (fit config, key)
     users: dict[str, list[str]] = {}
     for cid in todo:
-        run_stage = stage / (cid + _run_dir.PARTIAL)
-        manifest = _run_dir.read_manifest(run_stage) if run_stage.is_dir() else None
+        run_stage = stage / (cid + store.PARTIAL)
+        manifest = store.read_manifest(run_stage) if run_stage.is_dir() else None
         if manifest is None or manifest.get("model") is not None:
             continue
-        cfg = scenario.load_scenario(run_stage / _run_dir.CONFIG)
+        cfg = scenario.load_scenario(run_stage / store.CONFIG)
         for k in range(cfg["data"]["fits"]):
             fit_cfg = pipeline.fit_config(cfg, k)
             files = (fit_cfg["model"]["path"], fit_cfg["data"]["path"])
@@ -647,26 +649,23 @@ def run_sweep(
     session: dict[str, Any] | None = None,
     on_episode: Callable[[], None] | None = None,
 ) -> list[Any]:
-    """The sweep's runs (:class:`vimpc._sweep_command.Task`) on the open Ray cluster: every
+    """The sweep's runs (:class:`vimpc.runs.tasks.Task`) on the open Ray cluster: every
     missing episode of every run is one Ray task (at most ``workers`` at once, the runs in
     order), kept in its run folder here as it ends; a run whose episodes are all kept is
     finished here (metrics, figures, rename) and ``on_done`` gets its outcome. An episode
     that raises fails its run (its other episodes still run and are kept)."""
     from datetime import UTC, datetime
 
-    from vimpc import _run_dir, scenario
-    from vimpc._run_command import _load_average
-    from vimpc._sweep_command import Outcome, _open_run, run_task
+    from vimpc import scenario
+    from vimpc.runs import store
 
     outcomes: list[Any] = []
 
     def finish(task, error: str | None) -> None:
         if error is None:
-            outcome = run_task(task)  # the metrics and figures from the kept episodes
+            outcome = task.run()  # the metrics and figures from the kept episodes
         else:
-            with open(task.log, "a", encoding="utf-8") as log:
-                print(f"error: {error}", file=log)
-            outcome = Outcome(task.id, None, error)
+            outcome = task.failed(error)
         outcomes.append(outcome)
         on_done(outcome)
 
@@ -677,7 +676,7 @@ def run_sweep(
         for task in tasks:
             stage = Path(task.stage)
             try:
-                opened = _open_run(stage)
+                opened = store.open_run(stage)
             except Exception as exc:
                 finish(task, f"{type(exc).__name__}: {exc}")
                 continue
@@ -686,7 +685,7 @@ def run_sweep(
                 continue
             cfg, manifest, lock = opened
             count = manifest["episodes"]
-            missing = sorted(set(range(count)) - set(_run_dir.finished(stage, count)))
+            missing = sorted(set(range(count)) - set(store.finished(stage, count)))
             if not missing:
                 lock.release()
                 finish(task, None)
@@ -719,7 +718,7 @@ def run_sweep(
                 "workers_requested": workers,
                 "processes": used,
                 "cores": current().cpus,
-                "load_average": [_load_average()],
+                "load_average": [store.load_average()],
                 "episodes_run": 0,
             }
             run.manifest["sessions"].append(run.session)
@@ -733,7 +732,7 @@ def run_sweep(
                     run.error = f"{type(error).__name__}: {error}"
             else:
                 traj, metrics = result
-                _run_dir.save_episode(run.stage, k, run.manifest["seeds"][k], traj, metrics)
+                store.save_episode(run.stage, k, run.manifest["seeds"][k], traj, metrics)
                 run.left.discard(k)
                 run.session["episodes_run"] += 1
                 _keep_manifest(run)
@@ -755,26 +754,25 @@ def run_sweep(
 
 
 def _keep_manifest(run: _OpenRun) -> None:
-    from vimpc import _run_dir
+    from vimpc.runs import store
 
     count = run.manifest["episodes"]
     run.manifest["finished"] = count - len(run.left)
     run.manifest["missing"] = sorted(run.left)
-    _run_dir.write_manifest(run.stage, run.manifest)
+    store.write_manifest(run.stage, run.manifest)
 
 
 def _close(run: _OpenRun, ended: str) -> None:
     """Record how the run's Ray session ended and release its folder."""
-    from vimpc import _run_dir
-    from vimpc._run_command import _load_average
+    from vimpc.runs import store
 
     try:
         # the files count: an episode written just before an interrupt is in them
         count = run.manifest["episodes"]
-        run.left = set(range(count)) - set(_run_dir.finished(run.stage, count))
+        run.left = set(range(count)) - set(store.finished(run.stage, count))
         run.session["ended"] = ended
         run.session["wall_time_s"] = time.perf_counter() - run.started
-        run.session["load_average"].append(_load_average())
+        run.session["load_average"].append(store.load_average())
         _keep_manifest(run)
     finally:
         run.closed = True
