@@ -13,6 +13,8 @@ written next to results (:func:`dump_toml`) and the tables of ``scenarios/README
 from vimpc.scenario.load import load_scenario as load_scenario
 from vimpc.scenario.load import parse_override as parse_override
 from vimpc.scenario.load import read_toml as read_toml
+from vimpc.scenario.records import Scenario as Scenario
+from vimpc.scenario.records import as_scenario as as_scenario
 from vimpc.scenario.schema import CIRCLE_KEYS as CIRCLE_KEYS
 from vimpc.scenario.schema import MODEL_KEYS as MODEL_KEYS
 from vimpc.scenario.schema import SCHEMA as SCHEMA
@@ -28,6 +30,8 @@ __all__ = [
     "SCHEMA",
     "EnvSpec",
     "ModelSpec",
+    "Scenario",
+    "as_scenario",
     "build_family",
     "dump_toml",
     "load_scenario",
