@@ -64,6 +64,10 @@ class FrozenMap(Mapping):
     def __reduce__(self):
         return (FrozenMap, (self._items,))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The table as a plain dict (lists, dicts: a copy)."""
+        return thaw(self)
+
 
 def freeze(value: Any) -> Any:
     """``value`` with every list a tuple and every table a :class:`FrozenMap` (records and
@@ -370,8 +374,7 @@ class Scenario(Record):
         missing = [name for name in TABLE_ORDER if name not in cfg]
         if missing:
             raise ConfigError(
-                f"a resolved configuration has every table {list(TABLE_ORDER)}; missing "
-                f"{missing}"
+                f"a resolved configuration has every table {list(TABLE_ORDER)}; missing {missing}"
             )
         return cls(**{name: cls.TABLES[name].from_dict(cfg[name]) for name in TABLE_ORDER})
 

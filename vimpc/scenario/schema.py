@@ -403,9 +403,7 @@ def _toml_key(key: str) -> str:
 def dump_toml(cfg: Any) -> str:
     """A TOML text of a resolved configuration, a :class:`~vimpc.scenario.records.Scenario`
     or its dict (tables, scalars, arrays; ``None`` omitted)."""
-    from vimpc.scenario.records import Record
-
-    if isinstance(cfg, Record):
+    if not isinstance(cfg, dict):  # a Scenario record (records.py builds on this module)
         cfg = cfg.to_dict()
     value = toml_value
     lines: list[str] = []
