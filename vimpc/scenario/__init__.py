@@ -5,8 +5,10 @@ tables (its ``[controller]`` table is the controller's own declaration,
 :data:`vimpc.mpc.options.SETTINGS`), :data:`MODEL_KEYS` plus the chosen model family's own declaration
 (:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
 reading (:mod:`vimpc.scenario.load`) and the checks (:mod:`vimpc.scenario.checks`, against
-the env and model as :mod:`vimpc.scenario.specs` reads them), the resolved configuration
-written next to results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
+the env and model as :mod:`vimpc.scenario.specs` reads them), the typed, frozen records a
+scenario is read into (:class:`Scenario`, :mod:`vimpc.scenario.records`, one record class
+per table, generated from the declarations), the resolved configuration written next to
+results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
 (:func:`schema_markdown`).
 """
 

@@ -316,7 +316,8 @@ class ModelSettings(Record):
 
     def replace(self, **changes: Any) -> ModelSettings:
         """A copy with ``changes``: keys of :data:`MODEL_KEYS` or of the family's settings,
-        each checked against its declaration (another ``family`` starts from its table)."""
+        each checked against its declaration (with another ``family``, a setting that family
+        does not declare is refused)."""
         return ModelSettings.from_dict({**self.to_dict(), **changes})
 
     def to_dict(self) -> dict[str, Any]:
