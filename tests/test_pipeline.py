@@ -154,9 +154,12 @@ def test_workers_give_the_same_episodes_as_a_serial_run(fitted):
 
 
 def test_a_model_without_anything_to_fit_is_not_cached(tmp_path, monkeypatch):
-    monkeypatch.setenv("VIMPC_CACHE", str(tmp_path / "cache"))
     cfg = scenario.load_scenario(PENDULUM)
-    source = pipeline.obtain_model(cfg, pipeline.build_env(cfg))
+    # the env compiles its ground truth into the cache's compiled/ folder (when this process
+    # has not done so already): made first, so that the cache below sees obtain_model alone
+    env = pipeline.build_env(cfg)
+    monkeypatch.setenv("VIMPC_CACHE", str(tmp_path / "cache"))
+    source = pipeline.obtain_model(cfg, env)
     assert source.path is None and source.report is None
     assert not (tmp_path / "cache").exists()
 

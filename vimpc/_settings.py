@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vimpc._probability import Probability
 from vimpc.errors import ConfigError, VimpcError
 
 
@@ -64,7 +65,8 @@ class Rule:
 
 POSITIVE = Rule(lambda v: v > 0, adjective="positive")
 NONNEGATIVE = Rule(lambda v: v >= 0, adjective="non-negative")
-PROBABILITY = Rule(lambda v: 0.0 < v < 1.0, phrase="in (0, 1)")
+#: a ``delta``: the one rule of :class:`vimpc._probability.Probability`
+PROBABILITY = Rule(Probability.holds, phrase="in (0, 1)")
 #: The largest seed: numpy's legacy ``RandomState`` and many seeding APIs take seeds in
 #: ``[0, 2**32 - 1]`` (gymnasium refuses negative ones), and results store seeds as
 #: integers; a run's last seed (``seed + count - 1``) must stay within it too.

@@ -51,9 +51,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be a positive integer, got {args.workers}")
     cfg = scenario.load_scenario(find_scenario(args.scenario), args.set or [])
-    if cfg["data"]["fits"] != 1:
+    if cfg.data.fits != 1:
         raise ConfigError(
-            f"data.fits = {cfg['data']['fits']}: vimpc fit writes one model; vimpc run makes "
+            f"data.fits = {cfg.data.fits}: vimpc fit writes one model; vimpc run makes "
             "the fits (fit k collects with data.seed and data.heldout_seed + k * 10^7). Set "
             "data.fits = 1, with those seeds for fit k"
         )

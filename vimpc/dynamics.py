@@ -2,8 +2,9 @@
 
 Every model, analytic or learned, ends as a frozen record of CasADi functions.
 The controller, the metrics and the export see nothing else. This module imports
-nothing of vimpc but its exceptions; the ``.vimpc`` file format lives in
-:mod:`vimpc.model_file`.
+nothing of vimpc but its exceptions and the one type of a probability ``delta``
+(:class:`Probability`, from :mod:`vimpc._probability`); the ``.vimpc`` file format lives
+in :mod:`vimpc.model_file`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import casadi as ca
 import numpy as np
 
+from vimpc._probability import Probability as Probability
 from vimpc.errors import InputError
 
 #: The CasADi function fields of a DiscreteModel, in file order.
@@ -213,16 +215,7 @@ class BoundInfo:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        delta = self.delta
-        if (
-            isinstance(delta, bool)
-            or not isinstance(delta, (int, float, np.floating, np.integer))
-            or not 0.0 < float(delta) < 1.0
-        ):
-            raise InputError(
-                f"BoundInfo.delta must be a probability in (0, 1) (a float), got {delta!r}"
-            )
-        object.__setattr__(self, "delta", float(delta))
+        object.__setattr__(self, "delta", float(Probability(self.delta, "BoundInfo.delta")))
         if self.level not in BOUND_LEVELS:
             raise InputError(
                 f"BoundInfo.level must be one of {BOUND_LEVELS} (what the bound's probability "
@@ -430,13 +423,8 @@ class DiscreteModel:
                 f"delta={self.delta!r}"
             )
         if self.delta is not None:
-            if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)):
-                raise InputError(
-                    f"DiscreteModel.delta must be a number in (0, 1), got {self.delta!r}"
-                )
-            if not 0.0 < float(self.delta) < 1.0:
-                raise InputError(f"DiscreteModel.delta must be in (0, 1), got {self.delta!r}")
-            object.__setattr__(self, "delta", float(self.delta))
+            delta = Probability(self.delta, "DiscreteModel.delta")
+            object.__setattr__(self, "delta", float(delta))
             if self.delta != self.bound_info.delta:
                 raise InputError(
                     f"DiscreteModel.delta = {self.delta!r} differs from its bound record's "

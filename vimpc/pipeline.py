@@ -30,7 +30,12 @@ from vimpc.data import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import ConfigError, VimpcError
 from vimpc.scenario import build_family
+from vimpc.scenario.records import Scenario, as_scenario, as_table
 from vimpc.scenario.specs import closed_loop_calibration
+
+#: a scenario as the pipeline's functions take it: its record, or (for code that still holds
+#: one) the resolved configuration dict, made a record once at the function's entry
+ScenarioLike = Scenario | dict[str, Any]
 
 #: steps of the multi-step prediction error in the fit summary
 PREDICTION_STEPS = 20
@@ -39,18 +44,19 @@ PREDICTION_STEPS = 20
 # -- the env ----------------------------------------------------------------------------------
 
 
-def build_env(cfg: dict[str, Any], *, obs_noise: float | None = None):
+def build_env(cfg: ScenarioLike, *, obs_noise: float | None = None):
     """The scenario's environment (unwrapped, no time limit: episodes set the length)."""
     import gymnasium
     import vimpc_envs  # noqa: F401  (registers the environment ids)
 
-    kwargs = dict(cfg["env"]["kwargs"])
+    env = as_scenario(cfg).env
+    kwargs = env.kwargs.to_dict()  # the env's own arguments, as plain lists and dicts
     if obs_noise is not None:
         kwargs["obs_noise"] = obs_noise
     try:
-        return gymnasium.make(cfg["env"]["id"], dt=cfg["env"]["dt"], **kwargs).unwrapped
+        return gymnasium.make(env.id, dt=env.dt, **kwargs).unwrapped
     except TypeError as exc:
-        raise ConfigError(f"env.kwargs do not fit {cfg['env']['id']}: {exc}") from None
+        raise ConfigError(f"env.kwargs do not fit {env.id}: {exc}") from None
     except VimpcError as exc:
         raise ConfigError(f"env: {exc}") from None
 
@@ -58,53 +64,52 @@ def build_env(cfg: dict[str, Any], *, obs_noise: float | None = None):
 # -- data ---------------------------------------------------------------------------------------
 
 
-def collect(cfg: dict[str, Any], env, part: str, progress: bool = False) -> Dataset:
-    """Collect the ``"train"`` or ``"heldout"`` trajectories of ``cfg["data"]`` from ``env``'s
-    true system (a copy with ``data.obs_noise`` when that is set)."""
+def collect(cfg: ScenarioLike, env, part: str, progress: bool = False) -> Dataset:
+    """Collect the ``"train"`` or ``"heldout"`` trajectories of the scenario's ``data`` from
+    ``env``'s true system (a copy with ``data.obs_noise`` when that is set). ``cfg`` may
+    also be a mapping holding only a ``data`` table (absent keys take their defaults)."""
     from vimpc.data import halton, make_excitation, onto_constraints, rollout_env, uniform
 
-    d = cfg["data"]
-    n, seed = (
-        (d["trajectories"], d["seed"])
-        if part == "train"
-        else (d["heldout_trajectories"], d["heldout_seed"])
-    )
-    if d["obs_noise"] is not None:
-        env = build_env(cfg, obs_noise=d["obs_noise"])
-    options = dict(d["excitation_options"])
+    d = as_table(cfg, "data")
+    if part == "train":
+        n, seed = d.trajectories, d.seed
+    else:
+        n, seed = d.heldout_trajectories, d.heldout_seed
+    if d.obs_noise is not None:
+        env = build_env(cfg, obs_noise=d.obs_noise)
+    options = d.excitation_options.to_dict()
     limit = np.asarray(env.action_space.high, dtype=np.float64)
-    if d["excitation"] == "random_steps":
+    if d.excitation == "random_steps":
         options.setdefault("low", (-limit).tolist())
         options.setdefault("high", limit.tolist())
-    elif d["excitation"] == "chirp":
+    elif d.excitation == "chirp":
         options.setdefault("amplitude", limit.tolist())
     rng = np.random.default_rng(seed)
     inputs = np.stack(
         [
-            make_excitation(d["excitation"], d["steps"], env.true_system.nu, env.dt, rng, **options)
+            make_excitation(d.excitation, d.steps, env.true_system.nu, env.dt, rng, **options)
             for _ in range(n)
         ]
     )
     states = None
-    if d["initial_state"] == "uniform":
-        states = uniform(d["low"], d["high"], n, rng)
-    elif d["initial_state"] == "halton":
-        states = halton(d["low"], d["high"], n, seed=seed)
+    if d.initial_state == "uniform":
+        states = uniform(d.low, d.high, n, rng)
+    elif d.initial_state == "halton":
+        states = halton(d.low, d.high, n, seed=seed)
     if states is not None:
         states = onto_constraints(env.true_system, states)
     meta = {
         "part": part,
-        "excitation": {"kind": d["excitation"], **options},
-        "initial_state": d["initial_state"],
+        "excitation": {"kind": d.excitation, **options},
+        "initial_state": d.initial_state,
     }
     return rollout_env(
-        env, n, d["steps"], inputs, seed, metadata=meta, progress=progress, initial_states=states
+        env, n, d.steps, inputs, seed, metadata=meta, progress=progress, initial_states=states
     )
 
 
-def _dataset(cfg: dict[str, Any], env, part: str, progress: bool) -> Dataset:
-    key = "path" if part == "train" else "heldout_path"
-    path = cfg["data"][key]
+def _dataset(cfg: Scenario, env, part: str, progress: bool) -> Dataset:
+    path = cfg.data.path if part == "train" else cfg.data.heldout_path
     return Dataset.load(path) if path is not None else collect(cfg, env, part, progress)
 
 
@@ -210,23 +215,26 @@ def closed_loop_code_digest() -> str:
     return digest.hexdigest()
 
 
-def cache_key(cfg: dict[str, Any]) -> str:
+def cache_key(cfg: ScenarioLike) -> str:
     """Hash of everything a fit depends on: the env, the data settings (and the contents of
     data files), the model settings, the vimpc version and :data:`FIT_GENERATION`; for a
     bound calibrated in closed loop, the controller's settings and code too."""
-    data = dict(cfg["data"])
+    s = as_scenario(cfg)
+    # the payload is of the plain resolved tables, so keys made before the records stay
+    data = s.data.to_dict()
     # one fit's data and model do not depend on how many fits a run makes, nor on the
     # plants its episodes draw: a fit cached before these keys existed stays valid
     data.pop("fits", None)
-    env = {k: v for k, v in cfg["env"].items() if k != "plant"}
+    env = s.env.to_dict()
+    env.pop("plant")
     extra = {}
     if closed_loop_calibration(data):
         # the bound is calibrated on the controller's own episodes: they depend on it, on
         # the episodes' length and on the plants they draw
-        env["plant"] = cfg["env"]["plant"]
+        env["plant"] = s.env.plant
         extra = {
-            "controller": cfg["controller"],
-            "episode_steps": cfg["episodes"]["steps"],
+            "controller": s.controller.to_dict(),
+            "episode_steps": s.episodes.steps,
             # and on the controller's and the closed loop's code: a bound calibrated by
             # another version of them is not this controller's
             "closed_loop_code": closed_loop_code_digest(),
@@ -243,17 +251,17 @@ def cache_key(cfg: dict[str, Any]) -> str:
         "generation": FIT_GENERATION,
         "env": env,
         "data": data,
-        "model": cfg["model"],
+        "model": s.model.to_dict(),
         **extra,
     }
-    if cfg["model"]["family"] in FAMILY_GENERATION:
-        payload["family_generation"] = FAMILY_GENERATION[cfg["model"]["family"]]
+    if s.model.family in FAMILY_GENERATION:
+        payload["family_generation"] = FAMILY_GENERATION[s.model.family]
     text = json.dumps(payload, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def obtain_model(
-    cfg: dict[str, Any],
+    cfg: ScenarioLike,
     env,
     *,
     refit: bool = False,
@@ -266,20 +274,21 @@ def obtain_model(
     closed-loop calibration episodes (``data.calibration = "closed_loop"``)."""
     from vimpc.model_file import load, save
 
-    mcfg = cfg["model"]
-    if mcfg["path"] is not None:
-        return ModelSource(load(mcfg["path"]), Path(mcfg["path"]))
-    closed_loop = closed_loop_calibration(cfg["data"])
+    cfg = as_scenario(cfg)
+    model_cfg = cfg.model
+    if model_cfg.path is not None:
+        return ModelSource(load(model_cfg.path), Path(model_cfg.path))
+    closed_loop = closed_loop_calibration(cfg.data)
     if closed_loop:  # first a per-step bound on the held-out data, for the controller
-        level = {k: mcfg[k] for k in ("bound_level", "bound_horizon")}
-        model_cfg = {**mcfg, "bound_level": "step", "bound_horizon": 0}
-        family = build_family({**cfg, "model": model_cfg}, env.nominal_system)
+        level = {"bound_level": model_cfg.bound_level, "bound_horizon": model_cfg.bound_horizon}
+        step_level = model_cfg.replace(bound_level="step", bound_horizon=0)
+        family = build_family(cfg.replace(model=step_level), env.nominal_system)
     else:
         family = build_family(cfg, env.nominal_system)
     if not family.needs_fit():
         return ModelSource(family.discrete_model(), None)
     key = cache_key(cfg)
-    target = cache_dir() / f"{cfg['scenario']['name']}-{key}.vimpc"
+    target = cache_dir() / f"{cfg.scenario.name}-{key}.vimpc"
     if target.exists() and not refit:
         try:
             model = load(target)
@@ -300,7 +309,7 @@ def obtain_model(
                 cfg, family, train, level, workers=workers, progress=progress, log=log
             )
     except VimpcError as exc:
-        raise ConfigError(f"fitting model.family = {mcfg['family']!r}: {exc}") from exc
+        raise ConfigError(f"fitting model.family = {model_cfg.family!r}: {exc}") from exc
     model = family.discrete_model()
     report = fit_report(model, train, calibration, validation, family.fit_time_)
     report["calibration"] = "closed_loop" if closed_loop else "heldout"
@@ -314,7 +323,7 @@ def obtain_model(
 
 
 def calibrate_closed_loop(
-    cfg: dict[str, Any],
+    cfg: ScenarioLike,
     family,
     train: Dataset,
     level: dict[str, Any],
@@ -341,13 +350,14 @@ def calibrate_closed_loop(
 
     from vimpc.model_file import save
 
-    d = cfg["data"]
-    seeds = list(range(d["calibration_seed"], d["calibration_seed"] + d["calibration_episodes"]))
+    cfg = as_scenario(cfg)
+    d = cfg.data
+    seeds = list(range(d.calibration_seed, d.calibration_seed + d.calibration_episodes))
     workers = min(workers, len(seeds))
     processes = "in this process" if workers <= 1 else f"in {workers} worker processes"
     log(
         f"calibrating the bound on {len(seeds)} closed-loop episodes of "
-        f"{cfg['episodes']['steps']} steps (seeds {seeds[0]} to {seeds[-1]}) {processes}, the "
+        f"{cfg.episodes.steps} steps (seeds {seeds[0]} to {seeds[-1]}) {processes}, the "
         "controller's model bounded per step on held-out data"
     )
     folder = check_cache_writable()
@@ -355,7 +365,7 @@ def calibrate_closed_loop(
     os.close(fd)
     try:
         save(family.discrete_model(), name, overwrite=True)
-        total = len(seeds) * cfg["episodes"]["steps"]
+        total = len(seeds) * cfg.episodes.steps
         with tqdm(total=total, desc="calibration episodes", unit="step", disable=not progress) as b:
             results = run_episodes(
                 cfg, name, seeds, workers=workers,
@@ -395,17 +405,18 @@ def data_box(*datasets: Dataset) -> dict[str, Any]:
     }
 
 
-def fit_config(cfg: dict[str, Any], k: int) -> dict[str, Any]:
-    """The configuration of fit ``k`` of ``data.fits``: its own data seeds
+def fit_config(cfg: ScenarioLike, k: int) -> Scenario:
+    """The scenario of fit ``k`` of ``data.fits``: its own data seeds
     (:func:`vimpc.scenario.specs.fit_seeds`) and one fit, so fit 0 is the scenario's single
     fit (the same cache entry)."""
     from vimpc.scenario.specs import fit_seeds
 
-    return {**cfg, "data": {**cfg["data"], **fit_seeds(cfg["data"], k), "fits": 1}}
+    cfg = as_scenario(cfg)
+    return cfg.replace(data={**fit_seeds(cfg.data, k), "fits": 1})
 
 
 def obtain_models(
-    cfg: dict[str, Any],
+    cfg: ScenarioLike,
     env,
     *,
     refit: bool = False,
@@ -414,13 +425,14 @@ def obtain_models(
 ) -> list[ModelSource]:
     """The scenario's ``data.fits`` models (:func:`obtain_model` of each
     :func:`fit_config`), in fit order."""
+    cfg = as_scenario(cfg)
     out = []
-    for k in range(cfg["data"].get("fits", 1)):
+    for k in range(cfg.data.fits):
         out.append(obtain_model(fit_config(cfg, k), env, refit=refit, progress=progress, log=log))
     return out
 
 
-def build_model(cfg: dict[str, Any], env) -> DiscreteModel:
+def build_model(cfg: ScenarioLike, env) -> DiscreteModel:
     """The scenario's model (see :func:`obtain_model`), without the messages."""
     return obtain_model(cfg, env, log=lambda _: None).model
 
@@ -573,24 +585,25 @@ def _tube_options(ccfg: dict[str, Any]) -> dict[str, Any]:
 TUBE_KEYS = ("tube", "tube_memory", "tube_Q", "tube_R", "tube_errors")
 
 
-def success_test(cfg: dict[str, Any]):
+def success_test(cfg: ScenarioLike):
     """The scenario's success criterion on a trajectory, or None: every entry of
     ``metrics.success_index`` within its tolerance of its target (or of the controller's
     reference) at every step of the last ``success_window`` seconds, angles wrapped where
-    ``success_periodic`` says so."""
-    m = cfg["metrics"]
-    if m["success_index"] is None:
+    ``success_periodic`` says so. ``cfg`` may also be a mapping holding only a ``metrics``
+    table."""
+    m = as_table(cfg, "metrics")
+    if m.success_index is None:
         return None
-    index = np.atleast_1d(np.asarray(m["success_index"], dtype=int))
+    index = np.atleast_1d(np.asarray(m.success_index, dtype=int))
 
     def per_entry(value: Any, dtype: type) -> np.ndarray:  # one value for all, or one per entry
         return np.broadcast_to(np.asarray(value, dtype=dtype), index.shape)
 
-    tol = per_entry(m["success_tolerance"], np.float64)
-    periodic = per_entry(m["success_periodic"], bool)
-    against_reference = m["success_against_reference"]
-    target = None if against_reference else per_entry(m["success_target"], np.float64)
-    window = m["success_window"]
+    tol = per_entry(m.success_tolerance, np.float64)
+    periodic = per_entry(m.success_periodic, bool)
+    against_reference = m.success_against_reference
+    target = None if against_reference else per_entry(m.success_target, np.float64)
+    window = m.success_window
 
     def success(traj) -> bool:
         recent = traj.t >= traj.t[-1] - window
@@ -616,9 +629,9 @@ class EpisodeRunner:
     """
 
     def __init__(
-        self, cfg: dict[str, Any], model_path: str | Path | None | Sequence[str | None]
+        self, cfg: ScenarioLike, model_path: str | Path | None | Sequence[str | None]
     ) -> None:
-        self.cfg = cfg
+        self.cfg = cfg = as_scenario(cfg)
         if isinstance(model_path, (list, tuple)):
             self._paths = [None if p is None else str(p) for p in model_path]
         else:
@@ -653,16 +666,13 @@ class EpisodeRunner:
         from vimpc.scenario.specs import plant_seed
 
         model, controller = self.fit(fit)
-        if self.cfg["env"].get("plant", "fixed") == "per_episode":
-            self.env.set_plant(plant_seed(self.cfg["env"]["kwargs"].get("param_seed", 0), seed))
-        cost = self.cfg["controller"]["cost"]
-        traj = run_episode(
-            self.env, controller, self.cfg["episodes"]["steps"], seed, on_step=on_step
-        )
+        if self.cfg.env.plant == "per_episode":
+            self.env.set_plant(plant_seed(self.cfg.env.kwargs.get("param_seed", 0), seed))
+        traj = run_episode(self.env, controller, self.cfg.episodes.steps, seed, on_step=on_step)
         metrics = episode_metrics(
             traj,
             success=self.success,
-            periodic=tuple(cost["periodic"]),
+            periodic=tuple(self.cfg.controller.cost.periodic),
             tracked=np.flatnonzero(np.diag(controller.cost.Q)).tolist(),
             model=model,
             safety=controller.safety_function,

@@ -85,13 +85,15 @@ def tracking_rmse(
 def run_tracking(cfg, env, trajectories) -> list[tuple[str, str, float]]:
     """:func:`tracking_rmse` of a run: the entries the scenario's cost weighs (``Q``), its
     ``periodic`` angles, the env's names and units."""
-    cost = cfg["controller"]["cost"]
+    from vimpc.scenario.records import as_scenario
+
+    cost = as_scenario(cfg).controller.cost
     return tracking_rmse(
         trajectories,
         list(env.obs_names),
         env.nominal_system.state_units,
-        periodic=tuple(cost["periodic"]),
-        tracked=np.flatnonzero(np.asarray(cost["Q"], dtype=np.float64)).tolist(),
+        periodic=tuple(cost.periodic),
+        tracked=np.flatnonzero(np.asarray(cost.Q, dtype=np.float64)).tolist(),
     )
 
 
@@ -119,16 +121,19 @@ def _tracking_rows(summary: dict[str, Any], tracking) -> list[tuple[str, str]]:
     ]
 
 
-def success_window_note(cfg: dict[str, Any]) -> str | None:
+def success_window_note(cfg) -> str | None:
     """Why the success rate means something else than it says, or None: a success window
     as long as the episode reaches back to its start state, which would have to be at the
     target too."""
-    metrics = cfg["metrics"]
-    length = cfg["episodes"]["steps"] * cfg["env"]["dt"]
-    if metrics["success_index"] is None or metrics["success_window"] < length:
+    from vimpc.scenario.records import as_scenario
+
+    s = as_scenario(cfg)
+    metrics = s.metrics
+    length = s.episodes.steps * s.env.dt
+    if metrics.success_index is None or metrics.success_window < length:
         return None
     return (
-        f"metrics.success_window = {metrics['success_window']:g} s is not shorter than the "
+        f"metrics.success_window = {metrics.success_window:g} s is not shorter than the "
         f"episode ({length:g} s): the test covers every step from the start state, so the "
         "success rate says whether an episode was within tolerance throughout, not whether "
         "it got there"
@@ -418,14 +423,16 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
     from vimpc.plotting import mechanism as plot_mechanism
     from vimpc.plotting import safety as plot_safety
     from vimpc.plotting import series as plot_series
+    from vimpc.scenario.records import as_scenario
 
+    cfg = as_scenario(cfg)
     env = runner.env
     system = env.nominal_system
     names = list(env.obs_names)
     units = system.state_units
     ctl = runner.controller
     cons = ctl.constraints
-    title = cfg["scenario"]["name"]
+    title = cfg.scenario.name
     true_min, true_max, true_circles = _true_limits(env.safety_limits, len(names))
     out = {
         "states_inputs": plot_series.states_inputs_figure(
@@ -440,7 +447,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
             obs_max=cons.obs_max,
             true_min=true_min,
             true_max=true_max,
-            periodic=tuple(cfg["controller"]["cost"]["periodic"]),
+            periodic=tuple(cfg.controller.cost.periodic),
             tracked=np.flatnonzero(np.diag(ctl.cost.Q)).tolist(),
             title=title,
         ),
@@ -460,9 +467,7 @@ def run_figure_set(cfg, runner, trajectories) -> dict[str, Any]:
         "mechanism": plot_mechanism.mechanism_figure(
             trajectories,
             system,
-            plan_circles=[
-                (c["center"], c["radius"]) for c in cfg["controller"]["constraints"]["circles"]
-            ],
+            plan_circles=[(c.center, c.radius) for c in cfg.controller.constraints.circles],
             true_circles=[(center, radius) for center, radius, _ in true_circles],
             **_rail(system, true_min, true_max, cons.obs_min, cons.obs_max),
             marker_name=_marker_name(system),
@@ -503,7 +508,9 @@ def run_figures(
     ``coverage_fit<k>`` (each fit's episodes against its own bound) instead of ``coverage``."""
     from vimpc.plotting.data_region import outside_data_figure
     from vimpc.plotting.style import save
+    from vimpc.scenario.records import as_scenario
 
+    cfg = as_scenario(cfg)
     figures = run_figure_set(cfg, runner, trajectories)
     fits = sorted({int(m.get("fit", 0)) for m in per_episode or []})
     if len(fits) > 1 and "coverage" in figures:
@@ -515,7 +522,7 @@ def run_figures(
             per_episode,
             seeds=seeds,
             holds_only_on=holds_only_on,
-            title=cfg["scenario"]["name"],
+            title=cfg.scenario.name,
         )
         if fig is not None:
             figures["outside_data"] = fig
@@ -536,7 +543,7 @@ def _coverage_per_fit(cfg, runner, trajectories, per_episode, fits) -> dict[str,
             model,
             list(model.state_names),
             [unit_of.get(name, "") for name in model.state_names],
-            title=f"{cfg['scenario']['name']}, fit {k}",
+            title=f"{cfg.scenario.name}, fit {k}",
         )
     return out
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import casadi as ca
 import numpy as np
 
+from vimpc._probability import Probability
 from vimpc.errors import InputError
 
 
@@ -359,8 +360,7 @@ def uniform_error_bound(
         InputError: ``delta`` outside (0, 1); an empty or inverted box; a non-finite
             Lipschitz constant.
     """
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise InputError(f"delta must be a probability in (0, 1), got {delta!r}")
+    Probability(delta, "delta")
     low = np.asarray(low, dtype=np.float64).reshape(-1)
     high = np.asarray(high, dtype=np.float64).reshape(-1)
     hp = post.hp

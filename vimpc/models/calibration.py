@@ -81,6 +81,7 @@ from typing import Any
 import casadi as ca
 import numpy as np
 
+from vimpc._probability import Probability
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import BOUND_CALIBRATED_ON, BoundInfo, DiscreteModel
 from vimpc.errors import InputError
@@ -152,12 +153,7 @@ class Bound:
             raise InputError(
                 f"Bound.function must be a casadi.Function (x, u, p) -> e, got {self.function!r}"
             )
-        if (
-            isinstance(self.delta, bool)
-            or not isinstance(self.delta, (int, float))
-            or not 0.0 < self.delta < 1.0
-        ):
-            raise InputError(f"Bound.delta must be a probability in (0, 1), got {self.delta!r}")
+        Probability(self.delta, "Bound.delta")
         if self.obtained not in OBTAINED:
             raise InputError(f"Bound.obtained must be one of {OBTAINED}, got {self.obtained!r}")
         if self.calibrated_on is None:
@@ -527,8 +523,7 @@ def conformal_rank(n: int, delta: float) -> int:
 
 
 def _check_delta(delta: Any) -> None:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise InputError(f"delta must be a probability in (0, 1), got {delta!r}")
+    Probability(delta, "delta")
 
 
 def calibrate(

@@ -5,14 +5,18 @@ tables (its ``[controller]`` table is the controller's own declaration,
 :data:`vimpc.mpc.options.SETTINGS`), :data:`MODEL_KEYS` plus the chosen model family's own declaration
 (:meth:`vimpc.models.ModelFamily.all_settings`) for ``[model]``. From it follow the
 reading (:mod:`vimpc.scenario.load`) and the checks (:mod:`vimpc.scenario.checks`, against
-the env and model as :mod:`vimpc.scenario.specs` reads them), the resolved configuration
-written next to results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
+the env and model as :mod:`vimpc.scenario.specs` reads them), the typed, frozen records a
+scenario is read into (:class:`Scenario`, :mod:`vimpc.scenario.records`, one record class
+per table, generated from the declarations), the resolved configuration written next to
+results (:func:`dump_toml`) and the tables of ``scenarios/README.md``
 (:func:`schema_markdown`).
 """
 
 from vimpc.scenario.load import load_scenario as load_scenario
 from vimpc.scenario.load import parse_override as parse_override
 from vimpc.scenario.load import read_toml as read_toml
+from vimpc.scenario.records import Scenario as Scenario
+from vimpc.scenario.records import as_scenario as as_scenario
 from vimpc.scenario.schema import CIRCLE_KEYS as CIRCLE_KEYS
 from vimpc.scenario.schema import MODEL_KEYS as MODEL_KEYS
 from vimpc.scenario.schema import SCHEMA as SCHEMA
@@ -28,6 +32,8 @@ __all__ = [
     "SCHEMA",
     "EnvSpec",
     "ModelSpec",
+    "Scenario",
+    "as_scenario",
     "build_family",
     "dump_toml",
     "load_scenario",

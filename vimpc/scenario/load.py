@@ -12,6 +12,7 @@ from typing import Any
 from vimpc._settings import resolve, unknown_key
 from vimpc.errors import ConfigError
 from vimpc.scenario.checks import _check_name, check
+from vimpc.scenario.records import Scenario
 from vimpc.scenario.schema import MODEL_KEYS, SCHEMA, TABLE_ORDER
 
 
@@ -51,10 +52,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path} cannot be read: {exc}") from None
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     """Read, override (``key.sub=value`` strings) and validate a scenario file completely.
 
-    Returns the resolved configuration: every key with its value, defaults filled in.
+    Returns the resolved configuration as a :class:`~vimpc.scenario.records.Scenario`:
+    every key with its value, defaults filled in (``to_dict()``: as a plain dict).
     A setting that cannot act in the configuration is refused by name (``Setting.acts``,
     one rule for every table), except a setting of the file that an override turned off:
     an override of ``controller.solver`` drops the file's options that only other solvers
@@ -62,6 +64,12 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
     ...), and ``controller.tightening = "none"`` the tube's; such a setting given by an
     override itself is still refused.
     """
+    return Scenario.from_dict(resolved_dict(path, overrides))
+
+
+def resolved_dict(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
+    """The resolved and checked configuration of :func:`load_scenario` as the plain dict
+    the records are made from (the TOML document read, overridden, resolved and checked)."""
     if isinstance(overrides, str) or not all(isinstance(o, str) for o in overrides):
         raise ConfigError(
             f"overrides must be a list of 'key.sub=value' strings, got {overrides!r:.80}"

@@ -400,8 +400,11 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
 
 
-def dump_toml(cfg: dict[str, Any]) -> str:
-    """A TOML text of a resolved configuration (tables, scalars, arrays; ``None`` omitted)."""
+def dump_toml(cfg: Any) -> str:
+    """A TOML text of a resolved configuration, a :class:`~vimpc.scenario.records.Scenario`
+    or its dict (tables, scalars, arrays; ``None`` omitted)."""
+    if not isinstance(cfg, dict):  # a Scenario record (records.py builds on this module)
+        cfg = cfg.to_dict()
     value = toml_value
     lines: list[str] = []
     for name in TABLE_ORDER:

@@ -563,7 +563,7 @@ class ModelFamilyContract(DiscreteModelContract):
         assert list(given) == list(declared), (
             f"get_settings() keys {list(given)} differ from the declaration {list(declared)}"
         )
-        resolved = {k: cfg["model"][k] for k in declared}
+        resolved = cfg.model.settings.to_dict()  # the family's own settings, plain
         assert resolved == given, f"the scenario resolved to {resolved}, the family has {given}"
         built = build_family(cfg, EnvSpec(cfg).nominal)
         assert type(built) is cls and built.get_settings() == given, (
