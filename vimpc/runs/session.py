@@ -137,7 +137,7 @@ def run_session(
 
 
 def _run(cfg, backend, options, started, final_dir, stage_dir, manifest, session, lock) -> int:
-    """The body of ``vimpc run``: every finished episode is kept in ``stage_dir`` as it
+    """The session's work: every finished episode is kept in ``stage_dir`` as it
     ends; the folder is renamed to ``final_dir`` once complete. Returns the exit code."""
     from tqdm import tqdm
 
