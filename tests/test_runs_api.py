@@ -92,6 +92,8 @@ def test_run_sweep_gives_the_summary_of_vimpc_sweep(tmp_path):
         ({"backend": "dask"}, "--backend must be one of local, ray, got 'dask'"),
         ({"address": "auto"}, "--address 'auto' applies to --backend ray only"),
         ({"resume": "x", "refit": True}, "--refit cannot be combined with --resume"),
+        ({"workers": "2"}, "--workers must be a positive integer, got '2'"),
+        ({"overrides": "episodes.count=2"}, "overrides must be a list of KEY.SUB=VALUE strings"),
     ],
 )
 @pytest.mark.parametrize("call", ["run_scenario", "run_sweep"])

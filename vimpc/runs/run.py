@@ -71,7 +71,12 @@ def run_scenario(
 
     started = time.perf_counter()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"--workers must be a positive integer, got {workers}")
+        raise ConfigError(f"--workers must be a positive integer, got {workers!r}")
+    if isinstance(overrides, str):
+        raise ConfigError(
+            f"overrides must be a list of KEY.SUB=VALUE strings, got the string {overrides!r}; "
+            f"write [{overrides!r}]"
+        )
     chosen = backend_for(backend, address)
     options = Options(workers=workers, refit=refit, plots=plots, progress=progress)
     overrides = list(overrides)
