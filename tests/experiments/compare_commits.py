@@ -259,7 +259,12 @@ def compare_arrays(
         elif not np.array_equal(a, b):
             k = np.unravel_index(int(np.argmax(a != b)), a.shape)
             rel = relative(float(a[k]), float(b[k])) if a.dtype.kind in "iub" else math.inf
-            cmp._differ(f"{where}{list(k)}", a[k].item(), b[k].item(), rel)
+            cmp._differ(_at(where, k), a[k].item(), b[k].item(), rel)
+
+
+def _at(where: str, index: tuple) -> str:
+    """``states[2, 1]`` (a 0-d array: its name alone)."""
+    return f"{where}[{', '.join(str(int(i)) for i in index)}]" if index else where
 
 
 def _float_arrays(a: np.ndarray, b: np.ndarray, cmp: Comparison, where: str) -> None:
@@ -272,12 +277,12 @@ def _float_arrays(a: np.ndarray, b: np.ndarray, cmp: Comparison, where: str) -> 
     ok = equal | (np.isfinite(a) & np.isfinite(b) & within)
     rel = np.where(np.isnan(rel), np.inf, rel)  # NaN against a number, inf against another
     k = np.unravel_index(int(np.argmax(rel)), a.shape)
-    at = f"{where}{list(k)}"
+    at = _at(where, k)
     if ok.all():
         cmp._seen(float(rel[k]), at)
         return
     bad = np.unravel_index(int(np.argmax(np.where(ok, -1.0, rel))), a.shape)
-    cmp._differ(f"{where}{list(bad)}", float(a[bad]), float(b[bad]), float(rel[bad]))
+    cmp._differ(_at(where, bad), float(a[bad]), float(b[bad]), float(rel[bad]))
 
 
 def _metrics(folder: Path) -> dict[str, Any]:
