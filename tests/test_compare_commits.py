@@ -104,6 +104,7 @@ def test_a_float_off_by_1e_4_is_different_and_named(compare, pair, where):
     assert not cmp.same
     assert [d.where for d in cmp.differences] == [expected]
     assert cmp.largest_where == expected and cmp.largest == pytest.approx(1e-4, rel=1e-3)
+    assert cmp.differences[0].count == 1  # of the array's entries, one differs
     assert compare.compare_runs(base, head, rtol=1e-3).same  # a looser tolerance takes it
 
 

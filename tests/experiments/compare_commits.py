@@ -105,12 +105,15 @@ SEED_MAX = 2**32 - 1
 @dataclass(frozen=True)
 class Difference:
     """One figure that differs: where, its two values and their relative difference (inf:
-    not numbers, or one missing)."""
+    not numbers, or one missing); for an array, its entry that differs most and ``count``,
+    how many of its ``size`` entries differ."""
 
     where: str
     base: Any
     head: Any
     rel: float
+    count: int = 1
+    size: int = 1
 
 
 @dataclass
@@ -140,8 +143,10 @@ class Comparison:
         if rel > self.largest:
             self.largest, self.largest_where = rel, where
 
-    def _differ(self, where: str, base: Any, head: Any, rel: float = math.inf) -> None:
-        self.differences.append(Difference(where, base, head, rel))
+    def _differ(
+        self, where: str, base: Any, head: Any, rel: float = math.inf, count: int = 1, size: int = 1
+    ) -> None:
+        self.differences.append(Difference(where, base, head, rel, count, size))
         self._seen(rel, where)
 
 
@@ -259,7 +264,8 @@ def compare_arrays(
         elif not np.array_equal(a, b):
             k = np.unravel_index(int(np.argmax(a != b)), a.shape)
             rel = relative(float(a[k]), float(b[k])) if a.dtype.kind in "iub" else math.inf
-            cmp._differ(_at(where, k), a[k].item(), b[k].item(), rel)
+            count = int(np.count_nonzero(a != b))
+            cmp._differ(_at(where, k), a[k].item(), b[k].item(), rel, count, a.size)
 
 
 def _at(where: str, index: tuple) -> str:
@@ -282,7 +288,8 @@ def _float_arrays(a: np.ndarray, b: np.ndarray, cmp: Comparison, where: str) -> 
         cmp._seen(float(rel[k]), at)
         return
     bad = np.unravel_index(int(np.argmax(np.where(ok, -1.0, rel))), a.shape)
-    cmp._differ(_at(where, bad), float(a[bad]), float(b[bad]), float(rel[bad]))
+    count = int(np.count_nonzero(~ok))
+    cmp._differ(_at(where, bad), float(a[bad]), float(b[bad]), float(rel[bad]), count, a.size)
 
 
 def _metrics(folder: Path) -> dict[str, Any]:
@@ -689,6 +696,7 @@ def write_report(
                 lines.append(
                     f"- `{d.where}`: BASE {_value(d.base)}, HEAD {_value(d.head)} "
                     f"(relative difference {_rel(d.rel)})"
+                    + (f"; {d.count} of its {d.size} entries differ" if d.size > 1 else "")
                 )
             lines.append("")
     lines += skipped_text(comparisons)
@@ -750,7 +758,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"{row['verdict']}: {told} (BASE {row['base_s']} s, HEAD {row['head_s']} s)")
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {len(rows)} of {len(names)} scenarios compared", file=sys.stderr)
+        print(
+            f"\ninterrupted: {len(rows)} of {len(names)} scenarios compared (the runs, an "
+            f"unfinished one among them, are in {runs})",
+            file=sys.stderr,
+        )
         return 130
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
