@@ -197,7 +197,7 @@ def test_an_interrupt_an_extension_turned_into_an_import_error_ends_in_one_line(
         import signal, sys
         class Extension:
             def find_spec(self, name, path, target=None):
-                if name == "vimpc_envs":
+                if name == "vimpc.model_file":
                     try:
                         signal.raise_signal(signal.SIGINT)
                     except KeyboardInterrupt as exc:
