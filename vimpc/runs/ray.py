@@ -583,16 +583,16 @@ def fit_sweep(
         if manifest is None or manifest.get("model") is not None:
             continue
         cfg = scenario.load_scenario(run_stage / store.CONFIG)
-        for k in range(cfg["data"]["fits"]):
+        for k in range(cfg.data.fits):
             fit_cfg = pipeline.fit_config(cfg, k)
-            files = (fit_cfg["model"]["path"], fit_cfg["data"]["path"])
-            if any(f is not None for f in files) or fit_cfg["data"]["heldout_path"] is not None:
+            files = (fit_cfg.model.path, fit_cfg.data.path)
+            if any(f is not None for f in files) or fit_cfg.data.heldout_path is not None:
                 continue
             env = pipeline.build_env(fit_cfg)
             if not pipeline.build_family(fit_cfg, env.nominal_system).needs_fit():
                 continue
             key = pipeline.cache_key(fit_cfg)
-            target = pipeline.cache_dir() / f"{fit_cfg['scenario']['name']}-{key}.vimpc"
+            target = pipeline.cache_dir() / f"{fit_cfg.scenario.name}-{key}.vimpc"
             if target.exists() and not refit:
                 continue
             wanted.setdefault(str(target), (fit_cfg, key))

@@ -90,7 +90,7 @@ def run_scenario(
     cfg = scenarios.load_scenario(find_scenario(scenario), overrides)
     root = Path(store.DEFAULT_OUT if out is None else out)
     store.usable_folder(root, "--out")
-    name = cfg["scenario"]["name"]
+    name = cfg.scenario.name
     store.mention_unfinished(root, name, cfg)
     with chosen.connected(workers):
         final_dir, stage_dir = store.reserve_run_dir(root, name)

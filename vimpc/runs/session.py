@@ -37,7 +37,7 @@ def obtain_model(cfg, env, *, refit: bool, progress: bool, workers: int, log):
     its fit summary is logged when it was fitted now."""
     from vimpc import _processes, pipeline, report
 
-    workers, _ = _processes.worker_count(workers, cfg["data"]["calibration_episodes"])
+    workers, _ = _processes.worker_count(workers, cfg.data.calibration_episodes)
     source = pipeline.obtain_model(
         cfg, env, refit=refit, progress=progress, log=log, workers=workers
     )
@@ -60,8 +60,8 @@ def model_record(source, fit_cfg) -> dict:
         "reused_cached_fit": source.reused,
         "fit": source.report,
         "delta": source.model.delta,
-        "data_seed": fit_cfg["data"]["seed"],
-        "heldout_seed": fit_cfg["data"]["heldout_seed"],
+        "data_seed": fit_cfg.data.seed,
+        "heldout_seed": fit_cfg.data.heldout_seed,
         "data_box": info.get("data_box"),
         "bound": None if bound is None else bound.as_dict(),
         "bound_holds_only_on": report.bound_holds_only_on(bound),
@@ -73,14 +73,14 @@ def obtain_models(cfg, env, options: Options, log) -> list[dict]:
     printed) as :func:`obtain_model` does."""
     from vimpc import pipeline
 
-    fits = cfg["data"]["fits"]
+    fits = cfg.data.fits
     out = []
     for k in range(fits):
         fit_cfg = pipeline.fit_config(cfg, k)
         if fits > 1:
             log(
-                f"fit {k} of {fits} (data.seed = {fit_cfg['data']['seed']}, "
-                f"data.heldout_seed = {fit_cfg['data']['heldout_seed']}):"
+                f"fit {k} of {fits} (data.seed = {fit_cfg.data.seed}, "
+                f"data.heldout_seed = {fit_cfg.data.heldout_seed}):"
             )
         source = obtain_model(
             fit_cfg,
@@ -144,8 +144,8 @@ def _run(cfg, backend, options, started, final_dir, stage_dir, manifest, session
     from vimpc import pipeline, report
     from vimpc.closedloop import summarize
 
-    name = cfg["scenario"]["name"]
-    print(f"vimpc run {name}: {cfg['scenario']['description']}".rstrip(": "))
+    name = cfg.scenario.name
+    print(f"vimpc run {name}: {cfg.scenario.description}".rstrip(": "))
     env = pipeline.build_env(cfg)
     model_info = manifest["model"]
     if model_info is None:
@@ -158,7 +158,7 @@ def _run(cfg, backend, options, started, final_dir, stage_dir, manifest, session
     records = manifest.get("fits") or [model_info]
     # one model file per fit; episode k uses fit k mod data.fits
     path = [r["path"] for r in records] if len(records) > 1 else model_info["path"]
-    count, steps = manifest["episodes"], cfg["episodes"]["steps"]
+    count, steps = manifest["episodes"], cfg.episodes.steps
     seeds = manifest["seeds"]
     missing = sorted(set(range(count)) - set(store.finished(stage_dir, count)))
     workers, why = backend.worker_count(options.workers, len(missing))
@@ -257,7 +257,7 @@ def _run(cfg, backend, options, started, final_dir, stage_dir, manifest, session
     table = report.summary_table(
         summary,
         tracking=report.run_tracking(cfg, env, trajectories),
-        tube=cfg["controller"]["tightening"] == "tube",
+        tube=cfg.controller.tightening == "tube",
     )
     print(
         "\n".join(

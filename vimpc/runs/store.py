@@ -345,8 +345,8 @@ def usable_folder(path: Path, what: str) -> None:
 
 def episode_seeds(cfg) -> list[int]:
     """The reset seeds of a run's episodes."""
-    ep = cfg["episodes"]
-    return [ep["seed"] + k for k in range(ep["count"])]
+    ep = cfg.episodes
+    return [ep.seed + k for k in range(ep.count)]
 
 
 def vimpc_version() -> str:
@@ -381,10 +381,10 @@ def begin_run(stage: Path, cfg, scenario_file: str, overrides: Sequence[str]) ->
 
     text = scenario.dump_toml(cfg)
     write_atomic(stage / CONFIG, text)
-    count = cfg["episodes"]["count"]
+    count = cfg.episodes.count
     manifest = {
         "complete": False,
-        "scenario": cfg["scenario"]["name"],
+        "scenario": cfg.scenario.name,
         "config_sha256": text_digest(text),
         "scenario_file": scenario_file,
         "overrides": list(overrides),
@@ -436,7 +436,7 @@ def check_same_run(stage: Path, manifest: dict, cfg) -> None:
     """Refuse a resume whose remaining episodes would not match the finished ones: another
     scenario, other settings, another vimpc version, another model file."""
     there = manifest.get("scenario")
-    here = cfg["scenario"]["name"]
+    here = cfg.scenario.name
     if there != here:
         raise ConfigError(
             f"--resume: {str(stage)!r} is a run of scenario {there!r}, not {here!r}; give "
