@@ -125,11 +125,11 @@ def fit_case(name: str) -> dict[str, np.ndarray]:
     U = rng.uniform(-1.0, 1.0, (POINTS, model.nu))
     p = model.p_default
     X = np.stack([np.asarray(model.from_obs(o)).ravel() for o in O])
-    steps = np.stack([np.asarray(model.step(x, u, p)).ravel() for x, u in zip(X, U)])
+    steps = np.stack([np.asarray(model.step(x, u, p)).ravel() for x, u in zip(X, U, strict=True)])
     out = {"x": X, "u": U, "step": steps}
     if model.residual is not None:
         out["residual"] = np.stack([
-            np.asarray(model.residual(x, u, y, p)).ravel() for x, u, y in zip(X, U, X)
+            np.asarray(model.residual(x, u, y, p)).ravel() for x, u, y in zip(X, U, X, strict=True)
         ])  # fmt: skip
     out["info"] = np.array(_info_text(model.info))
     out["warnings"] = np.array(json.dumps([

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
+import _neural_reference as ref
 import numpy as np
 import pytest
-
-import _neural_reference as ref
 
 pytest.importorskip("torch")
 
