@@ -96,7 +96,6 @@ warned of (FitWarning).
 
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
@@ -114,7 +113,7 @@ from vimpc.mechanics.planar import MaximalCoordinates, PlanarBodies, Revolute
 from vimpc.mechanics.system import MechanicalSystem
 from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
-from vimpc.models.base import ModelFamily
+from vimpc.models._neural import NeuralFamily, rollout_windows
 
 #: Fewer training windows (chunks of ``chunk + 1`` snapshots) than this are refused.
 MIN_CHUNKS = 10
@@ -830,7 +829,7 @@ def _projection(system, rows, m: np.ndarray) -> ca.Function:
 # -- the families ----------------------------------------------------------------------------------
 
 
-class _ConstrainedNetwork(ModelFamily):
+class _ConstrainedNetwork(NeuralFamily):
     """What CLNN and CHNN share; ``formulation`` picks the rollouts' vector field."""
 
     settings = SETTINGS
@@ -838,8 +837,6 @@ class _ConstrainedNetwork(ModelFamily):
 
     def __init__(self, system, dt, **settings) -> None:
         super().__init__(system, dt, **settings)
-        if not self.hidden:
-            raise InputError("hidden must list at least one hidden layer width, got []")
         if self.damping == "learned" and self.export == "sx":
             raise InputError(
                 "damping = 'learned' is written into the MX export only; export = 'sx' builds "
@@ -892,24 +889,8 @@ class _ConstrainedNetwork(ModelFamily):
         return independent_rows(self.name, G, names, self.redundant, X.shape[:2])
 
     def _windows(self, X: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        N, T1 = X.shape[:2]
-        c = self.chunk
-        if T1 < c + 1:
-            raise InputError(
-                f"{self.name} trains on rollouts of chunk = {c} steps, which needs trajectories "
-                f"of at least chunk + 1 = {c + 1} snapshots; the data have {T1}: lower chunk "
-                "or collect longer trajectories"
-            )
-        starts = range(T1 - c)
-        Xw = np.stack([X[:, s : s + c + 1] for s in starts], 1).reshape(-1, c + 1, X.shape[2])
-        Uw = np.stack([U[:, s : s + c] for s in starts], 1).reshape(-1, c, U.shape[2])
-        if len(Xw) < MIN_CHUNKS:
-            raise InputError(
-                f"{self.name} needs at least MIN_CHUNKS = {MIN_CHUNKS} training windows of "
-                f"chunk + 1 = {c + 1} snapshots, but {N} trajectories of {T1} snapshots give "
-                f"{len(Xw)}: collect more or longer trajectories, or lower chunk"
-            )
-        targets = len(Xw) * c * X.shape[2]
+        Xw, Uw = rollout_windows(self.name, X, U, self.chunk, "chunk", ("MIN_CHUNKS", MIN_CHUNKS))
+        targets = len(Xw) * self.chunk * X.shape[2]
         params = nl.n_parameters(self.sizes)
         if targets < MIN_TARGETS_PER_PARAMETER * params:
             warnings.warn(
@@ -944,20 +925,13 @@ class _ConstrainedNetwork(ModelFamily):
             )
         U = np.asarray(data.inputs, dtype=np.float64)
         Xw, Uw = self._windows(X, U)
-        self.forced_ = bool(np.any(U != 0))
-        if not self.forced_:
-            warnings.warn(
-                f"{self.name}: the data have no inputs, so the learned Lagrangian's scale "
-                "(masses and potential together) is not identified: the exported model's "
-                "response to inputs is off by an unknown factor (collect data with known, "
-                "excited inputs for control)",
-                FitWarning,
-                stacklevel=3,
-            )
-        start = time.perf_counter()
-        with nl.torch_threads(self.threads):
-            self._train(X, Xw, Uw)
-        self.fit_train_time_ = time.perf_counter() - start
+        self._note_inputs(
+            U,
+            ", so the learned Lagrangian's scale (masses and potential together) is not "
+            "identified: the exported model's response to inputs is off by an unknown factor "
+            "(collect data with known, excited inputs for control)",
+        )
+        self._timed(self._train, X, Xw, Uw)
         self.windows_ = len(Xw)
         self._v = None
 
@@ -965,7 +939,6 @@ class _ConstrainedNetwork(ModelFamily):
         import torch
 
         from vimpc.models._torch_casadi import mlp
-        from vimpc.models._training import train
 
         n, h = self.layout.n, self.dt
         pos = X[:, :, :n].reshape(-1, n)
@@ -994,19 +967,11 @@ class _ConstrainedNetwork(ModelFamily):
         )
         Xt, Ut = torch.from_numpy(Xw), torch.from_numpy(Uw)
         loss_fn = self._rollout_loss(dyn, Xt, Ut, h)
-        batch = self.batch if 0 < self.batch < len(Xw) else None
         params = {**dict(net.named_parameters()), "log_mass": log_mass}
         if root is not None:
             params["damping_root"] = root
-        record = train(
-            lambda idx=None: loss_fn(slice(None) if idx is None else idx),
-            params, optimizer="adamw", lr=self.lr, weight_decay=self.weight_decay,
-            epochs=self.epochs, batch_size=batch, n_samples=len(Xw) if batch else None,
-            schedule="cosine", time_budget_s=self.time_budget or None, seed=self.seed,
-            progress=self.progress,
-        )  # fmt: skip
-        self.training_ = record
-        self.epochs_per_second_ = record.epochs / max(record.wall_time_s, 1e-12)
+        self._keep(self._train_loop(loss_fn, params, len(Xw), optimizer="adamw",
+                                    weight_decay=self.weight_decay))  # fmt: skip
         self.network_ = nl.fold(net, P_np, c_np, scale, self.activation)
         self.masses_ = np.exp(log_mass.detach().numpy()).copy()
         nf = self.layout.W.shape[0]
@@ -1198,10 +1163,7 @@ class _ConstrainedNetwork(ModelFamily):
             # viscous coefficients per joint rate added to the known friction (learned)
             "damping": self.damping,
             "learned_friction": self.damping_.tolist(),
-            "training_windows": self.windows_,
-            "final_loss": self.training_.loss[-1],
-            "epochs": self.training_.epochs,
-            "stopped": self.training_.stopped,
+            **self._rollout_info(),
             # data further off the constraints than this are refused
             "data_tolerance": self.data_tolerance,
             # the data's largest |Phi|, |G x'| and the largest move projecting them
