@@ -4,9 +4,9 @@ model's info and the fit's warnings. ``tests/test_neural_reference.py`` fits the
 and compares with ``tests/fixtures/neural_reference.npz``, so a change to the families'
 shared fitting code that moves one random draw, one weight or one exported number fails.
 
-The fixture was written by ``python tests/_neural_reference.py`` (vimpc 0.x, the commit
-before the neural families' fit scaffolding was shared); run it again only where a change
-means to alter what a fit exports, and say so.
+The fixture was written by ``python tests/_neural_reference.py`` on the code before the
+neural families' fit scaffolding was shared (vimpc/models/_neural.py), one torch thread;
+run it again only where a change means to alter what a fit exports, and say so.
 """
 
 from __future__ import annotations
