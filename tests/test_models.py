@@ -372,6 +372,16 @@ def test_registry():
         family("gp_iv")
 
 
+def test_every_registered_family_is_a_name_of_the_families_package():
+    # the package's lazy names come from the registry: a new family needs no line there
+    from vimpc.models import families
+
+    for name in FAMILIES:
+        cls = family(name)
+        assert getattr(families, cls.__name__) is cls
+        assert cls.__name__ in families.__all__
+
+
 def test_registry_refuses_a_misregistered_family(monkeypatch):
     monkeypatch.setitem(FAMILIES, "gp", "vimpc.models.families.nominal:NominalModel")
     with pytest.raises(TypeError, match="is not the ModelFamily named 'gp'"):

@@ -5,7 +5,8 @@ The layout: :mod:`~vimpc.models.base` (the abstract :class:`ModelFamily`),
 registered families, one module each), :mod:`~vimpc.models.calibration` (the one
 :class:`Bound` type and split conformal calibration), :mod:`~vimpc.models.evaluation` (a
 model against data); the shared maths in private modules (``_gp``, ``_kernel_lagrangian``,
-``_bea``, ``_features``, ``_integrated``, ``_torch_casadi``, ``_training``).
+``_bea``, ``_features``, ``_integrated``, ``_network_lagrangian``, ``_maximal``,
+``_torch_casadi``, ``_training``), and the neural families' fit written once (``_neural``).
 
 ``GPVIModel`` and ``LSIModel`` are imported on first use (see :mod:`vimpc.models.families`).
 """

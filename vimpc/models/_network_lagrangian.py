@@ -1,5 +1,6 @@
 """Shared maths of the neural Lagrangian families (:mod:`~vimpc.models.families.dlnn`,
-:mod:`~vimpc.models.families.lnn`): the settings they share, the network kept as numpy
+:mod:`~vimpc.models.families.lnn`): the settings they share (their family base,
+:class:`~vimpc.models._neural.NetworkFamily`, declares them), the network kept as numpy
 weights after training, input derivatives of a batch in torch, the checks made
 before training, and the exported model: the midpoint step written on MX with the
 network's gradient and Hessian in closed form (:func:`network_pass`, :func:`midpoint_model`).
@@ -25,7 +26,6 @@ import numpy as np
 from vimpc._settings import NONNEGATIVE, POSITIVE, SEED, Rule, Setting
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import FitWarning, InputError
-from vimpc.models.base import ModelFamily
 
 #: Fewer triples than this cannot train a network and keep any for the checks after it.
 MIN_TRIPLES = 10
@@ -82,32 +82,6 @@ NETWORK_SETTINGS: dict[str, Setting] = {
     "seed": Setting(int, 0, "seed of the initial weights and the sampling", rule=SEED),
     "progress": Setting(bool, False, "show a progress bar while training"),
 }  # fmt: skip
-
-
-class NetworkFamily(ModelFamily):
-    """What the network-Lagrangian families share: the network settings and their checks,
-    the exported fields, and the network's layer sizes (input ``2 nq``: ``(q_k, q_{k+1})``
-    for a discrete Lagrangian, ``(q, v)`` for a continuous one). ``samples`` names what the
-    family trains on, for messages."""
-
-    settings = dict(NETWORK_SETTINGS)
-    samples = "samples"
-
-    def __init__(self, system, dt, **settings) -> None:
-        super().__init__(system, dt, **settings)
-        if not self.hidden:
-            raise InputError("hidden must list at least one hidden layer width, got []")
-        if self.patience and not self.validation:
-            raise InputError(
-                f"patience = {self.patience} needs held-out {self.samples}: set validation > 0"
-            )
-
-    def _provides(self) -> set[str]:
-        return {"residual", "energy"}
-
-    @property
-    def sizes(self) -> list[int]:
-        return [2 * self.system.nq, *self.hidden, 1]
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,7 @@ from vimpc.integrators import VariationalIntegrator
 from vimpc.models import _bea as bea
 from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
+from vimpc.models._neural import NetworkFamily
 from vimpc.models.families.lsi import check_conservative, del_forces, snapshots
 
 #: A generator is found when (its residual / the size of its terms) on the data pairs is at
@@ -274,7 +275,7 @@ def _spread(x: np.ndarray) -> np.ndarray:
     return np.where(s > 1e-12, s, 1.0)
 
 
-class DLNNModel(nl.NetworkFamily):
+class DLNNModel(NetworkFamily):
     """A discrete Lagrangian network L_d(q_k, q_k+1) with optional symmetry discovery.
 
     See the module docstring.
@@ -356,27 +357,19 @@ class DLNNModel(nl.NetworkFamily):
                 )
         triples = np.stack([Q[:, i : T1 - 2 + i].reshape(-1, n) for i in range(3)], axis=1)
         forces = del_forces(s, "midpoint", Q, U, h).reshape(K, n)  # (f+ + f-) / h
-        self.forced_ = bool(np.any(U != 0))
-        if not self.forced_:
-            warnings.warn(
-                "dlnn: the data have no inputs, so the discrete Lagrangian's scale is set "
-                "only by the degeneracy term, not the physical one: the exported model's "
-                "response to inputs is off by an unknown factor (collect data with known, "
-                "excited inputs for control)",
-                FitWarning,
-                stacklevel=3,
-            )
-        start = time.perf_counter()
-        with nl.torch_threads(self.threads):
-            self._train(Q, triples, forces)
-        self.fit_train_time_ = time.perf_counter() - start
+        self._note_inputs(
+            U,
+            ", so the discrete Lagrangian's scale is set only by the degeneracy term, not "
+            "the physical one: the exported model's response to inputs is off by an unknown "
+            "factor (collect data with known, excited inputs for control)",
+        )
+        self._timed(self._train, Q, triples, forces)
         self._check_fit(Q, triples, forces)
 
     def _train(self, Q, triples, forces) -> None:
         import torch
 
         from vimpc.models._torch_casadi import mlp
-        from vimpc.models._training import train
 
         h, n, K = self.dt, self.system.nq, len(triples)
         P_np, c_np, v2 = pair_normalisation(Q, h)
@@ -385,11 +378,7 @@ class DLNNModel(nl.NetworkFamily):
         P, c = torch.from_numpy(P_np), torch.from_numpy(c_np)
         T = torch.from_numpy(triples)
         F = torch.from_numpy(forces)
-        rng = np.random.default_rng(self.seed)
-        order = rng.permutation(K)
-        n_val = int(round(self.validation * K))
-        val_idx = torch.from_numpy(np.sort(order[:n_val]))
-        train_idx = torch.from_numpy(np.sort(order[n_val:]))
+        train_idx, val_idx = self._split(K)
         blocks = (slice(0, n), slice(n, 2 * n))
 
         def del_terms(idx):
@@ -408,28 +397,11 @@ class DLNNModel(nl.NetworkFamily):
             )
 
         self._xi = None
-        common = dict(
-            optimizer=self.optimizer, lr=self.lr, weight_decay=self.weight_decay,
-            schedule="cosine", seed=self.seed, progress=self.progress,
-        )  # fmt: skip
-        batch = self.batch if 0 < self.batch < len(train_idx) else None
 
         def phase(loss, params, epochs, budget):
-            def loss_fn(idx=None):
-                return loss(train_idx if idx is None else train_idx[idx])
-
-            validation = None
-            if n_val:
-
-                def validation():
-                    with torch.enable_grad():
-                        return float(base_loss(val_idx).detach())
-
-            return train(
-                loss_fn, params, epochs=epochs, batch_size=batch,
-                n_samples=len(train_idx) if batch else None, validation=validation,
-                patience=self.patience or None, time_budget_s=budget, **common,
-            )  # fmt: skip
+            # early stopping watches the DEL residual and degeneracy term in either phase
+            return self._train_network(loss, params, train_idx, val_idx, base_loss,
+                                       epochs=epochs, time_budget_s=budget)  # fmt: skip
 
         budget = self.time_budget or None
         records = []

@@ -75,7 +75,6 @@ one); fewer than :data:`MIN_WINDOWS` windows are refused.
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any
 
@@ -89,9 +88,8 @@ from vimpc.errors import FitWarning, InputError
 from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.mechanics import _ops as ops
 from vimpc.mechanics.system import MechanicalSystem, NaturalSystem
-from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
-from vimpc.models.base import ModelFamily
+from vimpc.models._neural import NeuralFamily, rollout_windows
 
 #: Fewer training windows than this are refused.
 MIN_WINDOWS = 10
@@ -447,7 +445,7 @@ class _TorchHamel:
 # -- the family ------------------------------------------------------------------------------------
 
 
-class HamelModel(ModelFamily):
+class HamelModel(NeuralFamily):
     """The rolling disk's connection learned in Hamel's frame, stepped by the nonholonomic VI.
 
     See the module docstring.
@@ -470,8 +468,6 @@ class HamelModel(ModelFamily):
 
     def __init__(self, system, dt, **settings) -> None:
         super().__init__(system, dt, **settings)
-        if not self.hidden:
-            raise InputError("hidden must list at least one hidden layer width, got []")
         self._matrices = check_split(self.system)
 
     def _provides(self) -> set[str]:
@@ -501,45 +497,20 @@ class HamelModel(ModelFamily):
                 stacklevel=4,
             )
 
-    def _windows(self, obs: np.ndarray, U: np.ndarray):
-        N, T1 = obs.shape[:2]
-        c = self.window
-        if T1 < c + 1:
-            raise InputError(
-                f"hamel trains on rollouts of window = {c} steps, which needs trajectories of "
-                f"at least window + 1 = {c + 1} snapshots; the data have {T1}: lower window "
-                "or collect longer trajectories"
-            )
-        starts = range(T1 - c)
-        Xw = np.stack([obs[:, s : s + c + 1] for s in starts], 1).reshape(-1, c + 1, 8)
-        Uw = np.stack([U[:, s : s + c] for s in starts], 1).reshape(-1, c, U.shape[2])
-        if len(Xw) < MIN_WINDOWS:
-            raise InputError(
-                f"hamel needs at least MIN_WINDOWS = {MIN_WINDOWS} training windows of window "
-                f"+ 1 = {c + 1} snapshots, but {N} trajectories of {T1} snapshots give "
-                f"{len(Xw)}: collect more or longer trajectories, or lower window"
-            )
-        return Xw, Uw
-
     # -- training ------------------------------------------------------------------------------
     def _fit(self, data: Dataset | None) -> None:
         obs = np.asarray(data.obs, dtype=np.float64)
         U = np.asarray(data.inputs, dtype=np.float64)
         self._check_starts(obs)
-        Xw, Uw = self._windows(obs, U)
-        self.forced_ = bool(np.any(U != 0))
-        if not self.forced_:
-            warnings.warn(
-                "hamel: the data have no inputs: the learned constraint is fitted to free "
-                "motion only, and the model's response to torques is not tested by the fit "
-                "(collect data with known, excited inputs for control)",
-                FitWarning,
-                stacklevel=3,
-            )
-        start = time.perf_counter()
-        with nl.torch_threads(self.threads):
-            self._train(Xw, Uw)
-        self.fit_train_time_ = time.perf_counter() - start
+        Xw, Uw = rollout_windows("hamel", obs, U, self.window, "window",
+                                 ("MIN_WINDOWS", MIN_WINDOWS))  # fmt: skip
+        self._note_inputs(
+            U,
+            ": the learned constraint is fitted to free motion only, and the model's "
+            "response to torques is not tested by the fit (collect data with known, excited "
+            "inputs for control)",
+        )
+        self._timed(self._train, Xw, Uw)
         self.windows_ = len(Xw)
 
     def untrained_network(self):
@@ -551,21 +522,12 @@ class HamelModel(ModelFamily):
         import torch
 
         from vimpc.models._torch_casadi import casadi_function
-        from vimpc.models._training import train
 
         net = self.untrained_network()
         dyn = _TorchHamel(net, **self._matrices)
         loss_fn = rollout_loss(dyn, torch.from_numpy(Xw), torch.from_numpy(Uw), self.dt,
                                self.substeps)  # fmt: skip
-        batch = self.batch if 0 < self.batch < len(Xw) else None
-        record = train(
-            lambda idx=None: loss_fn(slice(None) if idx is None else idx),
-            net, optimizer="adam", lr=self.lr, epochs=self.epochs, batch_size=batch,
-            n_samples=len(Xw) if batch else None, schedule="cosine",
-            time_budget_s=self.time_budget or None, seed=self.seed, progress=self.progress,
-        )  # fmt: skip
-        self.training_ = record
-        self.epochs_per_second_ = record.epochs / max(record.wall_time_s, 1e-12)
+        self._keep(self._train_loop(loss_fn, net, len(Xw), optimizer="adam"))
         self.weights_ = [
             (m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy())
             for m in net
@@ -689,10 +651,7 @@ class HamelModel(ModelFamily):
             **self.info(),
             "split": "R x SE(2): r = q[0], g = (q[1], q[2], q[3])",
             "forced": self.forced_,
-            "training_windows": self.windows_,
-            "final_loss": self.training_.loss[-1],
-            "epochs": self.training_.epochs,
-            "stopped": self.training_.stopped,
+            **self._rollout_info(),
             # trajectories whose first state missed the system's constraint by more than
             # consistent_tol (warned of)
             "inconsistent_starts": self.inconsistent_starts_,

@@ -32,17 +32,16 @@ SX model to 1e-10).
 from __future__ import annotations
 
 import time
-import warnings
 
 import casadi as ca
 import numpy as np
 
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
-from vimpc.errors import FitWarning
 from vimpc.integrators import VariationalIntegrator
 from vimpc.models import _network_lagrangian as nl
 from vimpc.models._integrated import integrator_model
+from vimpc.models._neural import NetworkFamily
 from vimpc.models.families.lsi import check_conservative, snapshots
 
 
@@ -57,7 +56,7 @@ def finite_differences(Q: np.ndarray, U: np.ndarray, h: float):
     return q, v, a, u
 
 
-class LNNModel(nl.NetworkFamily):
+class LNNModel(NetworkFamily):
     """A continuous Lagrangian network L(q, v), exported as its midpoint integrator.
 
     See the module docstring.
@@ -83,25 +82,19 @@ class LNNModel(nl.NetworkFamily):
         qs, us = ca.SX.sym("q", n), ca.SX.sym("u", s.nu)
         Bu = ca.Function("Bu", [qs, us], [ca.mtimes(s.input_map(qs), us)]).map(len(q))
         force = np.asarray(Bu(q.T, u.T)).T
-        self.forced_ = bool(np.any(U != 0))
-        if not self.forced_:
-            warnings.warn(
-                "lnn: the data have no inputs, so the Lagrangian's scale is set only by the "
-                "degeneracy term, not the physical one: the exported model's response to "
-                "inputs is off by an unknown factor (collect data with known, excited "
-                "inputs for control)",
-                FitWarning,
-                stacklevel=3,
-            )
-        with nl.torch_threads(self.threads):
-            self._train(q, v, a, force)
+        self._note_inputs(
+            U,
+            ", so the Lagrangian's scale is set only by the degeneracy term, not the "
+            "physical one: the exported model's response to inputs is off by an unknown "
+            "factor (collect data with known, excited inputs for control)",
+        )
+        self._timed(self._train, q, v, a, force)
         self._check_fit(q, v, a, force, Q.shape[1] - 2)
 
     def _train(self, q, v, a, force) -> None:
         import torch
 
         from vimpc.models._torch_casadi import mlp
-        from vimpc.models._training import train
 
         n = self.system.nq
         X = np.hstack([q, v])
@@ -114,11 +107,7 @@ class LNNModel(nl.NetworkFamily):
         Xt, A, Ft = torch.from_numpy(X), torch.from_numpy(a), torch.from_numpy(force)
         Vt = Xt[:, n:]
         blocks = (slice(n, 2 * n), slice(0, 2 * n))
-        rng = np.random.default_rng(self.seed)
-        order = rng.permutation(len(X))
-        n_val = int(round(self.validation * len(X)))
-        val_idx = torch.from_numpy(np.sort(order[:n_val]))
-        train_idx = torch.from_numpy(np.sort(order[n_val:]))
+        train_idx, val_idx = self._split(len(X))
 
         def loss(idx):
             g, H = nl.input_derivatives(net, Xt[idx] @ P.T + c, P, scale, blocks)
@@ -133,22 +122,8 @@ class LNNModel(nl.NetworkFamily):
                 nl.det(Hvv), self.degeneracy_weight, self.degeneracy_scale
             )
 
-        batch = self.batch if 0 < self.batch < len(train_idx) else None
-        validation = None
-        if n_val:
-
-            def validation():
-                with torch.enable_grad():
-                    return float(loss(val_idx).detach())
-
         start = time.perf_counter()
-        record = train(
-            lambda idx=None: loss(train_idx if idx is None else train_idx[idx]),
-            net, optimizer=self.optimizer, lr=self.lr, weight_decay=self.weight_decay,
-            epochs=self.epochs, batch_size=batch, n_samples=len(train_idx) if batch else None,
-            schedule="cosine", validation=validation, patience=self.patience or None,
-            time_budget_s=self.time_budget or None, seed=self.seed, progress=self.progress,
-        )  # fmt: skip
+        record = self._train_network(loss, net, train_idx, val_idx)
         elapsed = time.perf_counter() - start
         self.training_ = record
         self.epochs_per_second_ = record.epochs / elapsed if elapsed > 0 else float("inf")
