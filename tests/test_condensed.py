@@ -216,7 +216,7 @@ def test_with_a_tube_and_state_bounds_it_solves_fatrops_problem(soft):
         want, got = reference(x), condensed(x)
         assert want.status.ok and got.status.ok and got.handed_over == (k == 0)
         np.testing.assert_allclose(got.tube, want.tube, atol=1e-12)
-        P = condensed._tube_fn(condensed._w0, _parameters(condensed, x))[0]
+        P = condensed._tightening._fn(condensed._w0, _parameters(condensed, x))[0]
         f_got, g_got, _ = nlp(condensed._w0, P)
         w_want = reference._w0.copy()
         w_want[L.s] = np.maximum(w_want[L.s], 0.0)
@@ -253,12 +253,12 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
     differed = 0
     for k in range(6):
         given = _parameters(ctrl, x)
-        along_guess = ctrl._tube_fn(ca.DM(ctrl._initial_guess(x)), given)[1]
+        along_guess = ctrl._tightening._fn(ca.DM(ctrl._initial_guess(x)), given)[1]
         got = ctrl(x)
         assert got.status.ok and got.tube_kept and not got.handed_over and len(tries) == 2 * k + 2
         want = last.tube if k == 0 else np.vstack([last.tube[1:], last.tube[-1:]])
         np.testing.assert_array_equal(got.tube, want)
-        P = ctrl._with_margins(given, got.tube, got.tube_inputs)
+        P = ctrl._tightening.with_margins(given, got.tube, got.tube_inputs)
         g = np.asarray(nlp(ctrl._w0, P)).ravel()
         assert np.all(g >= tr.lbg - 1e-8) and np.all(g <= tr.ubg + 1e-8)
         differed += bool(np.abs(np.asarray(along_guess).T - got.tube).max() > 1e-6)

@@ -51,13 +51,8 @@ from vimpc.mpc.solvers import (
     time_budget_options,
     warm_options,
 )
+from vimpc.mpc.tightening import make_tightening, shifted, tightening_for
 from vimpc.mpc.transcription import n_slacks, transcribe
-from vimpc.mpc.tube import (
-    step_jacobians,
-    tube_failure_cause,
-    tube_function,
-    weight_matrix,
-)
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
@@ -332,8 +327,9 @@ class MPC:
         if given["transcription"] is None:  # the keyword's default before "auto" was declared
             given["transcription"] = "auto"
         checked = {key: check_option(key, value) for key, value in given.items()}
-        horizon, solver, transcription, tube_lipschitz = (
-            checked[key] for key in ("horizon", "solver", "transcription", "tube_lipschitz")
+        self._options = checked
+        horizon, solver, transcription = (
+            checked[key] for key in ("horizon", "solver", "transcription")
         )
         self.horizon, self.max_iter, self.tol = horizon, checked["max_iter"], checked["tol"]
         self.period = model.dt if checked["period"] is None else checked["period"]
@@ -356,66 +352,19 @@ class MPC:
             )
         given_options = checked_options(solver, solver_options)
         check_time_budget(solver, self.time_budget, given_options)
-        self.tightening = tightening = checked["tightening"]
+        self.tightening = checked["tightening"]
         self.jit = resolved_jit(checked["jit"], solver, model)
-        if tightening == "tube" and model.bound is None:
-            raise InputError(
-                "tightening='tube' needs the model's one-step error bound, but the model has "
-                "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
-                "vimpc.models.calibration) or use tightening='none'"
-            )
-        self.tube = tube = checked["tube"]
-        self.tube_errors = tube_errors = checked["tube_errors"]
-        # options that only the tube (or one kind of tube) reads: without it they do nothing
-        self.tube_memory = checked["tube_memory"]
-        for name, value, given_here in (
-            ("tube", tube, tube != SETTINGS["tube"].default),
-            ("tube_memory", self.tube_memory, self.tube_memory != 0.0),
-            ("tube_lipschitz", tube_lipschitz, tube_lipschitz is not None),
-        ):
-            if given_here and tightening != "tube":
-                raise InputError(
-                    f"{name} = {value!r} only applies with tightening='tube', got "
-                    f"tightening={tightening!r}; set tightening='tube' or drop {name}"
-                )
-        if tube_lipschitz is not None and tube != "open_loop":
-            raise InputError(
-                f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
-                f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
-            )
-        for name, value, given_here in (
-            ("tube_errors", tube_errors, tube_errors != SETTINGS["tube_errors"].default),
-            ("tube_Q", tube_Q, tube_Q is not None),
-            ("tube_R", tube_R, tube_R is not None),
-        ):
-            if given_here and tube != "feedback":
-                raise InputError(
-                    f"{name} = {value!r:.80} applies only to tube='feedback', got tube={tube!r}; "
-                    f"drop {name} or set tube='feedback'"
-                )
-        self.tube_lipschitz = tube_lipschitz
+        chosen = tightening_for({**checked, "tube_Q": tube_Q, "tube_R": tube_R}, model)
         self.obs_names = check_obs_names(model, obs_names)
         self._cost = cost.resolved(model)
-        if tube == "feedback":
-            self.tube_Q = weight_matrix(
-                "tube_Q" if tube_Q is not None else "tube_Q (by default the cost's Q)",
-                self._cost.Q if tube_Q is None else tube_Q,
-                model.nobs,
-                definite=False,
-            )
-            self.tube_R = weight_matrix(
-                "tube_R" if tube_R is not None else "tube_R (by default the cost's R)",
-                self._cost.R if tube_R is None else tube_R,
-                model.nu,
-                definite=True,
-            )
-            _check_stabilizable(model, self._cost)
-        else:
-            self.tube_Q = self.tube_R = None
+        #: the tightening strategy (:mod:`vimpc.mpc.tightening`)
+        self._tightening = tight = make_tightening(
+            chosen, checked, model, horizon, self._cost, tube_Q, tube_R
+        )
         self._cons = constraints.resolved(model.nobs, model.nu)
         #: the safety rows h(obs) >= 0 the tube tightens: layout, names, function, labels
         self.safety_rows = SafetyRows.of(self._cons, self.obs_names)
-        n_safety = len(self.safety_rows)
+        tight.attach(self.safety_rows, self._cons)
         lo, hi = self._cons.u_min, self._cons.u_max
         if safe_input is None:
             safe_input = np.clip(np.zeros(model.nu), lo, hi)
@@ -437,10 +386,7 @@ class MPC:
                 "with one substep per dt); use transcription='step' for this model"
             )
         self.transcription = transcription
-        # without safety rows there is nothing to tighten: the NLP stays the plain one
-        tightened = self.tightening == "tube" and n_safety > 0
-        # with soft bounds the feedback's share of the inputs is a soft row too
-        soft_inputs = tightened and self.tube == "feedback" and self._cons.soft_bounds
+        tightened, soft_inputs = tight.active, tight.soft_inputs
         check_problem_size(
             self.horizon,
             model.nx,
@@ -469,12 +415,7 @@ class MPC:
             tightened=tightened,
             soft_input_tube=soft_inputs,
         )
-        self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
-        if self._tube_fn is not None and self.jit == "nlp":
-            # the tube is recomputed every call (GP-VI cart-pole: 1.7 ms interpreted, 0.61 ms
-            # compiled)
-            self._tube_fn = _jit.compiled_now(self._tube_fn, "controller's tube") or self._tube_fn
-        self._tube_shape = (self.horizon + 1, n_safety)
+        tight.build(self._tr, self.jit == "nlp")
         if solver == "condensed":
             refusal = condensing_refusal(transcription, self._cost, hessian)
             if refusal is not None:
@@ -571,18 +512,44 @@ class MPC:
         self._plan_x: np.ndarray | None = None  # the states that plan predicts
         self._u_prev = self.safe_input.copy()
         self._layout = L
-        self._diagnosis: tuple[ca.Function, ca.Function] | None = None
         self._ready: tuple[float, bytes] | None = None  # (t, p) of the prepared iteration
         # the warm start is the plan for the next call's own time (start), not one stage back
         self._current = False
         self._unhurried = False  # start: no time budget
-        self._last_tube: tuple[np.ndarray, np.ndarray] | None = None  # tube_memory's
-        # the condensed SQP with a tube: the margins (tube, tube_inputs) of the last call
-        # that solved, its second try's (see _condensed_step)
-        self._solved_tube: tuple[np.ndarray, np.ndarray] | None = None
         self._descended = False  # this call's solution is the condensed SQP's descent's
         # fatrop/ipopt: the next call continues a solve the warm instance stopped (_continued)
         self._continuation = False
+
+    # -- the tightening's options ----------------------------------------------------------
+    @property
+    def tube(self) -> str:
+        """``tube``: the tube's propagation (``"open_loop"`` or ``"feedback"``)."""
+        return self._options["tube"]
+
+    @property
+    def tube_errors(self) -> str:
+        """``tube_errors``: the feedback tube's reading of the bound."""
+        return self._options["tube_errors"]
+
+    @property
+    def tube_memory(self) -> float:
+        """``tube_memory``: how much of the previous call's tube a narrower one keeps."""
+        return self._tightening.memory
+
+    @property
+    def tube_lipschitz(self) -> float | None:
+        """``tube_lipschitz``: the open-loop tube's Lipschitz constant, or None."""
+        return self._tightening.lipschitz
+
+    @property
+    def tube_Q(self) -> np.ndarray | None:
+        """The feedback tube's LQR weight on the observation (None for other tightenings)."""
+        return self._tightening.Q
+
+    @property
+    def tube_R(self) -> np.ndarray | None:
+        """The feedback tube's LQR weight on the input (None for other tightenings)."""
+        return self._tightening.R
 
     # -- one step -----------------------------------------------------------------------
     @property
@@ -624,7 +591,7 @@ class MPC:
         self._u_prev = self.safe_input.copy()
         self._ready = None
         self._current = False
-        self._last_tube = self._solved_tube = None
+        self._tightening.reset()
         self._continuation = False
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
@@ -648,7 +615,7 @@ class MPC:
         self._unhurried = True
         try:
             result = self(obs, t, p)
-            if result.status.ok and self._tube_fn is not None:
+            if result.status.ok and self._tightening.active:
                 # the tube was computed along the cold guess (the measured state held): solved
                 # once more with the tube along the first plan, the plan the first call's tube
                 # follows
@@ -689,7 +656,7 @@ class MPC:
         solvers, a cold start (no plan yet, or the last solve failed: the call starts from
         the measured state, or ``rti_start`` solves it), tube tightening (the tube is
         computed from the measured state, so the linearisation follows it in the call)."""
-        if not self._split or self._tube_fn is not None or self._w0 is None:
+        if not self._split or self._tightening.active or self._w0 is None:
             return 0.0
         t = _checks.finite_number(
             "t", t, "a finite number of seconds (the time of the call it prepares)"
@@ -716,48 +683,10 @@ class MPC:
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
         w0 = ca.DM(self._initial_guess(x0))
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
-        tube, tube_time = np.zeros(self._tube_shape), 0.0
-        tube_inputs, empty_stages, inputs_empty = np.zeros((N, m.nu)), 0, False
-        failed_stages, tube_failure = 0, ""
-        bounds = self._bounds
         P_given = P
-        if self._tube_fn is not None:
-            start = time.perf_counter()
-            try:
-                P, applied, applied_u, _ = self._tube_fn(w0, P)
-                unevaluated = None
-            except RuntimeError as exc:  # a function along the plan failed to evaluate
-                applied = ca.DM.inf(self._tube_shape[1], N + 1)
-                applied_u = ca.DM.inf(m.nu, N)
-                unevaluated = exc
-            tube = applied.full().T
-            if self.tube == "feedback":
-                tube_inputs = applied_u.full().T
-            if self.tube_memory:
-                tube, tube_inputs, P = self._remembered_tube(tube, tube_inputs, P, P_given)
-            inputs_empty_at = self._empty_inputs(tube_inputs)
-            # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
-            # it is taken as empty (an infinite margin) and the problem is not solved
-            failed = self._failed_tube(tube, tube_inputs, w0, p, unevaluated)
-            if failed is not None:
-                failed_obs, failed_u, tube_failure = failed
-                stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
-                failed_stages = int(stages.size)
-                tube[failed_obs] = np.inf
-                # the inputs' margins at stage k come from the same ellipsoid as the rows'
-                tube_inputs[failed_u | (failed_obs[:N] if self.tube == "feedback" else False)] = (
-                    np.inf
-                )
-                inputs_empty_at |= failed_obs[1:] | failed_u  # as the empty stages are counted
-                inputs_empty = True
-            if self.tube == "feedback" and not self._tr.soft_input_tube:
-                # hard input bounds: tightened in the box bounds, and not solved when empty
-                lbx, ubx = self._tightened_bounds(tube_inputs)
-                bounds = {**bounds, "lbx": ca.DM(lbx), "ubx": ca.DM(ubx)}
-                inputs_empty = inputs_empty or bool(inputs_empty_at.any())
-            obs_empty_at = self.safety_rows.empty_stages(tube[1:])
-            empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
-            tube_time = time.perf_counter() - start
+        margins = self._tightening.margins(w0, P, p, self._bounds, self._unhurried)
+        tube, tube_inputs, P, bounds = margins.tube, margins.tube_inputs, margins.P, margins.bounds
+        inputs_empty, empty_stages = margins.inputs_empty, margins.empty_stages
         args: dict[str, Any] = dict(x0=w0, p=P, **bounds)
         if self._lam_g0 is not None:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
@@ -791,8 +720,7 @@ class MPC:
         elapsed = time.perf_counter() - start
         if kept is not None:  # solved with the last solved call's tube (_condensed_step)
             tube, tube_inputs = kept
-            empty_at = self.safety_rows.empty_stages(tube[1:]) | self._empty_inputs(tube_inputs)
-            empty_stages = int(np.count_nonzero(empty_at))
+            empty_stages = self._tightening.empty_stages(tube, tube_inputs)
         status = Status.INFEASIBLE if inputs_empty else self._status(sol, stats, elapsed, error)
         iterations = int(stats.get("iter_count", 0))
         if status.ok:
@@ -807,8 +735,8 @@ class MPC:
             self._plan_u, self._plan_x = u_plan, x_plan
             u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
             fallback = False
-            if self._condensed is not None and self._tube_fn is not None:
-                self._solved_tube = (tube.copy(), tube_inputs.copy())
+            if self._condensed is not None:
+                self._tightening.keep_solved(tube, tube_inputs)
         else:
             u = self._fallback(x0, P_given)
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
@@ -824,13 +752,9 @@ class MPC:
             else:
                 self._w0 = self._continued(sol, continuation)
             self._lam_g0 = self._lam_x0 = None
-            if self._solved_tube is not None:
-                # the margins a second try takes follow the guess: a stage on with the plan
-                # shifted once more, none without it
-                if self._w0 is None or not warm:
-                    self._solved_tube = None
-                elif not self._current:
-                    self._solved_tube = _shifted(*self._solved_tube)
+            # the margins a second try takes follow the guess: a stage on with the plan
+            # shifted once more, none without it
+            self._tightening.age_solved(self._w0 is not None, warm, self._current)
         self._u_prev = u
         self._current = False
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
@@ -858,11 +782,11 @@ class MPC:
             cost=cost,
             fallback=fallback,
             tube=tube,
-            tube_time=tube_time,
+            tube_time=margins.time,
             tube_inputs=tube_inputs,
             empty_tube_stages=empty_stages,
-            failed_tube_stages=failed_stages,
-            tube_failure=tube_failure,
+            failed_tube_stages=margins.failed_stages,
+            tube_failure=margins.failure,
             call_time=call_time,
             late=call_time > self.period,
             plan_constraint=plan_constraint,
@@ -907,12 +831,13 @@ class MPC:
         if found is None:
             starts.append(cond.last_iterate)
         left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
-        if found is None and self._solved_tube is not None and left > 0:
-            tube, tube_inputs = self._solved_tube
+        tight = self._tightening
+        if found is None and tight.solved is not None and left > 0:
+            tube, tube_inputs = tight.solved
             if not self._current:
-                tube, tube_inputs = _shifted(tube, tube_inputs)
-            bounds = self._tightened_bounds(tube_inputs)
-            found = solve(self._with_margins(P_given, tube, tube_inputs), *bounds, left)
+                tube, tube_inputs = shifted(tube, tube_inputs)
+            bounds = tight.tightened_bounds(tube_inputs)
+            found = solve(tight.with_margins(P_given, tube, tube_inputs), *bounds, left)
             kept = None if found is None else (tube, tube_inputs)
             if found is None:
                 starts.append(cond.last_iterate)
@@ -996,7 +921,7 @@ class MPC:
         tr, L = self._tr, self._tr.layout
         self.rti_start = checked["rti_start"]
         self.rti_regularization = checked["rti_regularization"]
-        if self._tube_fn is not None:
+        if self._tightening.active:
             # the tube needs the measured state, so the linearisation follows it in the call:
             # the sparse QP (qrqp by default), without the condensing that is worth it only
             # when prepared ahead (the DLNN cart-pole's balance: ~2 ms against ~45 ms)
@@ -1064,141 +989,11 @@ class MPC:
             self._stepper = self._start
             return self._start(**args)
         self._stepper = self._solver
-        if self._tube_fn is not None or self._w0 is None:
+        if self._tightening.active or self._w0 is None:
             return self._solver(**args)
         if ready != (t, np.asarray(p, np.float64).tobytes()) or not self._solver.prepared:
             self.prepare(t, p)
         return self._solver.feedback(x0)
-
-    def _remembered_tube(
-        self, tube: np.ndarray, tube_inputs: np.ndarray, P: ca.DM, P_given: ca.DM
-    ) -> tuple[np.ndarray, np.ndarray, ca.DM]:
-        """``tube_memory``: the tube along the guess (margins ``tube (N + 1, m)`` and
-        ``tube_inputs (N, nu)``) widened towards the previous call's at the same stage (the
-        same number of steps ahead): ``t + tube_memory * max(0, t_prev - t)`` entry by
-        entry, so a tube that does not change between calls stays as it is; the NLP's
-        parameters ``P`` rebuilt from the ones given to the tube ``P_given`` in the order
-        :meth:`_tube_on_guess` appends the margins. :meth:`start`
-        keeps its own tubes (no call before it) and leaves its last for the first call; a
-        tube that is not finite everywhere (a failed one) is not remembered."""
-        last, self._last_tube = self._last_tube, None
-        if last is not None and not self._unhurried:
-            a = self.tube_memory
-            prev, prev_u = last
-            tube += a * np.maximum(prev - tube, 0.0)
-            tube_inputs += a * np.maximum(prev_u - tube_inputs, 0.0)
-            P = ca.DM(self._with_margins(P_given, tube, tube_inputs))
-        if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
-            self._last_tube = (tube.copy(), tube_inputs.copy())
-        return tube, tube_inputs, P
-
-    def _with_margins(self, P_given, tube: np.ndarray, tube_inputs: np.ndarray) -> np.ndarray:
-        """The NLP's parameters: ``P_given`` with the margins appended as
-        :meth:`_tube_on_guess` appends them."""
-        parts = [np.asarray(P_given).reshape(-1), tube[1:].reshape(-1)]
-        if self._tr.soft_input_tube:
-            parts.append(tube_inputs.reshape(-1))
-        return np.concatenate(parts)
-
-    def _empty_inputs(self, tube_inputs: np.ndarray) -> np.ndarray:
-        """The stages ``(N,)`` where the input margins ``tube_inputs (N, nu)`` leave no input
-        (the open-loop tube's are zero: never empty)."""
-        c = self._cons
-        return np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
-
-    def _tightened_bounds(self, tube_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The variables' bounds ``(lbx, ubx)`` with the feedback tube's input margins
-        ``tube_inputs (N, nu)`` in the input bounds where they are hard (the soft input
-        tube's are rows: the bounds as they are)."""
-        lbx, ubx = self._tr.lbw.copy(), self._tr.ubw.copy()
-        if self.tube == "feedback" and not self._tr.soft_input_tube:
-            lbx[self._layout.u] += tube_inputs
-            ubx[self._layout.u] -= tube_inputs
-        return lbx, ubx
-
-    def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
-        """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N), K (nu,
-        nx N))``: the tube along the plan held in the initial guess ``w``, and the feedback
-        gains it assumes (:func:`~vimpc.mpc.tube.tube_function`). It takes the DMs the solver gets
-        anyway, so a solve converts nothing more than the tube it reports. Nothing is capped:
-        a margin wider than its constraint's range leaves that stage's tightened set empty,
-        which ``__call__`` counts."""
-        m, N, L = self.model, self.horizon, self._tr.layout
-        fn = tube_function(
-            m,
-            N,
-            self.safety_rows.function,
-            lipschitz,
-            kind=self.tube,
-            Q=self.tube_Q,
-            R=self.tube_R,
-            errors=self.tube_errors,
-        )
-        sym = ca.SX if fn.is_a("SXFunction") else ca.MX
-        n_p = self._tr.nlp["p"].numel() - self._tr.n_tube
-        w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
-        X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
-        U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
-        t, t_u, K = fn(X, U, P[n_p - m.np :])
-        params = [P, ca.vec(t[:, 1:])] + ([ca.vec(t_u)] if self._tr.soft_input_tube else [])
-        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u, K])
-
-    def _failed_tube(
-        self,
-        tube: np.ndarray,
-        tube_inputs: np.ndarray,
-        w0: ca.DM,
-        p: np.ndarray,
-        error: RuntimeError | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, str] | None:
-        """``(stages 0..N whose observation margins failed, stages 0..N-1 whose input margins
-        failed, the message)`` of a tube that cannot be computed (``error``: the tube
-        function's evaluation error, every stage failed), else None (one pass over the
-        margins when they are fine)."""
-        if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
-            return None
-        N = self.horizon
-        w = np.asarray(w0).reshape(-1)
-        failed_obs = ~np.all(np.isfinite(tube), axis=1)
-        failed_u = ~np.all(np.isfinite(tube_inputs), axis=1)
-        stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
-        if error is not None:
-            last = str(error).strip().splitlines()[-1]
-            cause = f"a function along the plan failed to evaluate (CasADi: {last})"
-        else:
-            cause = self._tube_cause(w, p) or _NO_CAUSE
-        return (
-            failed_obs,
-            failed_u,
-            f"the {self.tube.replace('_', '-')} tube cannot be computed at "
-            f"{_stages_text(stages)} of the plan (of {N}): {cause}; its tightened set is taken "
-            "as empty and the problem is not solved (fallback input)",
-        )
-
-    def _tube_cause(self, w: np.ndarray, p: np.ndarray) -> str | None:
-        """Why the tube along the plan held in the guess ``w`` is not finite, naming the stage
-        (:func:`tube_failure_cause`), or None where its recursions are finite."""
-        m, N, L = self.model, self.horizon, self._layout
-        if self._diagnosis is None:  # built on the first use only
-            x = ca.MX.sym("x", m.nx)
-            self._diagnosis = (
-                step_jacobians(m),
-                ca.Function("to_obs_jacobian", [x], [ca.jacobian(m.to_obs(x), x)]),
-            )
-        jacobians, to_obs_jacobian = self._diagnosis
-        X, U = w[L.x], w[L.u]
-        W = [np.asarray(m.bound(X[k], U[k], p), float).reshape(-1) for k in range(N)]
-        As, Bs = [], []
-        if self.tube_lipschitz is None:
-            for k in range(N):
-                A, B = jacobians(X[k], U[k], X[k + 1], p)
-                As.append(np.asarray(A, float))
-                Bs.append(np.asarray(B, float))
-        Qx = None
-        if self.tube == "feedback":
-            Js = [np.asarray(to_obs_jacobian(X[k]), float) for k in range(N + 1)]
-            Qx = [J.T @ self.tube_Q @ J for J in Js]
-        return tube_failure_cause(W, As, Bs, Qx=Qx, R=self.tube_R, lipschitz=self.tube_lipschitz)
 
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
         L = self._layout
@@ -1235,20 +1030,11 @@ class MPC:
         if self._plan_u is None or (not self._current and len(self._plan_u) < 2):
             return self.safe_input.copy()
         k = 0 if self._current else 1
-        u = self._plan_u[k].copy()
-        if self._tube_fn is not None and self.tube == "feedback" and x0 is not None:
-            L, nx = self._layout, self.model.nx
-            w = np.zeros(L.n_w)
-            w[L.x], w[L.u] = self._plan_x, self._plan_u
-            try:
-                K = np.asarray(self._tube_fn(ca.DM(w), P)[3])[:, k * nx : (k + 1) * nx]
-            except RuntimeError:  # a function along the plan failed: the plan's input alone
-                K = np.zeros((self.model.nu, nx))
-            feedback = K @ (x0 - self._plan_x[k])
-            if np.all(np.isfinite(feedback)):
-                u = u + feedback
+        u = self._tightening.fallback_input(
+            self._plan_u[k].copy(), k, self._plan_x, self._plan_u, x0, P
+        )
         if k:
-            self._plan_u, self._plan_x = _shifted(self._plan_u, self._plan_x)
+            self._plan_u, self._plan_x = shifted(self._plan_u, self._plan_x)
         return np.clip(u, self._cons.u_min, self._cons.u_max)
 
     def _status(self, sol, stats: dict, elapsed: float, error: Exception | None) -> Status:
@@ -1324,13 +1110,6 @@ _KEYWORDS = tuple(
 )
 
 
-#: the cause of a tube that is not finite although its recursions are
-_NO_CAUSE = (
-    "the bound, the linearisation and the tube's recursion are finite along the plan, so a "
-    "safety row's gradient is not (check the path constraints there)"
-)
-
-
 def _finite_iterate(sol) -> np.ndarray | None:
     """A solve's last iterate ``sol["x"]`` as a vector where every entry is finite, else
     None (also for no solve, ``sol`` None)."""
@@ -1338,50 +1117,3 @@ def _finite_iterate(sol) -> np.ndarray | None:
         return None
     w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
     return w if np.all(np.isfinite(w)) else None
-
-
-def _shifted(*margins: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each stage-wise array one stage on, as a plan is shifted: stage ``k`` takes stage
-    ``k + 1``'s rows, the last stage its own again."""
-    return tuple(np.vstack([m[1:], m[-1:]]) for m in margins)
-
-
-def _stages_text(stages: np.ndarray) -> str:
-    """``"stage 3"``, ``"stages 0-20"`` or ``"stages 2, 5-7"``."""
-    runs, start = [], None
-    for i, k in enumerate(stages):
-        if start is None:
-            start = k
-        if i + 1 == len(stages) or stages[i + 1] != k + 1:
-            runs.append(f"{start}" if start == k else f"{start}-{k}")
-            start = None
-    return ("stage " if len(stages) == 1 else "stages ") + ", ".join(runs)
-
-
-def _check_stabilizable(model: DiscreteModel, cost) -> None:
-    """Refuse ``tube='feedback'`` when the linearisation at the cost's reference has a mode
-    that grows (``|lambda| > 1``) and that the input cannot reach (PBH test): no feedback
-    shrinks the tube there."""
-    x = np.asarray(model.from_obs(np.asarray(cost.reference(0.0), float)), float).reshape(-1)
-    u, p = cost.u_reference, model.p_default
-    x_next = np.asarray(model.step(x, u, p), float).reshape(-1)
-    A, B = (np.asarray(M, float) for M in step_jacobians(model)(x, u, x_next, p))
-    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
-        raise InputError(
-            "tube='feedback' needs the model's linearisation at the cost's reference "
-            f"(x = {x.tolist()}, u = {u.tolist()}), which is not finite there (the step failed); "
-            "give a reference the model can step from, or use tube='open_loop'"
-        )
-    scale = max(1.0, float(np.abs(np.hstack([A, B])).max()))
-    for lam in np.linalg.eigvals(A):
-        if abs(lam) <= 1 + 1e-6:
-            continue
-        M = np.hstack([A - lam * np.eye(model.nx), B])
-        if np.linalg.matrix_rank(M, tol=1e-9 * scale) < model.nx:
-            raise InputError(
-                f"tube='feedback' needs an LQR that can stabilise the model's linearisation, but "
-                f"at the cost's reference (x = {np.round(x, 6).tolist()}, u = {u.tolist()}) the "
-                f"mode of eigenvalue {lam:.6g} of A (growing, |lambda| = {abs(lam):.6g}) is not "
-                "reachable from the input (PBH rank test on [A - lambda I, B]); use "
-                "tube='open_loop' or a model whose input reaches that mode"
-            )
