@@ -533,7 +533,7 @@ def test_with_the_feedback_tube_the_fallback_applies_the_tubes_feedback(solver):
         )  # fmt: skip
         solved = ctrl(M @ x)
         assert solved.status.ok
-        ctrl._solver = _Failing(ctrl._solver)
+        ctrl._solving.solver = _Failing(ctrl._solving.solver)
         failed = ctrl(M @ (solved.x[1] + off))
         assert failed.fallback
         want = solved.u_plan[1] + gains[1] @ off

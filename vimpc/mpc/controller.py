@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -13,7 +12,7 @@ from typing import Any, ClassVar
 import casadi as ca
 import numpy as np
 
-from vimpc import _checks, _jit
+from vimpc import _checks
 from vimpc._interrupt import kept_interrupts
 from vimpc._settings import Setting
 from vimpc.dynamics import DiscreteModel
@@ -21,11 +20,9 @@ from vimpc.errors import InputError
 from vimpc.mpc.compiling import (
     CACHED_SOLVERS,
     called_stage,
-    compiled_nlpsol,
     compiled_stage,
     resolved_jit,
 )
-from vimpc.mpc.condensed import BUDGET_STATUS, CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
     MATRICES,
@@ -33,32 +30,18 @@ from vimpc.mpc.options import (
     check_obs_names,
     check_option,
     check_within_period,
-    ignored_solver_options,
-    ignored_sqp_options,
 )
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solvers import (
-    RealTimeIteration,
-    SparseRealTimeIteration,
-    check_time_budget,
-    checked_options,
-    condensing_obstacle,
     nlpsol_options,
-    option_error,
-    qp_options,
-    qp_solver,
-    time_budget_options,
-    warm_options,
 )
+from vimpc.mpc.solving import STRATEGIES
 from vimpc.mpc.tightening import make_tightening, shifted, tightening_for
 from vimpc.mpc.transcription import n_slacks, transcribe
 
 # constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
-#: ``solver = "condensed"`` with a time budget: the share of it each of a warm call's
-#: condensed SQP tries may take before the single-shooting descent takes the rest
-TRY_SHARE = 0.4
 
 
 class MPC:
@@ -337,21 +320,9 @@ class MPC:
         where = "model.dt" if checked["period"] is None else "period"
         check_within_period(self.time_budget, self.period, where)
         self.solver_name = solver
-        for name in ignored_sqp_options(solver, checked):
-            # they belong to the SQP presets: given with another solver they would do nothing
-            raise InputError(
-                f"{name}={checked[name]!r} applies only to solver='sqpmethod' or 'rti', and "
-                f"would be ignored with solver={solver!r}; leave {name} at its "
-                f"default {SETTINGS[name].default!r} or choose an SQP solver"
-            )
-        for name, readers in ignored_solver_options(solver, checked):
-            raise InputError(
-                f"{name}={checked[name]!r} applies only to solver={readers}, and would be "
-                f"ignored with solver={solver!r}; leave {name} at its default "
-                f"{SETTINGS[name].default!r} or set solver={readers}"
-            )
-        given_options = checked_options(solver, solver_options)
-        check_time_budget(solver, self.time_budget, given_options)
+        #: the solver strategy (:mod:`vimpc.mpc.solving`)
+        strategy = STRATEGIES[solver]
+        given_options = strategy.check(solver, checked, solver_options)
         self.tightening = checked["tightening"]
         self.jit = resolved_jit(checked["jit"], solver, model)
         chosen = tightening_for({**checked, "tube_Q": tube_Q, "tube_R": tube_R}, model)
@@ -402,8 +373,7 @@ class MPC:
         # "nlp": one cached library for an nlpsol (condensed: its cold starts' and its own
         # functions), CasADi's per-process JIT for rti
         cached_nlp = self.jit == "nlp" and solver in CACHED_SOLVERS
-        casadi_jit = self.jit == "nlp" and not cached_nlp
-        self.nlp_compiled, stage_calls = False, False
+        stage_calls = False
         if cached_nlp:
             staged, stage_calls = called_stage(model, transcription)
         self._tr = transcribe(
@@ -416,10 +386,7 @@ class MPC:
             soft_input_tube=soft_inputs,
         )
         tight.build(self._tr, self.jit == "nlp")
-        if solver == "condensed":
-            refusal = condensing_refusal(transcription, self._cost, hessian)
-            if refusal is not None:
-                raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
+        strategy.refuse_problem(transcription, self._cost, hessian)
         plugin, opts = nlpsol_options(
             solver,
             max_iter=self.max_iter,
@@ -432,64 +399,9 @@ class MPC:
             structure=self._tr.layout.ocp_structure(),
             condensed_start=checked["condensed_start"],
         )
-        if casadi_jit:
-            opts.update(_jit.options())
-        self._deadline = None
-        budget_opts: dict[str, Any] = {}
-        if self.time_budget is not None:
-            nlp = self._tr.nlp
-            budget_opts, self._deadline = time_budget_options(
-                solver,
-                self.time_budget,
-                given_options,
-                (nlp["x"].numel(), nlp["g"].numel(), nlp["p"].numel()),
-            )
-        # the preset, the budget's options, then the user's (which cannot set the budget's)
-        for extra in (budget_opts, given_options):
-            for key, value in extra.items():
-                if isinstance(value, dict) and isinstance(opts.get(key), dict):
-                    opts[key] = {**opts[key], **value}
-                else:
-                    opts[key] = value
-        # an NLP's JIT also writes its C source to the working directory: keep it in the
-        # JIT directory, which the process removes at exit
-        where = contextlib.chdir(_jit.directory()) if casadi_jit else contextlib.nullcontext()
-        try:
-            with where:
-                self._start, self._rti_qp, self._warm_solver = None, None, None
-                if self._real_time(solver, hessian, given_options):
-                    self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
-                else:
-                    # fatrop/ipopt with warm_barrier or warm_max_iter: a second instance of
-                    # the same NLP (one compiled library) for the solves from a previous plan
-                    warm_opts = warm_options(
-                        plugin, opts, checked["warm_barrier"], checked["warm_max_iter"]
-                    )
-                    variants = [opts] + ([] if warm_opts is None else [warm_opts])
-                    first = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
-                    solvers = compiled_nlpsol(first, plugin, variants) if cached_nlp else None
-                    self.nlp_compiled = solvers is not None
-                    if solvers is None:
-                        solvers = [first] + [
-                            ca.nlpsol("mpc", plugin, self._tr.nlp, o) for o in variants[1:]
-                        ]
-                    self._solver = solvers[0]
-                    self._warm_solver = solvers[1] if warm_opts is not None else None
-                self._split = isinstance(self._solver, (RealTimeIteration, SparseRealTimeIteration))
-                self._stepper = self._solver  # the solver of the current call (stats)
-        except RuntimeError as exc:
-            used_qp = self._rti_qp or qp_solver(qpsol)  # the QP solver that refused the option
-            error = option_error(solver, plugin, used_qp, given_options, str(exc))
-            if error is None:
-                raise
-            raise error from exc
+        self._solving = strategy(solver, checked, given_options)
+        self._solving.build(self, opts, plugin, cached_nlp)
         L = self._tr.layout
-        self._condensed: CondensedSQP | None = None
-        if solver == "condensed":
-            self._condensed = CondensedSQP(
-                model, self.horizon, self._cost, self._tr, max_iter=self.max_iter, tol=self.tol,
-                compile=self.jit == "nlp",
-            )  # fmt: skip
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         self._constraint_map = (
@@ -512,13 +424,25 @@ class MPC:
         self._plan_x: np.ndarray | None = None  # the states that plan predicts
         self._u_prev = self.safe_input.copy()
         self._layout = L
-        self._ready: tuple[float, bytes] | None = None  # (t, p) of the prepared iteration
         # the warm start is the plan for the next call's own time (start), not one stage back
         self._current = False
         self._unhurried = False  # start: no time budget
-        self._descended = False  # this call's solution is the condensed SQP's descent's
-        # fatrop/ipopt: the next call continues a solve the warm instance stopped (_continued)
-        self._continuation = False
+
+    # -- the solver's ---------------------------------------------------------------------
+    @property
+    def nlp_compiled(self) -> bool:
+        """Whether the NLP's solver runs the library compiled for it (``jit = "nlp"``)."""
+        return self._solving.nlp_compiled
+
+    @property
+    def rti_start(self) -> str:
+        """``rti_start``: the solver of the real-time iteration's cold starts."""
+        return self._options["rti_start"]
+
+    @property
+    def rti_regularization(self) -> float:
+        """``rti_regularization``: the real-time iteration's Levenberg–Marquardt term."""
+        return self._options["rti_regularization"]
 
     # -- the tightening's options ----------------------------------------------------------
     @property
@@ -583,16 +507,15 @@ class MPC:
         iterations, and for an NLP solver the calls and wall times of each of its functions,
         ``n_call_nlp_hess_l``, ``t_wall_nlp_hess_l``, ...; the condensed SQP's and the
         real-time iteration's own)."""
-        return self._stats()
+        return self._solving.stats()
 
     def reset(self) -> None:
         """Forget the warm start and the previous plan (call between episodes)."""
         self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = self._plan_x = None
         self._u_prev = self.safe_input.copy()
-        self._ready = None
         self._current = False
         self._tightening.reset()
-        self._continuation = False
+        self._solving.reset()
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         """The first plan, made before the control loop's clock starts (as a robot plans
@@ -626,7 +549,7 @@ class MPC:
         # the plan (or, for the condensed SQP, a failed cold start's last iterate) is for the
         # first call itself
         self._current = self._w0 is not None
-        if result.status.ok and self._split:  # the real-time iteration: its first preparation too
+        if result.status.ok and self._solving.split:  # the real-time iteration: its first too
             prepared = self.prepare(t, p)
             result = dataclasses.replace(result, call_time=result.call_time + prepared)
         return result
@@ -656,20 +579,7 @@ class MPC:
         solvers, a cold start (no plan yet, or the last solve failed: the call starts from
         the measured state, or ``rti_start`` solves it), tube tightening (the tube is
         computed from the measured state, so the linearisation follows it in the call)."""
-        if not self._split or self._tightening.active or self._w0 is None:
-            return 0.0
-        t = _checks.finite_number(
-            "t", t, "a finite number of seconds (the time of the call it prepares)"
-        )
-        m, N, L = self.model, self.horizon, self._layout
-        p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
-        # the shift (none after start); x_0 is the predicted state
-        w = self._initial_guess(self._w0[L.x[0 if self._current else 1]])
-        refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
-        P = np.concatenate([w[L.x[0]], refs.T.reshape(-1), self._u_prev, p])
-        elapsed = self._solver.prepare(x0=w, p=P, **self._bounds)
-        self._ready = (t, np.asarray(p, np.float64).tobytes())
-        return elapsed
+        return self._solving.prepare(self, t, p)
 
     def __call__(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         called = time.perf_counter()
@@ -692,31 +602,17 @@ class MPC:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
         kept = None
-        continuation, self._continuation = self._continuation, False  # see _continued
+        self._solving.begin()
         if inputs_empty:  # no input meets the tightened bounds (or no tube): nothing to solve
             sol, error, stats = None, None, {}
         else:
-            if self._deadline is not None:
-                self._deadline.arm(np.inf if self._unhurried else self.time_budget)
-            if not self._split:
-                self._stepper = self._solver  # the condensed step may change it
-            self._descended = False
-            warm = not self._unhurried  # start's plans are the cold-start solver's
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
-                    if self._split:
-                        sol = self._real_time_step(args, x0, t, p)
-                    elif self._condensed is not None and self._w0 is not None and warm:
-                        sol, kept = self._condensed_step(args, refs, p, P_given)
-                    elif self._warm_solver is not None and self._w0 is not None and warm:
-                        self._stepper = self._warm_solver
-                        sol = self._warm_solver(**args)
-                    else:
-                        sol = self._solver(**args)
+                    sol, kept = self._solving.solve(self, args, x0, t, p, refs, P_given)
                 error = None
             except RuntimeError as exc:  # error_on_fail is off; a hard evaluation error
                 sol, error = None, exc
-            stats = self._stats()
+            stats = self._solving.stats()
         elapsed = time.perf_counter() - start
         if kept is not None:  # solved with the last solved call's tube (_condensed_step)
             tube, tube_inputs = kept
@@ -735,8 +631,7 @@ class MPC:
             self._plan_u, self._plan_x = u_plan, x_plan
             u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
             fallback = False
-            if self._condensed is not None:
-                self._tightening.keep_solved(tube, tube_inputs)
+            self._solving.kept(self, tube, tube_inputs)
         else:
             u = self._fallback(x0, P_given)
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
@@ -747,10 +642,7 @@ class MPC:
             # warm instance continues a solve it stopped: the cold-start solver takes a call
             # without either only
             warm = self._w0 is not None
-            if self._condensed is not None:
-                self._w0 = self._condensed_guess(sol, w0)
-            else:
-                self._w0 = self._continued(sol, continuation)
+            self._w0 = self._solving.next_guess(self, sol, w0)
             self._lam_g0 = self._lam_x0 = None
             # the margins a second try takes follow the guess: a stage on with the plan
             # shifted once more, none without it
@@ -764,12 +656,7 @@ class MPC:
                 np.abs(self._constraint_map(x_plan[1:].T).full()).max(initial=0.0)
             )
         call_time = time.perf_counter() - called
-        phases = {}
-        if self._split and self._stepper is self._solver and not inputs_empty:
-            phases = dict(
-                preparation_time=stats.get("t_wall_preparation", float("nan")),
-                feedback_time=stats.get("t_wall_feedback", float("nan")),
-            )
+        phases = {} if inputs_empty else self._solving.phases(stats)
         return MPCResult(
             u=u,
             status=status,
@@ -790,211 +677,13 @@ class MPC:
             call_time=call_time,
             late=call_time > self.period,
             plan_constraint=plan_constraint,
-            handed_over=self._condensed is not None and self._stepper is not self._condensed,
+            handed_over=self._solving.handed_over(),
             tube_kept=kept is not None,
-            descended=self._descended and not inputs_empty,
+            descended=self._solving.descended and not inputs_empty,
             **phases,
         )
 
     # -- helpers --------------------------------------------------------------------------
-    def _condensed_step(
-        self, args: dict, refs: np.ndarray, p, P_given: ca.DM
-    ) -> tuple[dict | None, tuple[np.ndarray, np.ndarray] | None]:
-        """``solver = "condensed"``: the condensed SQP from the previous plan shifted
-        (``args``); where it does not converge with a tube, again from the same guess with
-        the margins of the last call that solved, shifted by one stage as the plan is (none
-        after :meth:`start`): the problem that plan solved, one step on (the tube along the
-        new guess can move the rails so far that the full Gauss–Newton steps diverge; on the
-        CLNN cart-pole they did in the swing-up's first steps). Where neither converges,
-        ``condensed_start`` from the same guess without a time budget. With one, each try
-        stops at :data:`TRY_SHARE` of it (the second at twice that from the call's start),
-        and the rest goes to :meth:`CondensedSQP.descend`, from the guess or the tries' last
-        iterates, whichever simulates to the lowest merit; its last accepted iterate
-        (states the model's step under its inputs, the merit no worse than its start's) is
-        the call's solution where it meets the NLP's rows with no slack (``ITERATION_LIMIT``,
-        else the fallback input), the call's ``descended``. Returns
-        the solution (or None) and the margins ``(tube, tube_inputs)`` of the second try
-        where it solved, else None."""
-        cond, L = self._condensed, self._layout
-        self._stepper = cond
-        started = time.perf_counter()
-        budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
-        guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
-        if not self._current:  # shifted: the last state extrapolated linearly, not repeated
-            guess[L.x[-1]] = 2 * self._w0[L.x[-1]] - self._w0[L.x[-2]]
-
-        def solve(P, lbx, ubx, left: float):
-            return cond.solve(guess.copy(), P, lbx, ubx, refs.T, self._u_prev, p, left)
-
-        found = solve(args["p"], args["lbx"], args["ubx"], budget * TRY_SHARE)
-        kept, starts = None, []  # the descent's: the tries' last iterates, then the guess
-        if found is None:
-            starts.append(cond.last_iterate)
-        left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
-        tight = self._tightening
-        if found is None and tight.solved is not None and left > 0:
-            tube, tube_inputs = tight.solved
-            if not self._current:
-                tube, tube_inputs = shifted(tube, tube_inputs)
-            bounds = tight.tightened_bounds(tube_inputs)
-            found = solve(tight.with_margins(P_given, tube, tube_inputs), *bounds, left)
-            kept = None if found is None else (tube, tube_inputs)
-            if found is None:
-                starts.append(cond.last_iterate)
-        if found is None and self.time_budget is None:  # no deadline: the cold-start solver
-            self._stepper = self._solver
-            given = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
-            return self._solver(**given), None
-        left = budget - (time.perf_counter() - started)
-        if found is None and left > 0:  # the rest of the budget: the single-shooting descent
-            self._descended = True
-            found = cond.descend(
-                [*starts, guess], args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, left
-            )
-        if found is None:
-            return None, None
-        w, f, g = found
-        sol = {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
-        return sol, kept
-
-    def _condensed_guess(self, sol, w0) -> np.ndarray | None:
-        """``solver = "condensed"``, after a failed call: the next call's warm start, or None
-        (a cold start, as after any solver's failed call). The guess ``w0`` of a warm solve
-        that the time budget left unfinished; after a cold start that failed, its last iterate
-        ``sol``, where finite. A warm solve handed to the cold-start solver that failed too
-        leaves None: from that guess neither converged, and the shifted plan only ages (on
-        the CLNN cart-pole such guesses failed call after call while the cart left the
-        rail)."""
-        if self._w0 is not None:
-            return np.asarray(w0).reshape(-1) if self._stepper is self._condensed else None
-        return _finite_iterate(sol) if self._stepper is self._solver else None
-
-    def _continued(self, sol, continuation: bool) -> np.ndarray | None:
-        """fatrop/ipopt after a failed call: the last iterate ``sol`` of a solve from the
-        previous plan that the warm instance did not finish (``warm_max_iter``, or a
-        failure), where finite, for the next call to continue from (moved on by a stage,
-        with the warm instance); None after any other failure, a ``continuation``'s among
-        them (the next call from scratch, at the solver's own barrier and ``max_iter``).
-        Continued, each solve stays within ``warm_max_iter``: from the stopped solve's guess
-        at the solver's own barrier, the solve after one took up to 68 iterations on the
-        GP-VI cart-pole, longer than its period. The solve from scratch keeps ``max_iter``:
-        bounded too (a third instance at ``warm_max_iter``), the GP-VI safety run
-        (seeds 100-199) lost its one late call but also an episode, 124 failed solves of
-        fallback inputs in a row and the cart 27.8 m past its rail, where the unbounded
-        solve (101 iterations, 92.7 ms of a 50 ms period) had recovered it
-        (``results/safety/gpvi_bounded_recovery/``)."""
-        # the stepper is never None: without a warm instance this is False
-        stopped_warm = self._stepper is self._warm_solver
-        w = None if continuation or not stopped_warm else _finite_iterate(sol)
-        self._continuation = w is not None
-        return w
-
-    def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
-        """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation
-        and one QP per call): with the Gauss–Newton Hessian, no time budget and no solver
-        options of CasADi's ``sqpmethod``; otherwise it is ``sqpmethod`` stopped after one
-        iteration (the exact Hessian's convexification, the budget's iteration callback and
-        such options are ``sqpmethod``'s)."""
-        return (
-            solver == "rti"
-            and hessian == "gauss-newton"
-            and self.time_budget is None
-            and set(given) <= {"qpsol_options"}
-            and self._condensing_obstacle() is None
-        )
-
-    def _condensing_obstacle(self) -> str | None:
-        """Why the real-time iteration cannot condense this transcription onto the inputs
-        and slacks (:func:`~vimpc.mpc.solvers.condensing_obstacle`), or None."""
-        tr = self._tr
-        free = np.concatenate([tr.layout.u.ravel(), tr.layout.s.ravel()])
-        return condensing_obstacle(tr.nlp, free, tr.lbg == tr.ubg, tr.lbw, tr.ubw, self.model.nx)
-
-    def _real_time_solvers(
-        self, checked: Mapping[str, Any], qpsol: str, opts: Mapping[str, Any], given: Mapping
-    ) -> RealTimeIteration | SparseRealTimeIteration:
-        """The :class:`RealTimeIteration` of ``solver = "rti"`` (condensed onto the inputs
-        and slacks, its QP solved by ``qpsol``, ``"auto"`` meaning daqp, with the user's
-        ``qpsol_options``), and in
-        :attr:`_start` the solver ``rti_start`` of its cold starts (None for ``"none"``):
-        the preset of that solver with the controller's ``max_iter`` and ``tol``."""
-        tr, L = self._tr, self._tr.layout
-        self.rti_start = checked["rti_start"]
-        self.rti_regularization = checked["rti_regularization"]
-        if self._tightening.active:
-            # the tube needs the measured state, so the linearisation follows it in the call:
-            # the sparse QP (qrqp by default), without the condensing that is worth it only
-            # when prepared ahead (the DLNN cart-pole's balance: ~2 ms against ~45 ms)
-            self._rti_qp = rti_qp = qp_solver(qpsol)
-            rti: RealTimeIteration | SparseRealTimeIteration = SparseRealTimeIteration(
-                tr.nlp,
-                tr.gauss_newton,
-                rti_qp,
-                opts["qpsol_options"],
-                expand=opts["expand"],
-                function_options=_jit.options() if self.jit == "nlp" else None,
-                regularization=self.rti_regularization,
-            )
-            self._build_start(qpsol, opts, given)
-            return rti
-        self._rti_qp = rti_qp = qp_solver(qpsol, condensed=True)
-        if rti_qp == "hpipm":  # CasADi's HPIPM interface crashes on a dense QP
-            raise InputError(
-                "qpsol='hpipm' cannot solve the real-time iteration's QP: it is condensed onto "
-                "the inputs and slacks (dense), and CasADi's HPIPM interface takes only QPs "
-                "laid out as [x0 u0 x1 u1 ...] stage by stage; use qpsol='auto' (daqp) or "
-                "'qpoases'"
-            )
-        rti = RealTimeIteration(
-            tr.nlp,
-            tr.gauss_newton,
-            rti_qp,
-            {**qp_options(rti_qp), **given.get("qpsol_options", {})},
-            expand=opts["expand"],
-            free=np.concatenate([L.u.ravel(), L.s.ravel()]),
-            equality=tr.lbg == tr.ubg,
-            n_init=self.model.nx,
-            regularization=self.rti_regularization,
-            function_options=_jit.options() if self.jit == "nlp" else None,
-        )
-        self._build_start(qpsol, opts, given)
-        return rti
-
-    def _build_start(self, qpsol: str, opts: Mapping[str, Any], given: Mapping) -> None:
-        """:attr:`_start`: the solver ``rti_start`` of the cold starts (None for "none")."""
-        tr = self._tr
-        if self.rti_start != "none":
-            plugin, start_opts = nlpsol_options(
-                self.rti_start,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                qpsol=qpsol,
-                expand=opts["expand"],
-                equality=(tr.lbg == tr.ubg).tolist(),
-                gauss_newton=tr.gauss_newton,
-            )
-            if self.jit == "nlp":
-                start_opts.update(_jit.options())
-            if given.get("qpsol_options") and plugin == "sqpmethod":
-                qp_opts = {**start_opts["qpsol_options"], **given["qpsol_options"]}
-                start_opts["qpsol_options"] = qp_opts
-            self._start = ca.nlpsol("mpc_start", plugin, tr.nlp, start_opts)
-
-    def _real_time_step(self, args: Mapping[str, Any], x0: np.ndarray, t: float, p) -> dict:
-        """One sample of the split real-time iteration: a cold start (no plan) solved to
-        convergence by :attr:`_start`; with a tube, both phases from the measured state; else
-        the feedback phase on the preparation for ``(t, p)`` (prepared now if missing)."""
-        ready, self._ready = self._ready, None
-        if self._w0 is None and self._start is not None:
-            self._stepper = self._start
-            return self._start(**args)
-        self._stepper = self._solver
-        if self._tightening.active or self._w0 is None:
-            return self._solver(**args)
-        if ready != (t, np.asarray(p, np.float64).tobytes()) or not self._solver.prepared:
-            self.prepare(t, p)
-        return self._solver.feedback(x0)
-
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
         L = self._layout
         if self._w0 is None:
@@ -1053,9 +742,9 @@ class MPC:
             return Status.TIME_LIMIT
         if stats.get("success", False):
             result = Status.SOLVED
-        elif self._one_iteration() or (
+        elif self._solving.one_iteration() or (
             self._violation(sol) <= FEASIBILITY_TOL
-            and not (self._descended and self._slack(sol) > FEASIBILITY_TOL)
+            and not (self._solving.descended and self._slack(sol) > FEASIBILITY_TOL)
         ):
             # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
             # iteration is never converged by design; the condensed SQP's descent's only where
@@ -1068,20 +757,11 @@ class MPC:
             return Status.LATE
         return result
 
-    def _one_iteration(self) -> bool:
-        """Whether this call's solver is the real-time iteration (not its cold start)."""
-        return self.solver_name == "rti" and self._stepper is self._solver
-
     def _stopped_by_budget(self, stats: dict) -> bool:
-        """Whether the time budget stopped the solve: ipopt's wall-clock limit, or the
-        iteration callback's request (``sqpmethod``, ``rti``)."""
+        """Whether the time budget stopped the solve (as the solver keeps it)."""
         if self.time_budget is None or stats.get("success", False) or self._unhurried:
             return False
-        if self._deadline is not None:
-            return self._deadline.stopped
-        if self._condensed is not None and self._stepper is self._condensed:
-            return stats.get("return_status") == BUDGET_STATUS
-        return stats.get("return_status") == "Maximum_WallTime_Exceeded"
+        return self._solving.stopped_by_budget(stats)
 
     def _slack(self, sol) -> float:
         """The largest slack of the returned iterate (0 without soft rows)."""
@@ -1094,13 +774,6 @@ class MPC:
         over = np.maximum(self._tr.lbg - g, g - self._tr.ubg)
         return float(np.max(over, initial=0.0))
 
-    def _stats(self) -> dict:
-        try:
-            return dict(self._stepper.stats())
-        except RuntimeError as exc:
-            # some plugins fail to report stats after an aborted solve
-            return {"success": False, "return_status": f"no statistics: {exc}"}
-
 
 #: the keyword arguments of MPC, for the "did you mean" of a misspelt one
 _KEYWORDS = tuple(
@@ -1108,12 +781,3 @@ _KEYWORDS = tuple(
     for name, param in inspect.signature(MPC.__init__).parameters.items()
     if name not in ("self", "model", "horizon", "cost") and param.kind is not param.VAR_KEYWORD
 )
-
-
-def _finite_iterate(sol) -> np.ndarray | None:
-    """A solve's last iterate ``sol["x"]`` as a vector where every entry is finite, else
-    None (also for no solve, ``sol`` None)."""
-    if sol is None:
-        return None
-    w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
-    return w if np.all(np.isfinite(w)) else None
