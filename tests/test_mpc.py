@@ -411,7 +411,7 @@ def test_a_real_time_iteration_whose_qp_fails_applies_the_fallback():
     )  # fmt: skip
     assert np.all(np.isnan(np.asarray(out["x"])))
     assert ctrl._solving.solver.stats()["return_status"].startswith("QP failed")
-    assert ctrl._status(out, ctrl._solving.solver.stats(), 0.0, None) is Status.FAILED
+    assert ctrl._solving.status(ctrl, out, ctrl._solving.solver.stats(), 0.0, None) is Status.FAILED
 
 
 @pytest.mark.parametrize("transcription", ["step", "implicit"])

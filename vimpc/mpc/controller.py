@@ -1,4 +1,210 @@
-"""The model-predictive controller: built once, then called every step."""
+"""The model-predictive controller: built once, then called every step.
+
+``MPC(model, horizon, cost, constraints=None, **options)``
+
+Args:
+    model: the prediction model (the controller sees nothing else).
+    horizon: number of steps ``N`` (each ``model.dt``).
+    cost: a :class:`Cost` on the observation (its energy shaping, if any, on the
+        model's ``energy``).
+    constraints: a :class:`Constraints` (input bounds, observation bounds, path
+        constraints). Its safety rows ``h(obs) >= 0`` (finite observation lower
+        bounds, finite upper bounds, then the rows of every path constraint) are
+        :attr:`safety_rows` (a :class:`~vimpc.mpc.problem.SafetyRows`), with
+        :attr:`safety_function` and :attr:`safety_names`.
+    solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
+        QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
+        (interior point exploiting the stage structure; the most robust on
+        swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (the real-time
+        iteration, :class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton
+        linearisation at the shifted plan and one condensed QP per call, split into
+        :meth:`prepare` before the state arrives and a feedback phase in the call
+        (``MPCResult.preparation_time``, ``feedback_time``); ``rti_start`` may solve a
+        cold start to convergence. With the exact Hessian, a time budget,
+        ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
+        stopped after one iteration, unsplit), or ``"condensed"``
+        (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
+        ``sqpmethod`` on the implicit transcription with the states eliminated, to
+        convergence, from the shifted plan; ``tol`` is then its last input and slack
+        step, and every predicted state solves the model's step equations to 1e-8 and
+        its holonomic constraints to 1e-11; cold starts are ``condensed_start``'s, to
+        ``min(tol, 1e-6)``, and so is a warm solve it does not finish, unless a
+        ``time_budget`` is set: that solve then gets the fallback input, its next call
+        starting from the plan shifted).
+    transcription: ``"implicit"`` (the model's residual as equality
+        constraints; no Newton loop inside the NLP's functions) or ``"step"``
+        (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
+        ``"implicit"`` when the model has a residual, else ``"step"``.
+    qpsol: QP solver for ``sqpmethod``/``rti``: ``"auto"`` (default: ``"qrqp"`` for
+        ``sqpmethod``, ``"daqp"`` for the real-time iteration's dense condensed QP),
+        ``"qrqp"``, ``"osqp"``, ``"daqp"``, ``"hpipm"``, ``"qpoases"``.
+    hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
+        least squares) or ``"exact"`` (convexified by eigenvalue reflection).
+    rti_start: for ``rti``: ``"none"`` (default: a cold start, the first call after
+        :meth:`reset` or after a failed solve, is one real-time iteration from the
+        measured state held), or the solver (``"fatrop"``, ``"ipopt"``,
+        ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start to
+        convergence (on the cart-pole swing-up, seeds 0-49, ``"fatrop"`` swung up 46 of
+        50 against 49 with ``"none"``: ``results/rti``).
+    rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
+        Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
+    condensed_start: for ``condensed``: the solver of a call without a plan to start
+        from (an episode's first plan, :meth:`start`, or a call after a solve it did not
+        finish either) and, without a time budget, of the warm solves the condensed SQP
+        does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
+        ``"ipopt"``.
+    warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
+        solve from the previous plan starts (fatrop's ``bound_push`` then at most
+        :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
+        a solve after a failed one start at the solver's own (0.1), from scratch, but
+        where the failed one was a solve from the previous plan: the next call continues
+        from its last iterate, with the warm instance. ``None`` (default): every solve
+        at the solver's own. An interior-point method restarted at 0.1 spends iterations
+        walking back to a plan it already had; a small start saves them where the plan
+        changes little between samples, and fails more solves where it changes much
+        (``results/benchmarks/warm_barrier.md``).
+    warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
+        previous plan; the first plan (:meth:`start`) and a solve from scratch keep
+        ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
+        (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
+        meets the constraints (the iterate is used), else ``FAILED``: the fallback
+        input, and the next call continues the stopped solve from its last iterate
+        (moved on by a stage), within the same limit; a continuation that fails too
+        leaves the call after it to a solve from scratch. ``None`` (default):
+        ``max_iter``.
+    max_iter: iteration budget per solve; ``tol``: solver tolerance.
+    period: the sampling period [s], the time between two calls (default ``model.dt``:
+        the controller is called once per model step). A call whose wall time (tube,
+        solve and the Python work around them: what a robot waits for) exceeds it is
+        ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
+    time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is
+        refused), at most ``period``. The solver keeps it: ipopt through its
+        ``max_wall_time``, ``sqpmethod``/``rti`` through an iteration callback that
+        stops the solve at the first iteration past the budget (both check between
+        iterations, so a solve ends at most one iteration late); ``condensed`` begins
+        no iteration that would end past it by its longest one so far (its cold starts,
+        ``condensed_start``'s, are not held to it); ``fatrop`` has no time limit and is
+        refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
+        the fallback input, as a failed solve does; one that converged in its last
+        iteration past the budget reports ``Status.LATE`` and is used.
+    safe_input: the input applied when a solve fails and no previous plan
+        exists (default: zero clipped to the input bounds).
+    solver_options: CasADi ``nlpsol`` options merged over the preset (nested
+        tables such as ``{"fatrop": {"mu_init": 0.01}}`` merge key by key). A key
+        the solver does not know, at the top or in the ``ipopt``, ``fatrop`` or
+        ``qpsol_options`` table, or a value of the wrong type raises
+        :class:`~vimpc.errors.InputError` naming it, when the controller is built.
+    jit: compile to C with the system's C compiler when the controller is built:
+        ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
+        where a C compiler runs, else ``"none"`` (a model with a network's dense
+        products, whose interpreted products run on a BLAS and beat compiled loops;
+        no compiler: said once per process; the environment variable
+        ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does);
+        ``"none"``: CasADi's interpreter;
+        ``"model"``: the model's stage function, ``residual`` or ``step``, and its
+        derivatives as the solver asks for them (the NLP around it interpreted and
+        unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
+        functions, the fastest solves. For ``fatrop``, ``ipopt`` and ``sqpmethod``
+        the NLP is compiled once per problem: the library is cached on disk by a hash
+        of its C source (the model and the problem) and loaded in milliseconds by
+        later runs and worker processes (:func:`vimpc._jit.cached_library`; the
+        first compile takes ~10 s for a nominal model, ~45 s for a GP-VI model with
+        100 support points, at -O3). The NLP is expanded to scalar operations when the
+        model's stage function has at most
+        :data:`~vimpc.mpc.compiling.EXPAND_LIMIT` of them, else its
+        stages call the (expanded) stage function, which compiles ~10x faster for a
+        heavy model and solves faster too. ``"nlp"`` with ``rti`` or ``condensed``
+        compiles its functions in each process. A stage function with no SX form (a
+        Newton loop inside) or a missing compiler leaves ``"model"`` interpreted
+        (:attr:`model_compiled` says which); a compile that fails leaves ``"nlp"``
+        interpreted, with a warning (:attr:`nlp_compiled` says which).
+    tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
+        ``1..N`` by the model's ``bound`` propagated along the plan (below).
+    tube: with ``"tube"``, how the bound is propagated: ``"open_loop"`` (default; the
+        planned inputs applied as they are, the deviation in a box) or ``"feedback"``
+        (an ancillary LQR feedback ``K_k`` on the plan's linearisation, the deviation in
+        an ellipsoid; the inputs are tightened by the feedback's share too).
+    tube_Q, tube_R: with ``tube="feedback"``, the LQR's weights on the observation
+        (scalar, diagonal or matrix; positive semidefinite) and on the input (positive
+        definite). Default: the cost's ``Q`` and ``R``.
+    tube_errors: with ``tube="feedback"``, ``"box"`` (default: the ellipsoid holds every
+        error in the bound's box) or ``"gaussian"`` (the bound read as quantiles of
+        independent Gaussian errors, each row held with probability ``1 - delta`` per
+        stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
+    tube_memory: with ``tightening="tube"``, ``a`` in [0, 1): each margin of a call is
+        ``t + a max(0, t_prev - t)``, ``t`` the tube along the guess and ``t_prev`` the
+        previous call's margin at the same stage (default 0: ``t`` alone; a tube that
+        does not change between calls stays as it is). The tube is
+        computed along the previous plan, so plan and tube can alternate between a bold
+        plan with a wide tube and a timid one with a narrow tube; this damps the
+        alternation and never narrows a margin below ``t``.
+    tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
+        the infinity norm that propagates the bound as ``L max(e_k)`` instead of
+        through the Jacobian ``|A_k| e_k``.
+    obs_names: names of the observation entries for :attr:`safety_names`
+        (default: the model's state names when the observation is the state,
+        else ``obs0, obs1, ...``).
+
+The options from ``horizon`` to ``tube_lipschitz`` are declared once in
+:data:`~vimpc.mpc.options.SETTINGS` (:attr:`MPC.settings`): their defaults here, their
+allowed values and the scenario's ``[controller]`` table come from it (``vimpc schema``
+lists them).
+
+Every argument is checked before anything is built; a wrong one (an unknown keyword
+too, with a "did you mean") raises :class:`~vimpc.errors.InputError` naming it. A
+problem of more than :data:`~vimpc.mpc.problem.MAX_DECISION_VARIABLES` decision
+variables is refused with the time its build would take.
+
+Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
+(used by time-varying references) and returns an :class:`MPCResult`. A failed,
+infeasible or late solve never raises: on failure the input is the next input
+of the previous plan (shifted), or ``safe_input`` when there is none. Arguments
+that cannot be solved from (a NaN or infinite entry of ``obs`` or ``p``, a time
+``t`` that is not a finite number) raise :class:`~vimpc.errors.InputError`.
+
+Tube tightening (``tightening="tube"``, :mod:`vimpc.mpc.tube`): before each solve, along
+the initial guess (the previous plan shifted by one stage; on a cold start the measured
+state held under the safe input), the bound ``w_k = bound(x_k, u_k, p)`` is propagated
+from ``e_0 = 0`` to a set holding the deviation at every stage, and safety row ``j`` must
+hold at stage ``k`` with the margin ``t_{k,j}`` (``MPCResult.tube``), the inputs at stage
+``k`` with the margin ``MPCResult.tube_inputs[k]``. ``tube="open_loop"``: the box
+``e_{k+1} = |A_k| e_k + w_k``, margin ``|dh_j/dx| e_k``, inputs untightened.
+``tube="feedback"``: the time-varying LQR ``K_k`` of the guess's linearisation
+``(A_k, B_k)``, ``Sigma_{k+1} = (A_k + B_k K_k) Sigma_k (A_k + B_k K_k)^T + nx diag(w_k^2)``,
+margins ``sqrt(g^T Sigma_k g)`` for a row of gradient ``g`` and
+``sqrt(K_k[i] Sigma_k K_k[i]^T)`` for input ``i``.
+
+What is guaranteed: the state measured next lies within the bound of stage 1's
+prediction whenever that step's error lies within the bound (probability ``>= 1 - delta``
+for transitions exchangeable with the calibration ones), and every tube holds that box
+at stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
+margin holds on the true state at the next step (first order for a nonlinear row). Past
+stage 1 the tubes are first-order predictions along the guess: the open-loop box holds
+the worst case of the linearised system under the planned inputs; the feedback
+ellipsoid (``tube_errors="box"``) adds second moments (the covariance bound for errors
+independent from step to step), which is smaller than the worst case over all error
+sequences in the boxes; ``tube_errors="gaussian"`` holds each row with probability
+``1 - delta`` per stage if the errors are independent Gaussians whose quantiles the
+bound gives (a model's systematic error is not). The feedback tubes assume the
+feedback's inputs fit within the input bounds (they are tightened for it). Nothing
+makes later problems feasible.
+
+No cap: where the tightened set of a stage is empty (a bounded observation entry whose
+lower and upper margins exceed its range, or an input whose margins exceed its range),
+``MPCResult.empty_tube_stages`` counts the stages. Soft rows then report it in
+``slack``; for hard observation rows the solver reports the problem infeasible. With
+``constraints.soft_bounds`` the feedback's share of the inputs is a soft row as well
+(inside the hard input bounds: an empty interval shows in ``slack``); without, the input
+bounds themselves are tightened and an empty interval is not solved at all
+(``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
+
+A tube that cannot be computed along the guess (a margin NaN or infinite: the model's
+bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
+overflowing where the linearisation is uncontrollable, ``R + B^T P B`` singular) is not
+solved with: its stages count as empty (margins ``inf``), the problem
+is not solved (``Status.INFEASIBLE``, fallback input), and ``MPCResult.failed_tube_stages``
+and ``MPCResult.tube_failure`` give the stages and the first cause along the plan.
+"""
 
 from __future__ import annotations
 
@@ -33,223 +239,28 @@ from vimpc.mpc.options import (
 )
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
-from vimpc.mpc.solvers import (
-    nlpsol_options,
-)
 from vimpc.mpc.solving import STRATEGIES
 from vimpc.mpc.tightening import make_tightening, shifted, tightening_for
-from vimpc.mpc.transcription import n_slacks, transcribe
+from vimpc.mpc.transcription import n_slacks, transcribe, transcriber_for
 
-# constraint violation up to which an unconverged iterate is still used
-FEASIBILITY_TOL = 1e-6
+
+def _read(strategy: str, name: str, doc: str) -> property:
+    """A read-only attribute of the controller: ``name`` of its ``strategy`` (or of its
+    checked options, ``"_options"``)."""
+
+    def get(self):
+        owner = getattr(self, strategy)
+        return owner[name] if isinstance(owner, dict) else getattr(owner, name)
+
+    return property(get, doc=f"``{name}``: {doc}.")
 
 
 class MPC:
-    """Model-predictive controller on a :class:`DiscreteModel`.
-
-    Args:
-        model: the prediction model (the controller sees nothing else).
-        horizon: number of steps ``N`` (each ``model.dt``).
-        cost: a :class:`Cost` on the observation (its energy shaping, if any, on the
-            model's ``energy``).
-        constraints: a :class:`Constraints` (input bounds, observation bounds, path
-            constraints). Its safety rows ``h(obs) >= 0`` (finite observation lower
-            bounds, finite upper bounds, then the rows of every path constraint) are
-            :attr:`safety_rows` (a :class:`~vimpc.mpc.problem.SafetyRows`), with
-            :attr:`safety_function` and :attr:`safety_names`.
-        solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
-            QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
-            (interior point exploiting the stage structure; the most robust on
-            swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (the real-time
-            iteration, :class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton
-            linearisation at the shifted plan and one condensed QP per call, split into
-            :meth:`prepare` before the state arrives and a feedback phase in the call
-            (``MPCResult.preparation_time``, ``feedback_time``); ``rti_start`` may solve a
-            cold start to convergence. With the exact Hessian, a time budget,
-            ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
-            stopped after one iteration, unsplit), or ``"condensed"``
-            (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
-            ``sqpmethod`` on the implicit transcription with the states eliminated, to
-            convergence, from the shifted plan; ``tol`` is then its last input and slack
-            step, and every predicted state solves the model's step equations to 1e-8 and
-            its holonomic constraints to 1e-11; cold starts are ``condensed_start``'s, to
-            ``min(tol, 1e-6)``, and so is a warm solve it does not finish, unless a
-            ``time_budget`` is set: that solve then gets the fallback input, its next call
-            starting from the plan shifted).
-        transcription: ``"implicit"`` (the model's residual as equality
-            constraints; no Newton loop inside the NLP's functions) or ``"step"``
-            (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
-            ``"implicit"`` when the model has a residual, else ``"step"``.
-        qpsol: QP solver for ``sqpmethod``/``rti``: ``"auto"`` (default: ``"qrqp"`` for
-            ``sqpmethod``, ``"daqp"`` for the real-time iteration's dense condensed QP),
-            ``"qrqp"``, ``"osqp"``, ``"daqp"``, ``"hpipm"``, ``"qpoases"``.
-        hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
-            least squares) or ``"exact"`` (convexified by eigenvalue reflection).
-        rti_start: for ``rti``: ``"none"`` (default: a cold start, the first call after
-            :meth:`reset` or after a failed solve, is one real-time iteration from the
-            measured state held), or the solver (``"fatrop"``, ``"ipopt"``,
-            ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start to
-            convergence (on the cart-pole swing-up, seeds 0-49, ``"fatrop"`` swung up 46 of
-            50 against 49 with ``"none"``: ``results/rti``).
-        rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
-            Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
-        condensed_start: for ``condensed``: the solver of a call without a plan to start
-            from (an episode's first plan, :meth:`start`, or a call after a solve it did not
-            finish either) and, without a time budget, of the warm solves the condensed SQP
-            does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
-            ``"ipopt"``.
-        warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
-            solve from the previous plan starts (fatrop's ``bound_push`` then at most
-            :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
-            a solve after a failed one start at the solver's own (0.1), from scratch, but
-            where the failed one was a solve from the previous plan: the next call continues
-            from its last iterate, with the warm instance. ``None`` (default): every solve
-            at the solver's own. An interior-point method restarted at 0.1 spends iterations
-            walking back to a plan it already had; a small start saves them where the plan
-            changes little between samples, and fails more solves where it changes much
-            (``results/benchmarks/warm_barrier.md``).
-        warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
-            previous plan; the first plan (:meth:`start`) and a solve from scratch keep
-            ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
-            (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
-            meets the constraints (the iterate is used), else ``FAILED``: the fallback
-            input, and the next call continues the stopped solve from its last iterate
-            (moved on by a stage), within the same limit; a continuation that fails too
-            leaves the call after it to a solve from scratch. ``None`` (default):
-            ``max_iter``.
-        max_iter: iteration budget per solve; ``tol``: solver tolerance.
-        period: the sampling period [s], the time between two calls (default ``model.dt``:
-            the controller is called once per model step). A call whose wall time (tube,
-            solve and the Python work around them: what a robot waits for) exceeds it is
-            ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
-        time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is
-            refused), at most ``period``. The solver keeps it: ipopt through its
-            ``max_wall_time``, ``sqpmethod``/``rti`` through an iteration callback that
-            stops the solve at the first iteration past the budget (both check between
-            iterations, so a solve ends at most one iteration late); ``condensed`` begins
-            no iteration that would end past it by its longest one so far (its cold starts,
-            ``condensed_start``'s, are not held to it); ``fatrop`` has no time limit and is
-            refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
-            the fallback input, as a failed solve does; one that converged in its last
-            iteration past the budget reports ``Status.LATE`` and is used.
-        safe_input: the input applied when a solve fails and no previous plan
-            exists (default: zero clipped to the input bounds).
-        solver_options: CasADi ``nlpsol`` options merged over the preset (nested
-            tables such as ``{"fatrop": {"mu_init": 0.01}}`` merge key by key). A key
-            the solver does not know, at the top or in the ``ipopt``, ``fatrop`` or
-            ``qpsol_options`` table, or a value of the wrong type raises
-            :class:`~vimpc.errors.InputError` naming it, when the controller is built.
-        jit: compile to C with the system's C compiler when the controller is built:
-            ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
-            where a C compiler runs, else ``"none"`` (a model with a network's dense
-            products, whose interpreted products run on a BLAS and beat compiled loops;
-            no compiler: said once per process; the environment variable
-            ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does);
-            ``"none"``: CasADi's interpreter;
-            ``"model"``: the model's stage function, ``residual`` or ``step``, and its
-            derivatives as the solver asks for them (the NLP around it interpreted and
-            unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
-            functions, the fastest solves. For ``fatrop``, ``ipopt`` and ``sqpmethod``
-            the NLP is compiled once per problem: the library is cached on disk by a hash
-            of its C source (the model and the problem) and loaded in milliseconds by
-            later runs and worker processes (:func:`vimpc._jit.cached_library`; the
-            first compile takes ~10 s for a nominal model, ~45 s for a GP-VI model with
-            100 support points, at -O3). The NLP is expanded to scalar operations when the
-            model's stage function has at most
-            :data:`~vimpc.mpc.compiling.EXPAND_LIMIT` of them, else its
-            stages call the (expanded) stage function, which compiles ~10x faster for a
-            heavy model and solves faster too. ``"nlp"`` with ``rti`` or ``condensed``
-            compiles its functions in each process. A stage function with no SX form (a
-            Newton loop inside) or a missing compiler leaves ``"model"`` interpreted
-            (:attr:`model_compiled` says which); a compile that fails leaves ``"nlp"``
-            interpreted, with a warning (:attr:`nlp_compiled` says which).
-        tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
-            ``1..N`` by the model's ``bound`` propagated along the plan (below).
-        tube: with ``"tube"``, how the bound is propagated: ``"open_loop"`` (default; the
-            planned inputs applied as they are, the deviation in a box) or ``"feedback"``
-            (an ancillary LQR feedback ``K_k`` on the plan's linearisation, the deviation in
-            an ellipsoid; the inputs are tightened by the feedback's share too).
-        tube_Q, tube_R: with ``tube="feedback"``, the LQR's weights on the observation
-            (scalar, diagonal or matrix; positive semidefinite) and on the input (positive
-            definite). Default: the cost's ``Q`` and ``R``.
-        tube_errors: with ``tube="feedback"``, ``"box"`` (default: the ellipsoid holds every
-            error in the bound's box) or ``"gaussian"`` (the bound read as quantiles of
-            independent Gaussian errors, each row held with probability ``1 - delta`` per
-            stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
-        tube_memory: with ``tightening="tube"``, ``a`` in [0, 1): each margin of a call is
-            ``t + a max(0, t_prev - t)``, ``t`` the tube along the guess and ``t_prev`` the
-            previous call's margin at the same stage (default 0: ``t`` alone; a tube that
-            does not change between calls stays as it is). The tube is
-            computed along the previous plan, so plan and tube can alternate between a bold
-            plan with a wide tube and a timid one with a narrow tube; this damps the
-            alternation and never narrows a margin below ``t``.
-        tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
-            the infinity norm that propagates the bound as ``L max(e_k)`` instead of
-            through the Jacobian ``|A_k| e_k``.
-        obs_names: names of the observation entries for :attr:`safety_names`
-            (default: the model's state names when the observation is the state,
-            else ``obs0, obs1, ...``).
-
-    The options from ``horizon`` to ``tube_lipschitz`` are declared once in
-    :data:`~vimpc.mpc.options.SETTINGS` (:attr:`MPC.settings`): their defaults here, their
-    allowed values and the scenario's ``[controller]`` table come from it (``vimpc schema``
-    lists them).
-
-    Every argument is checked before anything is built; a wrong one (an unknown keyword
-    too, with a "did you mean") raises :class:`~vimpc.errors.InputError` naming it. A
-    problem of more than :data:`~vimpc.mpc.problem.MAX_DECISION_VARIABLES` decision
-    variables is refused with the time its build would take.
-
-    Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
-    (used by time-varying references) and returns an :class:`MPCResult`. A failed,
-    infeasible or late solve never raises: on failure the input is the next input
-    of the previous plan (shifted), or ``safe_input`` when there is none. Arguments
-    that cannot be solved from (a NaN or infinite entry of ``obs`` or ``p``, a time
-    ``t`` that is not a finite number) raise :class:`~vimpc.errors.InputError`.
-
-    Tube tightening (``tightening="tube"``, :mod:`vimpc.mpc.tube`): before each solve, along
-    the initial guess (the previous plan shifted by one stage; on a cold start the measured
-    state held under the safe input), the bound ``w_k = bound(x_k, u_k, p)`` is propagated
-    from ``e_0 = 0`` to a set holding the deviation at every stage, and safety row ``j`` must
-    hold at stage ``k`` with the margin ``t_{k,j}`` (``MPCResult.tube``), the inputs at stage
-    ``k`` with the margin ``MPCResult.tube_inputs[k]``. ``tube="open_loop"``: the box
-    ``e_{k+1} = |A_k| e_k + w_k``, margin ``|dh_j/dx| e_k``, inputs untightened.
-    ``tube="feedback"``: the time-varying LQR ``K_k`` of the guess's linearisation
-    ``(A_k, B_k)``, ``Sigma_{k+1} = (A_k + B_k K_k) Sigma_k (A_k + B_k K_k)^T + nx diag(w_k^2)``,
-    margins ``sqrt(g^T Sigma_k g)`` for a row of gradient ``g`` and
-    ``sqrt(K_k[i] Sigma_k K_k[i]^T)`` for input ``i``.
-
-    What is guaranteed: the state measured next lies within the bound of stage 1's
-    prediction whenever that step's error lies within the bound (probability ``>= 1 - delta``
-    for transitions exchangeable with the calibration ones), and every tube holds that box
-    at stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
-    margin holds on the true state at the next step (first order for a nonlinear row). Past
-    stage 1 the tubes are first-order predictions along the guess: the open-loop box holds
-    the worst case of the linearised system under the planned inputs; the feedback
-    ellipsoid (``tube_errors="box"``) adds second moments (the covariance bound for errors
-    independent from step to step), which is smaller than the worst case over all error
-    sequences in the boxes; ``tube_errors="gaussian"`` holds each row with probability
-    ``1 - delta`` per stage if the errors are independent Gaussians whose quantiles the
-    bound gives (a model's systematic error is not). The feedback tubes assume the
-    feedback's inputs fit within the input bounds (they are tightened for it). Nothing
-    makes later problems feasible.
-
-    No cap: where the tightened set of a stage is empty (a bounded observation entry whose
-    lower and upper margins exceed its range, or an input whose margins exceed its range),
-    ``MPCResult.empty_tube_stages`` counts the stages. Soft rows then report it in
-    ``slack``; for hard observation rows the solver reports the problem infeasible. With
-    ``constraints.soft_bounds`` the feedback's share of the inputs is a soft row as well
-    (inside the hard input bounds: an empty interval shows in ``slack``); without, the input
-    bounds themselves are tightened and an empty interval is not solved at all
-    (``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
-
-    A tube that cannot be computed along the guess (a margin NaN or infinite: the model's
-    bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
-    overflowing where the linearisation is uncontrollable, ``R + B^T P B`` singular) is not
-    solved with: its stages count as empty (margins ``inf``), the problem
-    is not solved (``Status.INFEASIBLE``, fallback input), and ``MPCResult.failed_tube_stages``
-    and ``MPCResult.tube_failure`` give the stages and the first cause along the plan.
-    """
+    """Model-predictive controller on a :class:`DiscreteModel`: a facade over three
+    strategies chosen once from the options, a transcription
+    (:mod:`vimpc.mpc.transcription`), a solver (:mod:`vimpc.mpc.solving`) and a tightening
+    (:mod:`vimpc.mpc.tightening`). Its arguments, the call, the tube and what is guaranteed
+    are documented in the module's docstring (:mod:`vimpc.mpc.controller`)."""
 
     #: the options' declaration (:data:`SETTINGS`)
     settings: ClassVar[Mapping[str, Setting]] = SETTINGS
@@ -287,30 +298,8 @@ class MPC:
         obs_names: Sequence[str] | None = None,
         **unknown: Any,
     ) -> None:
-        arguments = dict(locals())
-        for key in unknown:
-            hint = difflib.get_close_matches(key, _KEYWORDS, n=1)
-            extra = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise InputError(
-                f"MPC got an unknown keyword argument {key!r}{extra} (expected one of "
-                f"{', '.join(_KEYWORDS)})"
-            )
-        if not isinstance(model, DiscreteModel):
-            raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
-        if not isinstance(cost, Cost):
-            raise InputError(f"cost must be a vimpc.mpc.Cost, got {type(cost).__name__}")
-        constraints = Constraints() if constraints is None else constraints
-        if not isinstance(constraints, Constraints):
-            raise InputError(
-                f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}"
-            )
-        self.model = model
-        # every declared option as given (the weights are matrices here: checked below)
-        given = {key: arguments[key] for key in SETTINGS if key not in MATRICES}
-        if given["transcription"] is None:  # the keyword's default before "auto" was declared
-            given["transcription"] = "auto"
-        checked = {key: check_option(key, value) for key, value in given.items()}
-        self._options = checked
+        checked, constraints = _checked_arguments(dict(locals()), model, cost, constraints)
+        self.model, self._options = model, checked
         horizon, solver, transcription = (
             checked[key] for key in ("horizon", "solver", "transcription")
         )
@@ -336,33 +325,15 @@ class MPC:
         #: the safety rows h(obs) >= 0 the tube tightens: layout, names, function, labels
         self.safety_rows = SafetyRows.of(self._cons, self.obs_names)
         tight.attach(self.safety_rows, self._cons)
-        lo, hi = self._cons.u_min, self._cons.u_max
-        if safe_input is None:
-            safe_input = np.clip(np.zeros(model.nu), lo, hi)
-        self.safe_input = _checks.finite_vector("safe_input", safe_input, model.nu)
-        outside = np.flatnonzero((self.safe_input < lo) | (self.safe_input > hi))
-        if outside.size:
-            i = int(outside[0])
-            raise InputError(
-                f"safe_input[{i}] = {self.safe_input[i]} is outside the input bounds "
-                f"[{lo[i]}, {hi[i]}] (constraints.u_min, u_max); the fallback input must "
-                "satisfy them"
-            )
-
-        if transcription == "auto":
-            transcription = "implicit" if model.residual is not None else "step"
-        if transcription == "implicit" and model.residual is None:
-            raise InputError(
-                "transcription='implicit' needs a model with a residual (a variational model "
-                "with one substep per dt); use transcription='step' for this model"
-            )
-        self.transcription = transcription
+        self.safe_input = _checked_safe_input(safe_input, self._cons, model.nu)
+        transcriber = transcriber_for(transcription, model)
+        self.transcription = transcription = transcriber.NAME
         tightened, soft_inputs = tight.active, tight.soft_inputs
         check_problem_size(
             self.horizon,
             model.nx,
             model.nu,
-            transcription == "implicit",
+            transcriber.IMPLICIT,
             n_slacks(self.safety_rows, soft_inputs),
         )
         staged, self.model_compiled = (
@@ -387,20 +358,9 @@ class MPC:
         )
         tight.build(self._tr, self.jit == "nlp")
         strategy.refuse_problem(transcription, self._cost, hessian)
-        plugin, opts = nlpsol_options(
-            solver,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            qpsol=qpsol,
-            expand=self._tr.expandable and not (self.model_compiled or stage_calls),
-            equality=(self._tr.lbg == self._tr.ubg).tolist(),
-            hessian=hessian,
-            gauss_newton=self._tr.gauss_newton,
-            structure=self._tr.layout.ocp_structure(),
-            condensed_start=checked["condensed_start"],
-        )
         self._solving = strategy(solver, checked, given_options)
-        self._solving.build(self, opts, plugin, cached_nlp)
+        expand = self._tr.expandable and not (self.model_compiled or stage_calls)
+        self._solving.build(self, expand, cached_nlp)
         L = self._tr.layout
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
@@ -408,74 +368,28 @@ class MPC:
             None if model.constraint is None else model.constraint.map(self.horizon)
         )
         # static bounds converted once: numpy -> DM conversion is a visible part of a 1 ms solve
-        self._bounds = {
-            name: ca.DM(value)
-            for name, value in (
-                ("lbx", self._tr.lbw),
-                ("ubx", self._tr.ubw),
-                ("lbg", self._tr.lbg),
-                ("ubg", self._tr.ubg),
-            )
-        }
-        self._w0: np.ndarray | None = None
-        self._lam_g0: np.ndarray | None = None
-        self._lam_x0: np.ndarray | None = None
-        self._plan_u: np.ndarray | None = None
-        self._plan_x: np.ndarray | None = None  # the states that plan predicts
+        tr = self._tr
+        bounds = (tr.lbw, tr.ubw, tr.lbg, tr.ubg)
+        self._bounds = {k: ca.DM(v) for k, v in zip(_BOUNDS, bounds, strict=True)}
+        # the warm start, its multipliers, the plan's inputs and the states it predicts
+        self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = self._plan_x = None
         self._u_prev = self.safe_input.copy()
         self._layout = L
         # the warm start is the plan for the next call's own time (start), not one stage back
         self._current = False
         self._unhurried = False  # start: no time budget
 
-    # -- the solver's ---------------------------------------------------------------------
-    @property
-    def nlp_compiled(self) -> bool:
-        """Whether the NLP's solver runs the library compiled for it (``jit = "nlp"``)."""
-        return self._solving.nlp_compiled
+    # -- the strategies' options ------------------------------------------------------------
+    nlp_compiled = _read("_solving", "nlp_compiled", "whether the NLP runs compiled (jit)")
+    rti_start = _read("_options", "rti_start", "the real-time iteration's cold-start solver")
+    rti_regularization = _read("_options", "rti_regularization", "rti's Levenberg–Marquardt")
+    tube = _read("_options", "tube", "the tube's propagation, open_loop or feedback")
+    tube_errors = _read("_options", "tube_errors", "the feedback tube's reading of the bound")
+    tube_memory = _read("_tightening", "memory", "the share of the last tube a new one keeps")
+    tube_lipschitz = _read("_tightening", "lipschitz", "the open-loop tube's Lipschitz constant")
+    tube_Q = _read("_tightening", "Q", "the feedback tube's LQR weight on the observation")
+    tube_R = _read("_tightening", "R", "the feedback tube's LQR weight on the input")
 
-    @property
-    def rti_start(self) -> str:
-        """``rti_start``: the solver of the real-time iteration's cold starts."""
-        return self._options["rti_start"]
-
-    @property
-    def rti_regularization(self) -> float:
-        """``rti_regularization``: the real-time iteration's Levenberg–Marquardt term."""
-        return self._options["rti_regularization"]
-
-    # -- the tightening's options ----------------------------------------------------------
-    @property
-    def tube(self) -> str:
-        """``tube``: the tube's propagation (``"open_loop"`` or ``"feedback"``)."""
-        return self._options["tube"]
-
-    @property
-    def tube_errors(self) -> str:
-        """``tube_errors``: the feedback tube's reading of the bound."""
-        return self._options["tube_errors"]
-
-    @property
-    def tube_memory(self) -> float:
-        """``tube_memory``: how much of the previous call's tube a narrower one keeps."""
-        return self._tightening.memory
-
-    @property
-    def tube_lipschitz(self) -> float | None:
-        """``tube_lipschitz``: the open-loop tube's Lipschitz constant, or None."""
-        return self._tightening.lipschitz
-
-    @property
-    def tube_Q(self) -> np.ndarray | None:
-        """The feedback tube's LQR weight on the observation (None for other tightenings)."""
-        return self._tightening.Q
-
-    @property
-    def tube_R(self) -> np.ndarray | None:
-        """The feedback tube's LQR weight on the input (None for other tightenings)."""
-        return self._tightening.R
-
-    # -- one step -----------------------------------------------------------------------
     @property
     def safety_function(self) -> ca.Function:
         """The safety rows as one function ``obs -> h`` (``h >= 0`` is safe):
@@ -617,7 +531,11 @@ class MPC:
         if kept is not None:  # solved with the last solved call's tube (_condensed_step)
             tube, tube_inputs = kept
             empty_stages = self._tightening.empty_stages(tube, tube_inputs)
-        status = Status.INFEASIBLE if inputs_empty else self._status(sol, stats, elapsed, error)
+        status = (
+            Status.INFEASIBLE
+            if inputs_empty
+            else self._solving.status(self, sol, stats, elapsed, error)
+        )
         iterations = int(stats.get("iter_count", 0))
         if status.ok:
             w = np.asarray(sol["x"]).reshape(-1)
@@ -685,27 +603,9 @@ class MPC:
 
     # -- helpers --------------------------------------------------------------------------
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
-        L = self._layout
-        if self._w0 is None:
-            w = np.zeros(L.n_w)
-            w[L.x] = x0
-            if L.z.size:
-                w[L.z] = x0
-            w[L.u] = self.safe_input if self._plan_u is None else self._plan_u[0]
-            return w
-        w = self._w0.copy()
-        if self._current:  # the plan of start, for this very call
-            w[L.x[0]] = x0
-            return w
-        # shift the previous solution one stage, repeat the last stage
-        w[L.x[:-1]] = self._w0[L.x[1:]]
-        w[L.u[:-1]] = self._w0[L.u[1:]]
-        if L.z.size:
-            w[L.z[:-1]] = self._w0[L.z[1:]]
-        if L.s.size:
-            w[L.s[:-1]] = self._w0[L.s[1:]]
-        w[L.x[0]] = x0
-        return w
+        """The solve's guess at the measured state ``x0`` (:func:`initial_guess`)."""
+        plan_u0 = None if self._plan_u is None else self._plan_u[0]
+        return initial_guess(self._layout, self._w0, self._current, x0, self.safe_input, plan_u0)
 
     def _fallback(self, x0: np.ndarray | None = None, P: ca.DM | None = None) -> np.ndarray:
         """The input of a call nothing solved, at the measured state ``x0`` (``P``: the
@@ -726,54 +626,6 @@ class MPC:
             self._plan_u, self._plan_x = shifted(self._plan_u, self._plan_x)
         return np.clip(u, self._cons.u_min, self._cons.u_max)
 
-    def _status(self, sol, stats: dict, elapsed: float, error: Exception | None) -> Status:
-        if error is not None:
-            return Status.FAILED
-        if sol is None:  # the condensed SQP's unfinished solve
-            return Status.TIME_LIMIT if self._stopped_by_budget(stats) else Status.FAILED
-        w = np.asarray(sol["x"]).reshape(-1)
-        if not np.all(np.isfinite(w)):
-            return Status.FAILED
-        if stats.get("unified_return_status") == "SOLVER_RET_INFEASIBLE" or "nfeasib" in str(
-            stats.get("return_status", "")
-        ):
-            return Status.INFEASIBLE
-        if self._stopped_by_budget(stats):
-            return Status.TIME_LIMIT
-        if stats.get("success", False):
-            result = Status.SOLVED
-        elif self._solving.one_iteration() or (
-            self._violation(sol) <= FEASIBILITY_TOL
-            and not (self._solving.descended and self._slack(sol) > FEASIBILITY_TOL)
-        ):
-            # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
-            # iteration is never converged by design; the condensed SQP's descent's only where
-            # its soft rows hold without slack (its slacks can be far larger than a solution's:
-            # on the CLNN cart-pole up to 57 m past the tightened rail)
-            result = Status.ITERATION_LIMIT
-        else:
-            return Status.FAILED
-        if self.time_budget is not None and elapsed > self.time_budget and not self._unhurried:
-            return Status.LATE
-        return result
-
-    def _stopped_by_budget(self, stats: dict) -> bool:
-        """Whether the time budget stopped the solve (as the solver keeps it)."""
-        if self.time_budget is None or stats.get("success", False) or self._unhurried:
-            return False
-        return self._solving.stopped_by_budget(stats)
-
-    def _slack(self, sol) -> float:
-        """The largest slack of the returned iterate (0 without soft rows)."""
-        w = np.asarray(sol["x"]).reshape(-1)
-        return float(w[self._layout.s].max(initial=0.0))
-
-    def _violation(self, sol) -> float:
-        """Largest violation of the NLP's constraints at the returned iterate."""
-        g = np.asarray(sol["g"]).reshape(-1)
-        over = np.maximum(self._tr.lbg - g, g - self._tr.ubg)
-        return float(np.max(over, initial=0.0))
-
 
 #: the keyword arguments of MPC, for the "did you mean" of a misspelt one
 _KEYWORDS = tuple(
@@ -781,3 +633,88 @@ _KEYWORDS = tuple(
     for name, param in inspect.signature(MPC.__init__).parameters.items()
     if name not in ("self", "model", "horizon", "cost") and param.kind is not param.VAR_KEYWORD
 )
+
+
+#: the names of the variables' and rows' bounds, as the solvers take them
+_BOUNDS = ("lbx", "ubx", "lbg", "ubg")
+
+
+def _checked_arguments(
+    arguments: dict[str, Any], model: Any, cost: Any, constraints: Any
+) -> tuple[dict[str, Any], Constraints]:
+    """``MPC``'s declared options (all but the weights) checked against :data:`SETTINGS`,
+    and its ``constraints`` (None: none), after refusing an unknown keyword (with a "did
+    you mean") and a model, cost or constraints of the wrong type."""
+    for key in arguments["unknown"]:
+        hint = difflib.get_close_matches(key, _KEYWORDS, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise InputError(
+            f"MPC got an unknown keyword argument {key!r}{extra} (expected one of "
+            f"{', '.join(_KEYWORDS)})"
+        )
+    if not isinstance(model, DiscreteModel):
+        raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
+    if not isinstance(cost, Cost):
+        raise InputError(f"cost must be a vimpc.mpc.Cost, got {type(cost).__name__}")
+    constraints = Constraints() if constraints is None else constraints
+    if not isinstance(constraints, Constraints):
+        raise InputError(
+            f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}"
+        )
+    # every declared option as given (the weights are matrices here: the tightening's)
+    given = {key: arguments[key] for key in SETTINGS if key not in MATRICES}
+    if given["transcription"] is None:  # the keyword's default before "auto" was declared
+        given["transcription"] = "auto"
+    return {key: check_option(key, value) for key, value in given.items()}, constraints
+
+
+def _checked_safe_input(safe_input: Any, cons: Constraints, nu: int) -> np.ndarray:
+    """The fallback input without a plan: ``safe_input`` checked (finite, within the input
+    bounds), by default zero clipped to them."""
+    lo, hi = cons.u_min, cons.u_max
+    if safe_input is None:
+        safe_input = np.clip(np.zeros(nu), lo, hi)
+    checked = _checks.finite_vector("safe_input", safe_input, nu)
+    outside = np.flatnonzero((checked < lo) | (checked > hi))
+    if outside.size:
+        i = int(outside[0])
+        raise InputError(
+            f"safe_input[{i}] = {checked[i]} is outside the input bounds "
+            f"[{lo[i]}, {hi[i]}] (constraints.u_min, u_max); the fallback input must "
+            "satisfy them"
+        )
+    return checked
+
+
+def initial_guess(
+    L: Any,
+    w_prev: np.ndarray | None,
+    current: bool,
+    x0: np.ndarray,
+    safe_input: np.ndarray,
+    plan_u0: np.ndarray | None,
+) -> np.ndarray:
+    """The guess of a solve from the measured state ``x0`` in the layout ``L``: without a
+    previous solution ``w_prev`` the state held under ``plan_u0`` (the last plan's first
+    input) or ``safe_input``; with one, it for this very call (``current``: the plan of
+    :meth:`MPC.start`), else shifted by one stage, the last stage repeated."""
+    if w_prev is None:
+        w = np.zeros(L.n_w)
+        w[L.x] = x0
+        if L.z.size:
+            w[L.z] = x0
+        w[L.u] = safe_input if plan_u0 is None else plan_u0
+        return w
+    w = w_prev.copy()
+    if current:  # the plan of start, for this very call
+        w[L.x[0]] = x0
+        return w
+    # shift the previous solution one stage, repeat the last stage
+    w[L.x[:-1]] = w_prev[L.x[1:]]
+    w[L.u[:-1]] = w_prev[L.u[1:]]
+    if L.z.size:
+        w[L.z[:-1]] = w_prev[L.z[1:]]
+    if L.s.size:
+        w[L.s[:-1]] = w_prev[L.s[1:]]
+    w[L.x[0]] = x0
+    return w

@@ -28,6 +28,7 @@ from vimpc.errors import InputError
 from vimpc.mpc.compiling import compiled_nlpsol
 from vimpc.mpc.condensed import BUDGET_STATUS, CondensedSQP, condensing_refusal
 from vimpc.mpc.options import SETTINGS, ignored_solver_options, ignored_sqp_options
+from vimpc.mpc.result import Status
 from vimpc.mpc.solvers import (
     Deadline,
     RealTimeIteration,
@@ -46,6 +47,8 @@ from vimpc.mpc.solvers import (
 #: module): its plan, transcription and tightening are read from it
 MPC = Any
 
+#: constraint violation up to which an unconverged iterate is still used
+FEASIBILITY_TOL = 1e-6
 #: ``solver = "condensed"`` with a time budget: the share of it each of a warm call's
 #: condensed SQP tries may take before the single-shooting descent takes the rest
 TRY_SHARE = 0.4
@@ -95,11 +98,26 @@ class Solver:
         this solver cannot solve: every one it is given here."""
 
     # -- built with the controller ------------------------------------------------------
-    def build(self, ctl: MPC, opts: dict[str, Any], plugin: str, cached_nlp: bool) -> None:
-        """The solver instances of the transcription ``ctl._tr`` with the preset ``opts``
-        (``plugin``'s), the time budget's options and the user's merged over it; a CasADi
-        error about a given option is raised as an :class:`InputError` naming it."""
+    def build(self, ctl: MPC, expand: bool, cached_nlp: bool) -> None:
+        """The solver instances of the transcription ``ctl._tr``: the preset
+        (:func:`~vimpc.mpc.solvers.nlpsol_options`, expanded to SX with ``expand``), the time
+        budget's options and the user's merged over it, the NLP's library cached with
+        ``cached_nlp``; a CasADi error about a given option is raised as an
+        :class:`InputError` naming it."""
         tr, casadi_jit = ctl._tr, ctl.jit == "nlp" and not cached_nlp
+        checked = self.checked
+        plugin, opts = nlpsol_options(
+            self.name,
+            max_iter=ctl.max_iter,
+            tol=ctl.tol,
+            qpsol=checked["qpsol"],
+            expand=expand,
+            equality=(tr.lbg == tr.ubg).tolist(),
+            hessian=checked["hessian"],
+            gauss_newton=tr.gauss_newton,
+            structure=tr.layout.ocp_structure(),
+            condensed_start=checked["condensed_start"],
+        )
         if casadi_jit:
             opts.update(_jit.options())
         budget_opts: dict[str, Any] = {}
@@ -189,6 +207,45 @@ class Solver:
         except RuntimeError as exc:
             # some plugins fail to report stats after an aborted solve
             return {"success": False, "return_status": f"no statistics: {exc}"}
+
+    def status(self, ctl: MPC, sol, stats: dict, elapsed: float, error) -> Status:
+        """The status of a call's solve ``sol`` (None: the condensed SQP's unfinished one)
+        with the statistics ``stats``, its wall time ``elapsed`` and a CasADi ``error``."""
+        if error is not None:
+            return Status.FAILED
+        if sol is None:  # the condensed SQP's unfinished solve
+            return Status.TIME_LIMIT if self._timed_out(ctl, stats) else Status.FAILED
+        w = np.asarray(sol["x"]).reshape(-1)
+        if not np.all(np.isfinite(w)):
+            return Status.FAILED
+        if stats.get("unified_return_status") == "SOLVER_RET_INFEASIBLE" or "nfeasib" in str(
+            stats.get("return_status", "")
+        ):
+            return Status.INFEASIBLE
+        if self._timed_out(ctl, stats):
+            return Status.TIME_LIMIT
+        if stats.get("success", False):
+            result = Status.SOLVED
+        elif self.one_iteration() or (
+            _violation(ctl._tr, sol) <= FEASIBILITY_TOL
+            and not (self.descended and _slack(ctl._layout, sol) > FEASIBILITY_TOL)
+        ):
+            # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
+            # iteration is never converged by design; the condensed SQP's descent's only where
+            # its soft rows hold without slack (its slacks can be far larger than a solution's:
+            # on the CLNN cart-pole up to 57 m past the tightened rail)
+            result = Status.ITERATION_LIMIT
+        else:
+            return Status.FAILED
+        if self.time_budget is not None and elapsed > self.time_budget and not ctl._unhurried:
+            return Status.LATE
+        return result
+
+    def _timed_out(self, ctl: MPC, stats: dict) -> bool:
+        """Whether the time budget stopped the solve (as the solver keeps it)."""
+        if self.time_budget is None or stats.get("success", False) or ctl._unhurried:
+            return False
+        return self.stopped_by_budget(stats)
 
     def stopped_by_budget(self, stats: dict) -> bool:
         """Whether the time budget stopped a solve it timed (unsuccessful, not unhurried):
@@ -445,8 +502,8 @@ class Condensed(Solver):
     by ``condensed_start``; a time budget on its own clock, the rest of it for the
     single-shooting descent."""
 
-    def build(self, ctl: MPC, opts: dict[str, Any], plugin: str, cached_nlp: bool) -> None:
-        super().build(ctl, opts, plugin, cached_nlp)
+    def build(self, ctl: MPC, expand: bool, cached_nlp: bool) -> None:
+        super().build(ctl, expand, cached_nlp)
         self.condensed = CondensedSQP(
             ctl.model, ctl.horizon, ctl._cost, ctl._tr, max_iter=ctl.max_iter, tol=ctl.tol,
             compile=ctl.jit == "nlp",
@@ -587,3 +644,16 @@ def finite_iterate(sol) -> np.ndarray | None:
         return None
     w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
     return w if np.all(np.isfinite(w)) else None
+
+
+def _slack(layout: Any, sol) -> float:
+    """The largest slack of the returned iterate (0 without soft rows)."""
+    w = np.asarray(sol["x"]).reshape(-1)
+    return float(w[layout.s].max(initial=0.0))
+
+
+def _violation(tr: Any, sol) -> float:
+    """Largest violation of the NLP's constraints at the returned iterate."""
+    g = np.asarray(sol["g"]).reshape(-1)
+    over = np.maximum(tr.lbg - g, g - tr.ubg)
+    return float(np.max(over, initial=0.0))
