@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import casadi as ca
@@ -437,6 +438,16 @@ TIGHTENINGS: dict[str, Any] = {
 }
 
 
+def tightening_class(options: Mapping[str, Any]) -> type[Tightening]:
+    """The strategy class of the option values ``options`` (``tightening``, then ``tube``,
+    then ``tube_errors`` where the choice goes on), unchecked: :data:`TIGHTENINGS`."""
+    chosen = TIGHTENINGS[options["tightening"]]
+    for key in ("tube", "tube_errors"):
+        if isinstance(chosen, dict):
+            chosen = chosen[options[key]]
+    return chosen
+
+
 def tightening_for(checked: dict[str, Any], model: DiscreteModel) -> type[Tightening]:
     """The strategy of the checked options ``checked``, after refusing a tube without the
     model's bound and every tube option that the chosen strategy would not read (given away
@@ -449,10 +460,7 @@ def tightening_for(checked: dict[str, Any], model: DiscreteModel) -> type[Tighte
             "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
             "vimpc.models.calibration) or use tightening='none'"
         )
-    chosen = TIGHTENINGS[tightening]
-    for key in ("tube", "tube_errors"):
-        if isinstance(chosen, dict):
-            chosen = chosen[checked[key]]
+    chosen = tightening_class(checked)
     reads = chosen.READS
     # options that only the tube (or one kind of tube) reads: without it they do nothing
     for name in ("tube", "tube_memory", "tube_lipschitz"):
