@@ -16,4 +16,8 @@ from vimpc.testing.model_contract import DiscreteModelContract as DiscreteModelC
 
 __all__ = [
     "ControllerContract",
-    "DiscreteModelContract", "EnvContract", "ModelFamilyContract", "SmallCase"]
+    "DiscreteModelContract",
+    "EnvContract",
+    "ModelFamilyContract",
+    "SmallCase",
+]
