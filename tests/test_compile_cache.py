@@ -123,7 +123,7 @@ def test_auto_compiles_the_condensed_sqp_and_leaves_rti_and_the_environments_cho
             np.testing.assert_allclose(
                 condensed(np.array(x0)).u_plan, interpreted(np.array(x0)).u_plan, atol=1e-8
             )
-    assert condensed._condensed._linearization.fn.class_name() == "External"
+    assert condensed._solving.condensed._linearization.fn.class_name() == "External"
     # a network's dense products are compiled where the generated C runs them on CasADi's
     # OpenBLAS, and stay interpreted (on a BLAS) where CasADi ships none (CasADi's loops)
     network = dataclasses.replace(MODEL, info={**MODEL.info, "dense_products": "blasfeo"})

@@ -38,7 +38,7 @@ def _linear_model() -> tuple[DiscreteModel, np.ndarray, np.ndarray]:
 
 
 def _used_condensed(ctrl: MPC) -> bool:
-    return "evaluations" in ctrl._stats()  # the condensed SQP's statistics
+    return "evaluations" in ctrl._solving.stats()  # the condensed SQP's statistics
 
 
 def test_the_warm_solves_reproduce_lqr_with_a_riccati_terminal_cost():
@@ -183,7 +183,7 @@ def test_a_time_budget_stops_it_with_the_fallback_and_the_next_call_starts_warm(
         result = ctrl(x)
         assert result.status.name == "TIME_LIMIT" and result.fallback and not result.handed_over
         np.testing.assert_allclose(result.u, first.u_plan[k])
-        stats = ctrl._stats()
+        stats = ctrl._solving.stats()
         assert stats["return_status"] == "time budget" and stats["iter_count"] == 1
         x = np.asarray(model.step(x, result.u, model.p_default)).ravel()
 
@@ -216,7 +216,7 @@ def test_with_a_tube_and_state_bounds_it_solves_fatrops_problem(soft):
         want, got = reference(x), condensed(x)
         assert want.status.ok and got.status.ok and got.handed_over == (k == 0)
         np.testing.assert_allclose(got.tube, want.tube, atol=1e-12)
-        P = condensed._tube_fn(condensed._w0, _parameters(condensed, x))[0]
+        P = condensed._tightening._fn(condensed._w0, _parameters(condensed, x))[0]
         f_got, g_got, _ = nlp(condensed._w0, P)
         w_want = reference._w0.copy()
         w_want[L.s] = np.maximum(w_want[L.s], 0.0)
@@ -243,22 +243,22 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
     nlp = ca.Function("nlp", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["g"]])
     x = np.array([-0.5, 0.0])
     last = ctrl.start(x)
-    solve, tries = ctrl._condensed.solve, []
+    solve, tries = ctrl._solving.condensed.solve, []
 
     def first_try_fails(*args):
         tries.append(1)
         return None if len(tries) % 2 else solve(*args)
 
-    ctrl._condensed.solve = first_try_fails
+    ctrl._solving.condensed.solve = first_try_fails
     differed = 0
     for k in range(6):
         given = _parameters(ctrl, x)
-        along_guess = ctrl._tube_fn(ca.DM(ctrl._initial_guess(x)), given)[1]
+        along_guess = ctrl._tightening._fn(ca.DM(ctrl._initial_guess(x)), given)[1]
         got = ctrl(x)
         assert got.status.ok and got.tube_kept and not got.handed_over and len(tries) == 2 * k + 2
         want = last.tube if k == 0 else np.vstack([last.tube[1:], last.tube[-1:]])
         np.testing.assert_array_equal(got.tube, want)
-        P = ctrl._with_margins(given, got.tube, got.tube_inputs)
+        P = ctrl._tightening.with_margins(given, got.tube, got.tube_inputs)
         g = np.asarray(nlp(ctrl._w0, P)).ravel()
         assert np.all(g >= tr.lbg - 1e-8) and np.all(g <= tr.ubg + 1e-8)
         differed += bool(np.abs(np.asarray(along_guess).T - got.tube).max() > 1e-6)
@@ -304,12 +304,12 @@ def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twic
     solved = ctrl(x)
     assert solved.status.ok and not solved.tube_kept
     x = A @ x + B @ solved.u
-    solve = ctrl._condensed.solve
-    ctrl._condensed.solve = lambda *args: None
-    descend, ctrl._condensed.descend = ctrl._condensed.descend, lambda *args: None
+    solve = ctrl._solving.condensed.solve
+    ctrl._solving.condensed.solve = lambda *args: None
+    descend, ctrl._solving.condensed.descend = ctrl._solving.condensed.descend, lambda *args: None
     failed = ctrl(x)
     assert failed.fallback and not failed.tube_kept and failed.descended
-    ctrl._condensed.descend = descend
+    ctrl._solving.condensed.descend = descend
     x = A @ x + B @ failed.u
     tries = []
 
@@ -317,7 +317,7 @@ def test_after_a_call_nothing_solved_the_kept_tube_follows_the_plan_shifted_twic
         tries.append(1)
         return None if len(tries) == 1 else solve(*args)
 
-    ctrl._condensed.solve = first_try_fails
+    ctrl._solving.condensed.solve = first_try_fails
     kept = ctrl(x)
     assert kept.status.ok and kept.tube_kept and len(tries) == 2
     twice = np.vstack([solved.tube[2:], solved.tube[-1:], solved.tube[-1:]])
@@ -349,7 +349,7 @@ def test_a_failed_cold_start_leaves_its_last_iterate_to_the_condensed_sqp():
         result = ctrl(x)
         assert not result.handed_over and result.descended
         assert result.status.name in ("ITERATION_LIMIT", "FAILED")
-        assert ctrl._stats()["iter_count"] <= 2
+        assert ctrl._solving.stats()["iter_count"] <= 2
         x = np.asarray(model.step(x, result.u, model.p_default)).ravel()
 
 
@@ -371,14 +371,16 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
     for ctrl in (reference, handing, timed):
         ctrl.start(x)
     for ctrl in (handing, timed):
-        ctrl._condensed.solve = lambda *args, **kwargs: None  # unfinished, whatever the cause
+        ctrl._solving.condensed.solve = lambda *args, **kwargs: (
+            None
+        )  # unfinished, whatever the cause
     for _ in range(4):
         want, got, held = reference(x), handing(x), timed(x)
         assert got.status.ok and got.handed_over
         np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-6)
         assert held.status.ok and held.descended and not held.handed_over
         np.testing.assert_allclose(held.x, _simulated(model, x, held.u_plan), atol=1e-10)
-        merits = np.array(timed._stats()["merits"])
+        merits = np.array(timed._solving.stats()["merits"])
         assert np.all(np.diff(merits) <= 1e-12 * merits[:-1])
         x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
 
@@ -392,18 +394,18 @@ def test_a_descent_iterate_with_slack_gives_the_fallback_input():
     results = {}
     for slack in (0.0, 1e-3):
         ctrl, A, B = _rail_with_a_speed_tube(time_budget=0.5, period=1.0)
-        ctrl._condensed.max_iter = 1  # the descent stops unconverged
+        ctrl._solving.condensed.max_iter = 1  # the descent stops unconverged
         x = np.array([-0.5, 0.0])
         ctrl.start(x)
-        ctrl._condensed.solve = lambda *args: None
-        descend = ctrl._condensed.descend
+        ctrl._solving.condensed.solve = lambda *args: None
+        descend = ctrl._solving.condensed.descend
 
         def with_slack(*args, slack=slack, descend=descend, rows=ctrl._layout.s[1:, 0]):
             w, f, g = descend(*args)
             w[rows] += slack  # the rows hold: a slack only loosens them
             return w, f, g
 
-        ctrl._condensed.descend = with_slack
+        ctrl._solving.condensed.descend = with_slack
         results[slack] = ctrl(x)
         assert results[slack].descended
     assert results[0.0].status.name == "ITERATION_LIMIT" and not results[0.0].fallback
@@ -440,7 +442,7 @@ def test_the_descent_reaches_fatrops_swing_up_from_the_state_held():
     refs = np.stack([ctrl.cost.reference(0.05 * k) for k in range(21)])
     P = np.asarray(_parameters(ctrl, x)).ravel()
     lbx, ubx = (np.asarray(ctrl._bounds[k]).ravel() for k in ("lbx", "ubx"))
-    cond = ctrl._condensed
+    cond = ctrl._solving.condensed
     args = (P, lbx, ubx, refs, ctrl._u_prev, model.p_default)
     w, f, _ = cond.descend(guess.copy(), *args)
     stats = cond.stats()
@@ -491,8 +493,8 @@ def test_a_warm_solve_whose_hand_over_fails_leaves_a_cold_start():
     ctrl = MPC(model, 20, cost, bounds, solver="condensed", transcription="implicit", tol=1e-8)
     x = np.array([0.0, 0.1, 0.0, 0.0])
     plan = ctrl.start(x)
-    ctrl._condensed.solve = lambda *args, **kwargs: None  # every warm solve unfinished
-    ctrl._solver = cold = _FailingOnce(ctrl._solver)
+    ctrl._solving.condensed.solve = lambda *args, **kwargs: None  # every warm solve unfinished
+    ctrl._solving.solver = cold = _FailingOnce(ctrl._solving.solver)
     L = ctrl._layout
     failed = ctrl(x)
     assert failed.status.name == "FAILED" and failed.fallback and failed.handed_over

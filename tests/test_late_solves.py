@@ -305,7 +305,7 @@ def test_the_first_plan_is_the_warm_start_of_the_call_at_the_same_state(
     assert first.status.ok and np.isfinite(first.call_time)
     assert first.iterations == cold.iterations  # start forgets the plan of the call before
     if solver == "rti":  # the first call is prepared before the clock too
-        assert mpc._solver.prepared
+        assert mpc._solving.solver.prepared
     # the call at that state and time starts from that plan, unshifted: it is already solved
     # (the SQPs in one iteration at most; fatrop's interior point restarts its barrier, and
     # the real-time iteration has made one iteration from a cold start either way)

@@ -376,7 +376,7 @@ def test_the_real_time_iteration_is_one_gauss_newton_step_with_one_jacobian():
 
     model = NominalModel(Pendulum(), 0.05).discrete_model()
     ctrl = MPC(model, 12, Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0]), solver="rti")
-    assert isinstance(ctrl._solver, RealTimeIteration)
+    assert isinstance(ctrl._solving.solver, RealTimeIteration)
     tr = ctrl._tr
     _, opts = nlpsol_options(
         "rti", max_iter=1, tol=1e-8, expand=tr.expandable, gauss_newton=tr.gauss_newton
@@ -387,12 +387,14 @@ def test_the_real_time_iteration_is_one_gauss_newton_step_with_one_jacobian():
     w0[tr.layout.s] = 0.0
     p = np.concatenate([[0.3, -0.2], np.tile([np.pi, 0.0], 13), [0.0]])
     bounds = dict(lbx=tr.lbw, ubx=tr.ubw, lbg=tr.lbg, ubg=tr.ubg)
-    mine = ctrl._solver(x0=ca.DM(w0), p=ca.DM(p), **{k: ca.DM(v) for k, v in bounds.items()})
+    mine = ctrl._solving.solver(
+        x0=ca.DM(w0), p=ca.DM(p), **{k: ca.DM(v) for k, v in bounds.items()}
+    )
     theirs = sqp(x0=w0, p=p, **bounds)
     np.testing.assert_allclose(np.asarray(mine["x"]), np.asarray(theirs["x"]), atol=1e-9)
     assert np.abs(np.asarray(mine["x"]) - w0[:, None]).max() > 1e-2  # a step was taken
     assert sqp.stats()["n_call_nlp_jac_fg"] == 2
-    assert ctrl._solver.stats()["iter_count"] == 1
+    assert ctrl._solving.solver.stats()["iter_count"] == 1
 
 
 def test_a_real_time_iteration_whose_qp_fails_applies_the_fallback():
@@ -403,13 +405,13 @@ def test_a_real_time_iteration_whose_qp_fails_applies_the_fallback():
     tr = ctrl._tr
     lbx, ubx = tr.lbw.copy(), tr.ubw.copy()
     lbx[tr.layout.u[0]], ubx[tr.layout.u[0]] = 1.0, -1.0
-    out = ctrl._solver(
+    out = ctrl._solving.solver(
         x0=ca.DM.zeros(tr.layout.n_w), p=ca.DM.zeros(tr.nlp["p"].numel()),
         lbx=ca.DM(lbx), ubx=ca.DM(ubx), lbg=ca.DM(tr.lbg), ubg=ca.DM(tr.ubg),
     )  # fmt: skip
     assert np.all(np.isnan(np.asarray(out["x"])))
-    assert ctrl._solver.stats()["return_status"].startswith("QP failed")
-    assert ctrl._status(out, ctrl._solver.stats(), 0.0, None) is Status.FAILED
+    assert ctrl._solving.solver.stats()["return_status"].startswith("QP failed")
+    assert ctrl._solving.status(ctrl, out, ctrl._solving.solver.stats(), 0.0, None) is Status.FAILED
 
 
 @pytest.mark.parametrize("transcription", ["step", "implicit"])

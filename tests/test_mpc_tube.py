@@ -533,7 +533,7 @@ def test_with_the_feedback_tube_the_fallback_applies_the_tubes_feedback(solver):
         )  # fmt: skip
         solved = ctrl(M @ x)
         assert solved.status.ok
-        ctrl._solver = _Failing(ctrl._solver)
+        ctrl._solving.solver = _Failing(ctrl._solving.solver)
         failed = ctrl(M @ (solved.x[1] + off))
         assert failed.fallback
         want = solved.u_plan[1] + gains[1] @ off
@@ -571,7 +571,7 @@ def test_tube_memory_keeps_a_share_of_a_wider_previous_tube_and_leaves_a_steady_
         np.testing.assert_array_equal(result.tube, plain.tube)
         np.testing.assert_array_equal(result.tube_inputs, plain.tube_inputs)
     # a previous tube twice as wide: each margin keeps the share a of the excess
-    ctrl._last_tube = (2.0 * plain.tube, 2.0 * plain.tube_inputs)
+    ctrl._tightening._last = (2.0 * plain.tube, 2.0 * plain.tube_inputs)
     wider = ctrl(x)
     assert wider.status.ok
     np.testing.assert_allclose(wider.tube, (1.0 + a) * plain.tube, rtol=1e-14)
@@ -582,7 +582,7 @@ def test_tube_memory_keeps_a_share_of_a_wider_previous_tube_and_leaves_a_steady_
     assert np.all(u >= -1.0 + wider.tube_inputs[:, 0] - 1e-7)
     assert np.all(np.abs(s) <= 1.0 - wider.tube[1:, :2].max(axis=1) + 1e-7)
     # a previous tube narrower everywhere changes nothing
-    ctrl._last_tube = (0.5 * plain.tube, 0.5 * plain.tube_inputs)
+    ctrl._tightening._last = (0.5 * plain.tube, 0.5 * plain.tube_inputs)
     np.testing.assert_array_equal(ctrl(x).tube, plain.tube)
 
 

@@ -40,7 +40,7 @@ def test_each_feedback_is_the_lqr_law_from_a_state_the_preparation_never_saw(imp
     P = scipy.linalg.solve_discrete_are(A, B, Q, R)
     K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
     ctrl = MPC(model, 8, Cost(Q=Q, R=R, Q_terminal=P), solver="rti", rti_start="none")
-    assert isinstance(ctrl._solver, RealTimeIteration)
+    assert isinstance(ctrl._solving.solver, RealTimeIteration)
     rng = np.random.default_rng(3)
     x = np.array([1.0, -0.5])
     for k in range(6):
@@ -49,7 +49,7 @@ def test_each_feedback_is_the_lqr_law_from_a_state_the_preparation_never_saw(imp
         np.testing.assert_allclose(result.u, -K @ x, atol=1e-9)
         x = A @ x + B @ result.u + rng.normal(scale=0.2, size=2)
         assert ctrl.prepare((k + 1) * DT) > 0.0  # the shifted plan was linearised
-        assert ctrl._solver.prepared
+        assert ctrl._solving.solver.prepared
 
 
 def test_preparing_before_the_call_gives_the_same_loop_bit_for_bit():
@@ -81,7 +81,7 @@ def test_the_feedback_returns_the_linearisations_prediction_at_the_step():
     # evaluated from the sparse data prepared: f + grad d + d'Hd/2 and g + J d + J_p dx (the
     # measured initial state moved by dx from the prepared one), recomputed here densely
     ctrl = _pendulum_controller()
-    solver, nlp = ctrl._solver, ctrl._tr.nlp
+    solver, nlp = ctrl._solving.solver, ctrl._tr.nlp
     w_sym, p_sym, n_init = nlp["x"], nlp["p"], ctrl.model.nx
     rng = np.random.default_rng(0)
     w = rng.normal(scale=0.3, size=w_sym.numel())
@@ -141,7 +141,7 @@ def test_regularisation_shortens_the_step():
     steps = []
     for lam in (0.0, 1e-2, 1.0, 1e6):
         ctrl = _pendulum_controller(rti_start="none", rti_regularization=lam)
-        assert ctrl._solver.regularization == lam
+        assert ctrl._solving.solver.regularization == lam
         steps.append(abs(float(ctrl(np.array([0.3, 0.0])).u[0])))
     assert steps[0] == 2.0  # the Gauss-Newton step saturates the input
     assert all(a >= b for a, b in zip(steps, steps[1:], strict=False)) and steps[-1] < 0.5
@@ -259,7 +259,7 @@ def test_with_a_tube_the_iteration_waits_for_the_state_on_the_sparse_qp():
     cost = Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
     cons = Constraints(u_min=[-2.0], u_max=[2.0], obs_min=[-np.inf, -8.0], obs_max=[np.inf, 8.0])
     ctrl = MPC(bounded, 10, cost, cons, solver="rti", tightening="tube")
-    assert isinstance(ctrl._solver, SparseRealTimeIteration)
+    assert isinstance(ctrl._solving.solver, SparseRealTimeIteration)
     first = ctrl(np.array([0.2, 0.0]))
     assert first.status is Status.ITERATION_LIMIT and first.iterations == 1
     assert ctrl.prepare(0.05) == 0.0
@@ -292,9 +292,9 @@ def test_the_condensed_step_is_the_sparse_qps_step_with_slacks_and_the_implicit_
     w0[L.u] = np.clip(w0[L.u], -2.0, 2.0)
     p = np.concatenate([[0.3, -0.2], np.tile([np.pi, 0.0], 13), [0.0], model.p_default])
     bounds = dict(lbx=tr.lbw, ubx=tr.ubw, lbg=tr.lbg, ubg=tr.ubg)
-    mine = ctrl._solver(x0=w0, p=p, **bounds)
+    mine = ctrl._solving.solver(x0=w0, p=p, **bounds)
     theirs = sparse(x0=ca.DM(w0), p=ca.DM(p), **{k: ca.DM(v) for k, v in bounds.items()})
-    assert ctrl._solver.stats()["return_status"] == "one real-time iteration"
+    assert ctrl._solving.solver.stats()["return_status"] == "one real-time iteration"
     np.testing.assert_allclose(
         np.asarray(mine["x"]).ravel(), np.asarray(theirs["x"]).ravel(), atol=1e-7
     )

@@ -54,10 +54,10 @@ def test_a_failed_solve_makes_the_next_one_cold():
     ctrl = MPC(MODEL, 10, COST, CONS, solver="fatrop", warm_barrier=1e-3, jit="none")
     ctrl.start(np.array([0.1, 0.0]))
     ctrl(np.array([0.1, 0.0]))
-    assert ctrl._stepper is ctrl._warm_solver
+    assert ctrl._solving.stepper is ctrl._solving.warm_solver
     ctrl._w0 = None  # what a failed solve leaves
     ctrl(np.array([0.1, 0.0]))
-    assert ctrl._stepper is ctrl._solver
+    assert ctrl._solving.stepper is ctrl._solving.solver
 
 
 class _Recorder:
@@ -79,8 +79,8 @@ class _Recorder:
 def test_a_stopped_warm_solve_is_continued_from_its_last_iterate_once(solver):
     kw = dict(solver=solver, tol=1e-8, max_iter=200, jit="none", warm_max_iter=1)
     ctrl = MPC(MODEL, 20, COST, CONS, **kw)
-    warm, cold = _Recorder(ctrl._warm_solver), _Recorder(ctrl._solver)
-    ctrl._warm_solver, ctrl._solver = warm, cold
+    warm, cold = _Recorder(ctrl._solving.warm_solver), _Recorder(ctrl._solving.solver)
+    ctrl._solving.warm_solver, ctrl._solving.solver = warm, cold
     x = np.array([0.1, 0.0])
     ctrl.start(x)
     L, seen = ctrl._layout, 0
@@ -89,13 +89,13 @@ def test_a_stopped_warm_solve_is_continued_from_its_last_iterate_once(solver):
         x = np.asarray(MODEL.step(x, r.u, MODEL.p_default)).reshape(-1)
         if r.status.name != "FAILED":
             continue
-        if ctrl._stepper is warm and len(warm.calls) >= 2 and ctrl._continuation:
+        if ctrl._solving.stepper is warm and len(warm.calls) >= 2 and ctrl._solving.continuation:
             # stopped by warm_max_iter at an infeasible iterate: the next call continues from
             # that iterate moved on by a stage (the measured state first), with the warm
             # instance, within the same limit
             stopped = warm.calls[-1][1]["x"]
             ctrl(x)
-            assert ctrl._stepper is warm
+            assert ctrl._solving.stepper is warm
             given = np.asarray(warm.calls[-1][0]["x0"]).reshape(-1)
             np.testing.assert_array_equal(given[L.x[0]], x)
             np.testing.assert_array_equal(given[L.x[1:-1]], stopped[L.x[2:]])
@@ -106,9 +106,11 @@ def test_a_stopped_warm_solve_is_continued_from_its_last_iterate_once(solver):
     # a continuation that fails too leaves the next call to a solve from scratch (the cold
     # instance: test_a_failed_solve_makes_the_next_one_cold)
     last = {"x": warm.calls[-1][1]["x"]}
-    ctrl._stepper = warm
-    assert ctrl._continued(last, continuation=True) is None
-    np.testing.assert_array_equal(ctrl._continued(last, continuation=False), last["x"])
+    ctrl._solving.stepper = warm
+    ctrl._solving._continuing = True  # this call was a continuation
+    assert ctrl._solving.next_guess(ctrl, last, None) is None
+    ctrl._solving._continuing = False
+    np.testing.assert_array_equal(ctrl._solving.next_guess(ctrl, last, None), last["x"])
 
 
 def test_the_options_of_the_warm_instance():
@@ -144,7 +146,9 @@ def test_warm_max_iter_limits_the_solves_from_the_previous_plan_alone(solver):
     for _ in range(30):
         r, r_limited = free(x), limited(x)
         free_its.append(r.iterations)
-        if limited._stepper is limited._warm_solver:  # a solve after a failed one is cold
+        if (
+            limited._solving.stepper is limited._solving.warm_solver
+        ):  # a solve after a failed one is cold
             # stopped after 2 iterations (fatrop counts the one it stopped in: 3)
             assert r_limited.iterations <= 3, r_limited.iterations
             statuses.add(r_limited.status.name)
@@ -167,7 +171,7 @@ def test_a_compiled_nlp_serves_both_instances_from_one_library(tmp_path, monkeyp
     compiled = MPC(MODEL, 20, COST, CONS, **kw)
     assert compiled.nlp_compiled
     compiles = [r for r in caplog.records if r.getMessage().startswith("compiling")]
-    assert len(compiles) == 1 and compiled._warm_solver is not None
+    assert len(compiles) == 1 and compiled._solving.warm_solver is not None
     _, plans, _ = _closed_loop(compiled, 20)
     _, interpreted, _ = _closed_loop(MPC(MODEL, 20, COST, CONS, jit="none", **kw), 20)
     np.testing.assert_allclose(plans, interpreted, atol=1e-8)

@@ -573,12 +573,14 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
 
 
 def _tube_options(ccfg: dict[str, Any]) -> dict[str, Any]:
-    """The tube's settings that apply: a scenario keeps its tube settings when an override
-    turns the tube off (``controller.tightening = "none"``) or makes it open loop."""
-    if ccfg["tightening"] != "tube":
-        return {}
-    keys = TUBE_KEYS if ccfg["tube"] == "feedback" else ("tube", "tube_memory")
-    return {key: ccfg[key] for key in keys}
+    """The tube's settings that apply: those the scenario's tightening strategy reads
+    (:func:`vimpc.mpc.tightening.tightening_class`), so a scenario keeps its tube settings
+    when an override turns the tube off (``controller.tightening = "none"``) or makes it
+    open loop."""
+    from vimpc.mpc.tightening import tightening_class
+
+    reads = tightening_class(ccfg).READS
+    return {key: ccfg[key] for key in TUBE_KEYS if key in reads}
 
 
 #: the options of the tube's shape, passed to the controller only where they apply

@@ -1,8 +1,213 @@
-"""The model-predictive controller: built once, then called every step."""
+"""The model-predictive controller: built once, then called every step.
+
+``MPC(model, horizon, cost, constraints=None, **options)``
+
+Args:
+    model: the prediction model (the controller sees nothing else).
+    horizon: number of steps ``N`` (each ``model.dt``).
+    cost: a :class:`Cost` on the observation (its energy shaping, if any, on the
+        model's ``energy``).
+    constraints: a :class:`Constraints` (input bounds, observation bounds, path
+        constraints). Its safety rows ``h(obs) >= 0`` (finite observation lower
+        bounds, finite upper bounds, then the rows of every path constraint) are
+        :attr:`safety_rows` (a :class:`~vimpc.mpc.problem.SafetyRows`), with
+        :attr:`safety_function` and :attr:`safety_names`.
+    solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
+        QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
+        (interior point exploiting the stage structure; the most robust on
+        swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (the real-time
+        iteration, :class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton
+        linearisation at the shifted plan and one condensed QP per call, split into
+        :meth:`prepare` before the state arrives and a feedback phase in the call
+        (``MPCResult.preparation_time``, ``feedback_time``); ``rti_start`` may solve a
+        cold start to convergence. With the exact Hessian, a time budget,
+        ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
+        stopped after one iteration, unsplit), or ``"condensed"``
+        (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
+        ``sqpmethod`` on the implicit transcription with the states eliminated, to
+        convergence, from the shifted plan; ``tol`` is then its last input and slack
+        step, and every predicted state solves the model's step equations to 1e-8 and
+        its holonomic constraints to 1e-11; cold starts are ``condensed_start``'s, to
+        ``min(tol, 1e-6)``, and so is a warm solve it does not finish, unless a
+        ``time_budget`` is set: that solve then gets the fallback input, its next call
+        starting from the plan shifted).
+    transcription: ``"implicit"`` (the model's residual as equality
+        constraints; no Newton loop inside the NLP's functions) or ``"step"``
+        (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
+        ``"implicit"`` when the model has a residual, else ``"step"``.
+    qpsol: QP solver for ``sqpmethod``/``rti``: ``"auto"`` (default: ``"qrqp"`` for
+        ``sqpmethod``, ``"daqp"`` for the real-time iteration's dense condensed QP),
+        ``"qrqp"``, ``"osqp"``, ``"daqp"``, ``"hpipm"``, ``"qpoases"``.
+    hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
+        least squares) or ``"exact"`` (convexified by eigenvalue reflection).
+    rti_start: for ``rti``: ``"none"`` (default: a cold start, the first call after
+        :meth:`reset` or after a failed solve, is one real-time iteration from the
+        measured state held), or the solver (``"fatrop"``, ``"ipopt"``,
+        ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start to
+        convergence (on the cart-pole swing-up, seeds 0-49, ``"fatrop"`` swung up 46 of
+        50 against 49 with ``"none"``: ``results/rti``).
+    rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
+        Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
+    condensed_start: for ``condensed``: the solver of a call without a plan to start
+        from (an episode's first plan, :meth:`start`, or a call after a solve it did not
+        finish either) and, without a time budget, of the warm solves the condensed SQP
+        does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
+        ``"ipopt"``.
+    warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
+        solve from the previous plan starts (fatrop's ``bound_push`` then at most
+        :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
+        a solve after a failed one start at the solver's own (0.1), from scratch, but
+        where the failed one was a solve from the previous plan: the next call continues
+        from its last iterate, with the warm instance. ``None`` (default): every solve
+        at the solver's own. An interior-point method restarted at 0.1 spends iterations
+        walking back to a plan it already had; a small start saves them where the plan
+        changes little between samples, and fails more solves where it changes much
+        (``results/benchmarks/warm_barrier.md``).
+    warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
+        previous plan; the first plan (:meth:`start`) and a solve from scratch keep
+        ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
+        (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
+        meets the constraints (the iterate is used), else ``FAILED``: the fallback
+        input, and the next call continues the stopped solve from its last iterate
+        (moved on by a stage), within the same limit; a continuation that fails too
+        leaves the call after it to a solve from scratch. ``None`` (default):
+        ``max_iter``.
+    max_iter: iteration budget per solve; ``tol``: solver tolerance.
+    period: the sampling period [s], the time between two calls (default ``model.dt``:
+        the controller is called once per model step). A call whose wall time (tube,
+        solve and the Python work around them: what a robot waits for) exceeds it is
+        ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
+    time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is
+        refused), at most ``period``. The solver keeps it: ipopt through its
+        ``max_wall_time``, ``sqpmethod``/``rti`` through an iteration callback that
+        stops the solve at the first iteration past the budget (both check between
+        iterations, so a solve ends at most one iteration late); ``condensed`` begins
+        no iteration that would end past it by its longest one so far (its cold starts,
+        ``condensed_start``'s, are not held to it); ``fatrop`` has no time limit and is
+        refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
+        the fallback input, as a failed solve does; one that converged in its last
+        iteration past the budget reports ``Status.LATE`` and is used.
+    safe_input: the input applied when a solve fails and no previous plan
+        exists (default: zero clipped to the input bounds).
+    solver_options: CasADi ``nlpsol`` options merged over the preset (nested
+        tables such as ``{"fatrop": {"mu_init": 0.01}}`` merge key by key). A key
+        the solver does not know, at the top or in the ``ipopt``, ``fatrop`` or
+        ``qpsol_options`` table, or a value of the wrong type raises
+        :class:`~vimpc.errors.InputError` naming it, when the controller is built.
+    jit: compile to C with the system's C compiler when the controller is built:
+        ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
+        where a C compiler runs, else ``"none"`` (a model with a network's dense
+        products, whose interpreted products run on a BLAS and beat compiled loops;
+        no compiler: said once per process; the environment variable
+        ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does);
+        ``"none"``: CasADi's interpreter;
+        ``"model"``: the model's stage function, ``residual`` or ``step``, and its
+        derivatives as the solver asks for them (the NLP around it interpreted and
+        unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
+        functions, the fastest solves. For ``fatrop``, ``ipopt`` and ``sqpmethod``
+        the NLP is compiled once per problem: the library is cached on disk by a hash
+        of its C source (the model and the problem) and loaded in milliseconds by
+        later runs and worker processes (:func:`vimpc._jit.cached_library`; the
+        first compile takes ~10 s for a nominal model, ~45 s for a GP-VI model with
+        100 support points, at -O3). The NLP is expanded to scalar operations when the
+        model's stage function has at most
+        :data:`~vimpc.mpc.compiling.EXPAND_LIMIT` of them, else its
+        stages call the (expanded) stage function, which compiles ~10x faster for a
+        heavy model and solves faster too. ``"nlp"`` with ``rti`` or ``condensed``
+        compiles its functions in each process. A stage function with no SX form (a
+        Newton loop inside) or a missing compiler leaves ``"model"`` interpreted
+        (:attr:`model_compiled` says which); a compile that fails leaves ``"nlp"``
+        interpreted, with a warning (:attr:`nlp_compiled` says which).
+    tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
+        ``1..N`` by the model's ``bound`` propagated along the plan (below).
+    tube: with ``"tube"``, how the bound is propagated: ``"open_loop"`` (default; the
+        planned inputs applied as they are, the deviation in a box) or ``"feedback"``
+        (an ancillary LQR feedback ``K_k`` on the plan's linearisation, the deviation in
+        an ellipsoid; the inputs are tightened by the feedback's share too).
+    tube_Q, tube_R: with ``tube="feedback"``, the LQR's weights on the observation
+        (scalar, diagonal or matrix; positive semidefinite) and on the input (positive
+        definite). Default: the cost's ``Q`` and ``R``.
+    tube_errors: with ``tube="feedback"``, ``"box"`` (default: the ellipsoid holds every
+        error in the bound's box) or ``"gaussian"`` (the bound read as quantiles of
+        independent Gaussian errors, each row held with probability ``1 - delta`` per
+        stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
+    tube_memory: with ``tightening="tube"``, ``a`` in [0, 1): each margin of a call is
+        ``t + a max(0, t_prev - t)``, ``t`` the tube along the guess and ``t_prev`` the
+        previous call's margin at the same stage (default 0: ``t`` alone; a tube that
+        does not change between calls stays as it is). The tube is
+        computed along the previous plan, so plan and tube can alternate between a bold
+        plan with a wide tube and a timid one with a narrow tube; this damps the
+        alternation and never narrows a margin below ``t``.
+    tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
+        the infinity norm that propagates the bound as ``L max(e_k)`` instead of
+        through the Jacobian ``|A_k| e_k``.
+    obs_names: names of the observation entries for :attr:`safety_names`
+        (default: the model's state names when the observation is the state,
+        else ``obs0, obs1, ...``).
+
+The options from ``horizon`` to ``tube_lipschitz`` are declared once in
+:data:`~vimpc.mpc.options.SETTINGS` (:attr:`MPC.settings`): their defaults here, their
+allowed values and the scenario's ``[controller]`` table come from it (``vimpc schema``
+lists them).
+
+Every argument is checked before anything is built; a wrong one (an unknown keyword
+too, with a "did you mean") raises :class:`~vimpc.errors.InputError` naming it. A
+problem of more than :data:`~vimpc.mpc.problem.MAX_DECISION_VARIABLES` decision
+variables is refused with the time its build would take.
+
+Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
+(used by time-varying references) and returns an :class:`MPCResult`. A failed,
+infeasible or late solve never raises: on failure the input is the next input
+of the previous plan (shifted), or ``safe_input`` when there is none. Arguments
+that cannot be solved from (a NaN or infinite entry of ``obs`` or ``p``, a time
+``t`` that is not a finite number) raise :class:`~vimpc.errors.InputError`.
+
+Tube tightening (``tightening="tube"``, :mod:`vimpc.mpc.tube`): before each solve, along
+the initial guess (the previous plan shifted by one stage; on a cold start the measured
+state held under the safe input), the bound ``w_k = bound(x_k, u_k, p)`` is propagated
+from ``e_0 = 0`` to a set holding the deviation at every stage, and safety row ``j`` must
+hold at stage ``k`` with the margin ``t_{k,j}`` (``MPCResult.tube``), the inputs at stage
+``k`` with the margin ``MPCResult.tube_inputs[k]``. ``tube="open_loop"``: the box
+``e_{k+1} = |A_k| e_k + w_k``, margin ``|dh_j/dx| e_k``, inputs untightened.
+``tube="feedback"``: the time-varying LQR ``K_k`` of the guess's linearisation
+``(A_k, B_k)``, ``Sigma_{k+1} = (A_k + B_k K_k) Sigma_k (A_k + B_k K_k)^T + nx diag(w_k^2)``,
+margins ``sqrt(g^T Sigma_k g)`` for a row of gradient ``g`` and
+``sqrt(K_k[i] Sigma_k K_k[i]^T)`` for input ``i``.
+
+What is guaranteed: the state measured next lies within the bound of stage 1's
+prediction whenever that step's error lies within the bound (probability ``>= 1 - delta``
+for transitions exchangeable with the calibration ones), and every tube holds that box
+at stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
+margin holds on the true state at the next step (first order for a nonlinear row). Past
+stage 1 the tubes are first-order predictions along the guess: the open-loop box holds
+the worst case of the linearised system under the planned inputs; the feedback
+ellipsoid (``tube_errors="box"``) adds second moments (the covariance bound for errors
+independent from step to step), which is smaller than the worst case over all error
+sequences in the boxes; ``tube_errors="gaussian"`` holds each row with probability
+``1 - delta`` per stage if the errors are independent Gaussians whose quantiles the
+bound gives (a model's systematic error is not). The feedback tubes assume the
+feedback's inputs fit within the input bounds (they are tightened for it). Nothing
+makes later problems feasible.
+
+No cap: where the tightened set of a stage is empty (a bounded observation entry whose
+lower and upper margins exceed its range, or an input whose margins exceed its range),
+``MPCResult.empty_tube_stages`` counts the stages. Soft rows then report it in
+``slack``; for hard observation rows the solver reports the problem infeasible. With
+``constraints.soft_bounds`` the feedback's share of the inputs is a soft row as well
+(inside the hard input bounds: an empty interval shows in ``slack``); without, the input
+bounds themselves are tightened and an empty interval is not solved at all
+(``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
+
+A tube that cannot be computed along the guess (a margin NaN or infinite: the model's
+bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
+overflowing where the linearisation is uncontrollable, ``R + B^T P B`` singular) is not
+solved with: its stages count as empty (margins ``inf``), the problem
+is not solved (``Status.INFEASIBLE``, fallback input), and ``MPCResult.failed_tube_stages``
+and ``MPCResult.tube_failure`` give the stages and the first cause along the plan.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -13,7 +218,7 @@ from typing import Any, ClassVar
 import casadi as ca
 import numpy as np
 
-from vimpc import _checks, _jit
+from vimpc import _checks
 from vimpc._interrupt import kept_interrupts
 from vimpc._settings import Setting
 from vimpc.dynamics import DiscreteModel
@@ -21,11 +226,9 @@ from vimpc.errors import InputError
 from vimpc.mpc.compiling import (
     CACHED_SOLVERS,
     called_stage,
-    compiled_nlpsol,
     compiled_stage,
     resolved_jit,
 )
-from vimpc.mpc.condensed import BUDGET_STATUS, CondensedSQP, condensing_refusal
 from vimpc.mpc.options import (
     DEFAULTS,
     MATRICES,
@@ -33,245 +236,31 @@ from vimpc.mpc.options import (
     check_obs_names,
     check_option,
     check_within_period,
-    ignored_solver_options,
-    ignored_sqp_options,
 )
 from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
-from vimpc.mpc.solvers import (
-    RealTimeIteration,
-    SparseRealTimeIteration,
-    check_time_budget,
-    checked_options,
-    condensing_obstacle,
-    nlpsol_options,
-    option_error,
-    qp_options,
-    qp_solver,
-    time_budget_options,
-    warm_options,
-)
-from vimpc.mpc.transcription import n_slacks, transcribe
-from vimpc.mpc.tube import (
-    step_jacobians,
-    tube_failure_cause,
-    tube_function,
-    weight_matrix,
-)
+from vimpc.mpc.solving import STRATEGIES
+from vimpc.mpc.tightening import make_tightening, shifted, tightening_for
+from vimpc.mpc.transcription import n_slacks, transcribe, transcriber_for
 
-# constraint violation up to which an unconverged iterate is still used
-FEASIBILITY_TOL = 1e-6
-#: ``solver = "condensed"`` with a time budget: the share of it each of a warm call's
-#: condensed SQP tries may take before the single-shooting descent takes the rest
-TRY_SHARE = 0.4
+
+def _read(strategy: str, name: str, doc: str) -> property:
+    """A read-only attribute of the controller: ``name`` of its ``strategy`` (or of its
+    checked options, ``"_options"``)."""
+
+    def get(self):
+        owner = getattr(self, strategy)
+        return owner[name] if isinstance(owner, dict) else getattr(owner, name)
+
+    return property(get, doc=f"``{name}``: {doc}.")
 
 
 class MPC:
-    """Model-predictive controller on a :class:`DiscreteModel`.
-
-    Args:
-        model: the prediction model (the controller sees nothing else).
-        horizon: number of steps ``N`` (each ``model.dt``).
-        cost: a :class:`Cost` on the observation (its energy shaping, if any, on the
-            model's ``energy``).
-        constraints: a :class:`Constraints` (input bounds, observation bounds, path
-            constraints). Its safety rows ``h(obs) >= 0`` (finite observation lower
-            bounds, finite upper bounds, then the rows of every path constraint) are
-            :attr:`safety_rows` (a :class:`~vimpc.mpc.problem.SafetyRows`), with
-            :attr:`safety_function` and :attr:`safety_names`.
-        solver: ``"sqpmethod"`` (default: SQP with a Gauss–Newton Hessian and the
-            QP solver ``qpsol``; the fastest when it converges), ``"fatrop"``
-            (interior point exploiting the stage structure; the most robust on
-            swing-ups with state constraints), ``"ipopt"`` or ``"rti"`` (the real-time
-            iteration, :class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton
-            linearisation at the shifted plan and one condensed QP per call, split into
-            :meth:`prepare` before the state arrives and a feedback phase in the call
-            (``MPCResult.preparation_time``, ``feedback_time``); ``rti_start`` may solve a
-            cold start to convergence. With the exact Hessian, a time budget,
-            ``sqpmethod`` options or a transcription it cannot condense it is ``sqpmethod``
-            stopped after one iteration, unsplit), or ``"condensed"``
-            (:class:`~vimpc.mpc.condensed.CondensedSQP`: the Gauss–Newton SQP of
-            ``sqpmethod`` on the implicit transcription with the states eliminated, to
-            convergence, from the shifted plan; ``tol`` is then its last input and slack
-            step, and every predicted state solves the model's step equations to 1e-8 and
-            its holonomic constraints to 1e-11; cold starts are ``condensed_start``'s, to
-            ``min(tol, 1e-6)``, and so is a warm solve it does not finish, unless a
-            ``time_budget`` is set: that solve then gets the fallback input, its next call
-            starting from the plan shifted).
-        transcription: ``"implicit"`` (the model's residual as equality
-            constraints; no Newton loop inside the NLP's functions) or ``"step"``
-            (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
-            ``"implicit"`` when the model has a residual, else ``"step"``.
-        qpsol: QP solver for ``sqpmethod``/``rti``: ``"auto"`` (default: ``"qrqp"`` for
-            ``sqpmethod``, ``"daqp"`` for the real-time iteration's dense condensed QP),
-            ``"qrqp"``, ``"osqp"``, ``"daqp"``, ``"hpipm"``, ``"qpoases"``.
-        hessian: for ``sqpmethod``/``rti``: ``"gauss-newton"`` (default; the cost is
-            least squares) or ``"exact"`` (convexified by eigenvalue reflection).
-        rti_start: for ``rti``: ``"none"`` (default: a cold start, the first call after
-            :meth:`reset` or after a failed solve, is one real-time iteration from the
-            measured state held), or the solver (``"fatrop"``, ``"ipopt"``,
-            ``"sqpmethod"``; with ``max_iter`` and ``tol``) that solves a cold start to
-            convergence (on the cart-pole swing-up, seeds 0-49, ``"fatrop"`` swung up 46 of
-            50 against 49 with ``"none"``: ``results/rti``).
-        rti_regularization: for ``rti``: ``lambda >= 0`` added to the diagonal of the
-            Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
-        condensed_start: for ``condensed``: the solver of a call without a plan to start
-            from (an episode's first plan, :meth:`start`, or a call after a solve it did not
-            finish either) and, without a time budget, of the warm solves the condensed SQP
-            does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
-            ``"ipopt"``.
-        warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
-            solve from the previous plan starts (fatrop's ``bound_push`` then at most
-            :data:`~vimpc.mpc.solvers.WARM_BOUND_PUSH`); the first plan (:meth:`start`) and
-            a solve after a failed one start at the solver's own (0.1), from scratch, but
-            where the failed one was a solve from the previous plan: the next call continues
-            from its last iterate, with the warm instance. ``None`` (default): every solve
-            at the solver's own. An interior-point method restarted at 0.1 spends iterations
-            walking back to a plan it already had; a small start saves them where the plan
-            changes little between samples, and fails more solves where it changes much
-            (``results/benchmarks/warm_barrier.md``).
-        warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
-            previous plan; the first plan (:meth:`start`) and a solve from scratch keep
-            ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
-            (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
-            meets the constraints (the iterate is used), else ``FAILED``: the fallback
-            input, and the next call continues the stopped solve from its last iterate
-            (moved on by a stage), within the same limit; a continuation that fails too
-            leaves the call after it to a solve from scratch. ``None`` (default):
-            ``max_iter``.
-        max_iter: iteration budget per solve; ``tol``: solver tolerance.
-        period: the sampling period [s], the time between two calls (default ``model.dt``:
-            the controller is called once per model step). A call whose wall time (tube,
-            solve and the Python work around them: what a robot waits for) exceeds it is
-            ``late`` (:attr:`MPCResult.late`, with :attr:`MPCResult.call_time`).
-        time_budget: wall time [s] a solve may take (``None``: no budget; 0 or less is
-            refused), at most ``period``. The solver keeps it: ipopt through its
-            ``max_wall_time``, ``sqpmethod``/``rti`` through an iteration callback that
-            stops the solve at the first iteration past the budget (both check between
-            iterations, so a solve ends at most one iteration late); ``condensed`` begins
-            no iteration that would end past it by its longest one so far (its cold starts,
-            ``condensed_start``'s, are not held to it); ``fatrop`` has no time limit and is
-            refused. A solve it stops reports ``Status.TIME_LIMIT`` and applies
-            the fallback input, as a failed solve does; one that converged in its last
-            iteration past the budget reports ``Status.LATE`` and is used.
-        safe_input: the input applied when a solve fails and no previous plan
-            exists (default: zero clipped to the input bounds).
-        solver_options: CasADi ``nlpsol`` options merged over the preset (nested
-            tables such as ``{"fatrop": {"mu_init": 0.01}}`` merge key by key). A key
-            the solver does not know, at the top or in the ``ipopt``, ``fatrop`` or
-            ``qpsol_options`` table, or a value of the wrong type raises
-            :class:`~vimpc.errors.InputError` naming it, when the controller is built.
-        jit: compile to C with the system's C compiler when the controller is built:
-            ``"auto"`` (default): ``"nlp"`` for ``fatrop``, ``ipopt`` and ``sqpmethod``
-            where a C compiler runs, else ``"none"`` (a model with a network's dense
-            products, whose interpreted products run on a BLAS and beat compiled loops;
-            no compiler: said once per process; the environment variable
-            ``VIMPC_JIT=none`` also keeps ``"auto"`` interpreted, as the test suite does);
-            ``"none"``: CasADi's interpreter;
-            ``"model"``: the model's stage function, ``residual`` or ``step``, and its
-            derivatives as the solver asks for them (the NLP around it interpreted and
-            unexpanded; compiled in each process); ``"nlp"``: all of the NLP's
-            functions, the fastest solves. For ``fatrop``, ``ipopt`` and ``sqpmethod``
-            the NLP is compiled once per problem: the library is cached on disk by a hash
-            of its C source (the model and the problem) and loaded in milliseconds by
-            later runs and worker processes (:func:`vimpc._jit.cached_library`; the
-            first compile takes ~10 s for a nominal model, ~45 s for a GP-VI model with
-            100 support points, at -O3). The NLP is expanded to scalar operations when the
-            model's stage function has at most
-            :data:`~vimpc.mpc.compiling.EXPAND_LIMIT` of them, else its
-            stages call the (expanded) stage function, which compiles ~10x faster for a
-            heavy model and solves faster too. ``"nlp"`` with ``rti`` or ``condensed``
-            compiles its functions in each process. A stage function with no SX form (a
-            Newton loop inside) or a missing compiler leaves ``"model"`` interpreted
-            (:attr:`model_compiled` says which); a compile that fails leaves ``"nlp"``
-            interpreted, with a warning (:attr:`nlp_compiled` says which).
-        tightening: ``"none"`` or ``"tube"``: tighten every safety row at stages
-            ``1..N`` by the model's ``bound`` propagated along the plan (below).
-        tube: with ``"tube"``, how the bound is propagated: ``"open_loop"`` (default; the
-            planned inputs applied as they are, the deviation in a box) or ``"feedback"``
-            (an ancillary LQR feedback ``K_k`` on the plan's linearisation, the deviation in
-            an ellipsoid; the inputs are tightened by the feedback's share too).
-        tube_Q, tube_R: with ``tube="feedback"``, the LQR's weights on the observation
-            (scalar, diagonal or matrix; positive semidefinite) and on the input (positive
-            definite). Default: the cost's ``Q`` and ``R``.
-        tube_errors: with ``tube="feedback"``, ``"box"`` (default: the ellipsoid holds every
-            error in the bound's box) or ``"gaussian"`` (the bound read as quantiles of
-            independent Gaussian errors, each row held with probability ``1 - delta`` per
-            stage: the chance constraints of cautious GP-MPC; see :mod:`vimpc.mpc.tube`).
-        tube_memory: with ``tightening="tube"``, ``a`` in [0, 1): each margin of a call is
-            ``t + a max(0, t_prev - t)``, ``t`` the tube along the guess and ``t_prev`` the
-            previous call's margin at the same stage (default 0: ``t`` alone; a tube that
-            does not change between calls stays as it is). The tube is
-            computed along the previous plan, so plan and tube can alternate between a bold
-            plan with a wide tube and a timid one with a narrow tube; this damps the
-            alternation and never narrows a margin below ``t``.
-        tube_lipschitz: with ``tube="open_loop"``, a Lipschitz constant ``L`` of ``step`` in
-            the infinity norm that propagates the bound as ``L max(e_k)`` instead of
-            through the Jacobian ``|A_k| e_k``.
-        obs_names: names of the observation entries for :attr:`safety_names`
-            (default: the model's state names when the observation is the state,
-            else ``obs0, obs1, ...``).
-
-    The options from ``horizon`` to ``tube_lipschitz`` are declared once in
-    :data:`~vimpc.mpc.options.SETTINGS` (:attr:`MPC.settings`): their defaults here, their
-    allowed values and the scenario's ``[controller]`` table come from it (``vimpc schema``
-    lists them).
-
-    Every argument is checked before anything is built; a wrong one (an unknown keyword
-    too, with a "did you mean") raises :class:`~vimpc.errors.InputError` naming it. A
-    problem of more than :data:`~vimpc.mpc.problem.MAX_DECISION_VARIABLES` decision
-    variables is refused with the time its build would take.
-
-    Calling ``controller(obs, t=0.0)`` solves from the observation at time ``t``
-    (used by time-varying references) and returns an :class:`MPCResult`. A failed,
-    infeasible or late solve never raises: on failure the input is the next input
-    of the previous plan (shifted), or ``safe_input`` when there is none. Arguments
-    that cannot be solved from (a NaN or infinite entry of ``obs`` or ``p``, a time
-    ``t`` that is not a finite number) raise :class:`~vimpc.errors.InputError`.
-
-    Tube tightening (``tightening="tube"``, :mod:`vimpc.mpc.tube`): before each solve, along
-    the initial guess (the previous plan shifted by one stage; on a cold start the measured
-    state held under the safe input), the bound ``w_k = bound(x_k, u_k, p)`` is propagated
-    from ``e_0 = 0`` to a set holding the deviation at every stage, and safety row ``j`` must
-    hold at stage ``k`` with the margin ``t_{k,j}`` (``MPCResult.tube``), the inputs at stage
-    ``k`` with the margin ``MPCResult.tube_inputs[k]``. ``tube="open_loop"``: the box
-    ``e_{k+1} = |A_k| e_k + w_k``, margin ``|dh_j/dx| e_k``, inputs untightened.
-    ``tube="feedback"``: the time-varying LQR ``K_k`` of the guess's linearisation
-    ``(A_k, B_k)``, ``Sigma_{k+1} = (A_k + B_k K_k) Sigma_k (A_k + B_k K_k)^T + nx diag(w_k^2)``,
-    margins ``sqrt(g^T Sigma_k g)`` for a row of gradient ``g`` and
-    ``sqrt(K_k[i] Sigma_k K_k[i]^T)`` for input ``i``.
-
-    What is guaranteed: the state measured next lies within the bound of stage 1's
-    prediction whenever that step's error lies within the bound (probability ``>= 1 - delta``
-    for transitions exchangeable with the calibration ones), and every tube holds that box
-    at stage 1; so a safety row linear in the state that the plan meets at stage 1 with its
-    margin holds on the true state at the next step (first order for a nonlinear row). Past
-    stage 1 the tubes are first-order predictions along the guess: the open-loop box holds
-    the worst case of the linearised system under the planned inputs; the feedback
-    ellipsoid (``tube_errors="box"``) adds second moments (the covariance bound for errors
-    independent from step to step), which is smaller than the worst case over all error
-    sequences in the boxes; ``tube_errors="gaussian"`` holds each row with probability
-    ``1 - delta`` per stage if the errors are independent Gaussians whose quantiles the
-    bound gives (a model's systematic error is not). The feedback tubes assume the
-    feedback's inputs fit within the input bounds (they are tightened for it). Nothing
-    makes later problems feasible.
-
-    No cap: where the tightened set of a stage is empty (a bounded observation entry whose
-    lower and upper margins exceed its range, or an input whose margins exceed its range),
-    ``MPCResult.empty_tube_stages`` counts the stages. Soft rows then report it in
-    ``slack``; for hard observation rows the solver reports the problem infeasible. With
-    ``constraints.soft_bounds`` the feedback's share of the inputs is a soft row as well
-    (inside the hard input bounds: an empty interval shows in ``slack``); without, the input
-    bounds themselves are tightened and an empty interval is not solved at all
-    (``Status.INFEASIBLE``). An infeasible problem applies the fallback input.
-
-    A tube that cannot be computed along the guess (a margin NaN or infinite: the model's
-    bound or the step's linearisation not finite at a stage, the LQR or the ellipsoid
-    overflowing where the linearisation is uncontrollable, ``R + B^T P B`` singular) is not
-    solved with: its stages count as empty (margins ``inf``), the problem
-    is not solved (``Status.INFEASIBLE``, fallback input), and ``MPCResult.failed_tube_stages``
-    and ``MPCResult.tube_failure`` give the stages and the first cause along the plan.
-    """
+    """Model-predictive controller on a :class:`DiscreteModel`: a facade over three
+    strategies chosen once from the options, a transcription
+    (:mod:`vimpc.mpc.transcription`), a solver (:mod:`vimpc.mpc.solving`) and a tightening
+    (:mod:`vimpc.mpc.tightening`). Its arguments, the call, the tube and what is guaranteed
+    are documented in the module's docstring (:mod:`vimpc.mpc.controller`)."""
 
     #: the options' declaration (:data:`SETTINGS`)
     settings: ClassVar[Mapping[str, Setting]] = SETTINGS
@@ -309,31 +298,10 @@ class MPC:
         obs_names: Sequence[str] | None = None,
         **unknown: Any,
     ) -> None:
-        arguments = dict(locals())
-        for key in unknown:
-            hint = difflib.get_close_matches(key, _KEYWORDS, n=1)
-            extra = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise InputError(
-                f"MPC got an unknown keyword argument {key!r}{extra} (expected one of "
-                f"{', '.join(_KEYWORDS)})"
-            )
-        if not isinstance(model, DiscreteModel):
-            raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
-        if not isinstance(cost, Cost):
-            raise InputError(f"cost must be a vimpc.mpc.Cost, got {type(cost).__name__}")
-        constraints = Constraints() if constraints is None else constraints
-        if not isinstance(constraints, Constraints):
-            raise InputError(
-                f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}"
-            )
-        self.model = model
-        # every declared option as given (the weights are matrices here: checked below)
-        given = {key: arguments[key] for key in SETTINGS if key not in MATRICES}
-        if given["transcription"] is None:  # the keyword's default before "auto" was declared
-            given["transcription"] = "auto"
-        checked = {key: check_option(key, value) for key, value in given.items()}
-        horizon, solver, transcription, tube_lipschitz = (
-            checked[key] for key in ("horizon", "solver", "transcription", "tube_lipschitz")
+        checked, constraints = _checked_arguments(dict(locals()), model, cost, constraints)
+        self.model, self._options = model, checked
+        horizon, solver, transcription = (
+            checked[key] for key in ("horizon", "solver", "transcription")
         )
         self.horizon, self.max_iter, self.tol = horizon, checked["max_iter"], checked["tol"]
         self.period = model.dt if checked["period"] is None else checked["period"]
@@ -341,111 +309,31 @@ class MPC:
         where = "model.dt" if checked["period"] is None else "period"
         check_within_period(self.time_budget, self.period, where)
         self.solver_name = solver
-        for name in ignored_sqp_options(solver, checked):
-            # they belong to the SQP presets: given with another solver they would do nothing
-            raise InputError(
-                f"{name}={checked[name]!r} applies only to solver='sqpmethod' or 'rti', and "
-                f"would be ignored with solver={solver!r}; leave {name} at its "
-                f"default {SETTINGS[name].default!r} or choose an SQP solver"
-            )
-        for name, readers in ignored_solver_options(solver, checked):
-            raise InputError(
-                f"{name}={checked[name]!r} applies only to solver={readers}, and would be "
-                f"ignored with solver={solver!r}; leave {name} at its default "
-                f"{SETTINGS[name].default!r} or set solver={readers}"
-            )
-        given_options = checked_options(solver, solver_options)
-        check_time_budget(solver, self.time_budget, given_options)
-        self.tightening = tightening = checked["tightening"]
+        #: the solver strategy (:mod:`vimpc.mpc.solving`)
+        strategy = STRATEGIES[solver]
+        given_options = strategy.check(solver, checked, solver_options)
+        self.tightening = checked["tightening"]
         self.jit = resolved_jit(checked["jit"], solver, model)
-        if tightening == "tube" and model.bound is None:
-            raise InputError(
-                "tightening='tube' needs the model's one-step error bound, but the model has "
-                "no bound (DiscreteModel.bound is None); calibrate one (e.g. "
-                "vimpc.models.calibration) or use tightening='none'"
-            )
-        self.tube = tube = checked["tube"]
-        self.tube_errors = tube_errors = checked["tube_errors"]
-        # options that only the tube (or one kind of tube) reads: without it they do nothing
-        self.tube_memory = checked["tube_memory"]
-        for name, value, given_here in (
-            ("tube", tube, tube != SETTINGS["tube"].default),
-            ("tube_memory", self.tube_memory, self.tube_memory != 0.0),
-            ("tube_lipschitz", tube_lipschitz, tube_lipschitz is not None),
-        ):
-            if given_here and tightening != "tube":
-                raise InputError(
-                    f"{name} = {value!r} only applies with tightening='tube', got "
-                    f"tightening={tightening!r}; set tightening='tube' or drop {name}"
-                )
-        if tube_lipschitz is not None and tube != "open_loop":
-            raise InputError(
-                f"tube_lipschitz = {tube_lipschitz!r} applies only to tube='open_loop', got "
-                f"tube={tube!r}; drop tube_lipschitz or set tube='open_loop'"
-            )
-        for name, value, given_here in (
-            ("tube_errors", tube_errors, tube_errors != SETTINGS["tube_errors"].default),
-            ("tube_Q", tube_Q, tube_Q is not None),
-            ("tube_R", tube_R, tube_R is not None),
-        ):
-            if given_here and tube != "feedback":
-                raise InputError(
-                    f"{name} = {value!r:.80} applies only to tube='feedback', got tube={tube!r}; "
-                    f"drop {name} or set tube='feedback'"
-                )
-        self.tube_lipschitz = tube_lipschitz
+        chosen = tightening_for({**checked, "tube_Q": tube_Q, "tube_R": tube_R}, model)
         self.obs_names = check_obs_names(model, obs_names)
         self._cost = cost.resolved(model)
-        if tube == "feedback":
-            self.tube_Q = weight_matrix(
-                "tube_Q" if tube_Q is not None else "tube_Q (by default the cost's Q)",
-                self._cost.Q if tube_Q is None else tube_Q,
-                model.nobs,
-                definite=False,
-            )
-            self.tube_R = weight_matrix(
-                "tube_R" if tube_R is not None else "tube_R (by default the cost's R)",
-                self._cost.R if tube_R is None else tube_R,
-                model.nu,
-                definite=True,
-            )
-            _check_stabilizable(model, self._cost)
-        else:
-            self.tube_Q = self.tube_R = None
+        #: the tightening strategy (:mod:`vimpc.mpc.tightening`)
+        self._tightening = tight = make_tightening(
+            chosen, checked, model, horizon, self._cost, tube_Q, tube_R
+        )
         self._cons = constraints.resolved(model.nobs, model.nu)
         #: the safety rows h(obs) >= 0 the tube tightens: layout, names, function, labels
         self.safety_rows = SafetyRows.of(self._cons, self.obs_names)
-        n_safety = len(self.safety_rows)
-        lo, hi = self._cons.u_min, self._cons.u_max
-        if safe_input is None:
-            safe_input = np.clip(np.zeros(model.nu), lo, hi)
-        self.safe_input = _checks.finite_vector("safe_input", safe_input, model.nu)
-        outside = np.flatnonzero((self.safe_input < lo) | (self.safe_input > hi))
-        if outside.size:
-            i = int(outside[0])
-            raise InputError(
-                f"safe_input[{i}] = {self.safe_input[i]} is outside the input bounds "
-                f"[{lo[i]}, {hi[i]}] (constraints.u_min, u_max); the fallback input must "
-                "satisfy them"
-            )
-
-        if transcription == "auto":
-            transcription = "implicit" if model.residual is not None else "step"
-        if transcription == "implicit" and model.residual is None:
-            raise InputError(
-                "transcription='implicit' needs a model with a residual (a variational model "
-                "with one substep per dt); use transcription='step' for this model"
-            )
-        self.transcription = transcription
-        # without safety rows there is nothing to tighten: the NLP stays the plain one
-        tightened = self.tightening == "tube" and n_safety > 0
-        # with soft bounds the feedback's share of the inputs is a soft row too
-        soft_inputs = tightened and self.tube == "feedback" and self._cons.soft_bounds
+        tight.attach(self.safety_rows, self._cons)
+        self.safe_input = _checked_safe_input(safe_input, self._cons, model.nu)
+        transcriber = transcriber_for(transcription, model)
+        self.transcription = transcription = transcriber.NAME
+        tightened, soft_inputs = tight.active, tight.soft_inputs
         check_problem_size(
             self.horizon,
             model.nx,
             model.nu,
-            transcription == "implicit",
+            transcriber.IMPLICIT,
             n_slacks(self.safety_rows, soft_inputs),
         )
         staged, self.model_compiled = (
@@ -456,8 +344,7 @@ class MPC:
         # "nlp": one cached library for an nlpsol (condensed: its cold starts' and its own
         # functions), CasADi's per-process JIT for rti
         cached_nlp = self.jit == "nlp" and solver in CACHED_SOLVERS
-        casadi_jit = self.jit == "nlp" and not cached_nlp
-        self.nlp_compiled, stage_calls = False, False
+        stage_calls = False
         if cached_nlp:
             staged, stage_calls = called_stage(model, transcription)
         self._tr = transcribe(
@@ -469,122 +356,40 @@ class MPC:
             tightened=tightened,
             soft_input_tube=soft_inputs,
         )
-        self._tube_fn = self._tube_on_guess(tube_lipschitz) if tightened else None
-        if self._tube_fn is not None and self.jit == "nlp":
-            # the tube is recomputed every call (GP-VI cart-pole: 1.7 ms interpreted, 0.61 ms
-            # compiled)
-            self._tube_fn = _jit.compiled_now(self._tube_fn, "controller's tube") or self._tube_fn
-        self._tube_shape = (self.horizon + 1, n_safety)
-        if solver == "condensed":
-            refusal = condensing_refusal(transcription, self._cost, hessian)
-            if refusal is not None:
-                raise InputError(f"solver='condensed' cannot solve this problem: {refusal}")
-        plugin, opts = nlpsol_options(
-            solver,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            qpsol=qpsol,
-            expand=self._tr.expandable and not (self.model_compiled or stage_calls),
-            equality=(self._tr.lbg == self._tr.ubg).tolist(),
-            hessian=hessian,
-            gauss_newton=self._tr.gauss_newton,
-            structure=self._tr.layout.ocp_structure(),
-            condensed_start=checked["condensed_start"],
-        )
-        if casadi_jit:
-            opts.update(_jit.options())
-        self._deadline = None
-        budget_opts: dict[str, Any] = {}
-        if self.time_budget is not None:
-            nlp = self._tr.nlp
-            budget_opts, self._deadline = time_budget_options(
-                solver,
-                self.time_budget,
-                given_options,
-                (nlp["x"].numel(), nlp["g"].numel(), nlp["p"].numel()),
-            )
-        # the preset, the budget's options, then the user's (which cannot set the budget's)
-        for extra in (budget_opts, given_options):
-            for key, value in extra.items():
-                if isinstance(value, dict) and isinstance(opts.get(key), dict):
-                    opts[key] = {**opts[key], **value}
-                else:
-                    opts[key] = value
-        # an NLP's JIT also writes its C source to the working directory: keep it in the
-        # JIT directory, which the process removes at exit
-        where = contextlib.chdir(_jit.directory()) if casadi_jit else contextlib.nullcontext()
-        try:
-            with where:
-                self._start, self._rti_qp, self._warm_solver = None, None, None
-                if self._real_time(solver, hessian, given_options):
-                    self._solver = self._real_time_solvers(checked, qpsol, opts, given_options)
-                else:
-                    # fatrop/ipopt with warm_barrier or warm_max_iter: a second instance of
-                    # the same NLP (one compiled library) for the solves from a previous plan
-                    warm_opts = warm_options(
-                        plugin, opts, checked["warm_barrier"], checked["warm_max_iter"]
-                    )
-                    variants = [opts] + ([] if warm_opts is None else [warm_opts])
-                    first = ca.nlpsol("mpc", plugin, self._tr.nlp, opts)
-                    solvers = compiled_nlpsol(first, plugin, variants) if cached_nlp else None
-                    self.nlp_compiled = solvers is not None
-                    if solvers is None:
-                        solvers = [first] + [
-                            ca.nlpsol("mpc", plugin, self._tr.nlp, o) for o in variants[1:]
-                        ]
-                    self._solver = solvers[0]
-                    self._warm_solver = solvers[1] if warm_opts is not None else None
-                self._split = isinstance(self._solver, (RealTimeIteration, SparseRealTimeIteration))
-                self._stepper = self._solver  # the solver of the current call (stats)
-        except RuntimeError as exc:
-            used_qp = self._rti_qp or qp_solver(qpsol)  # the QP solver that refused the option
-            error = option_error(solver, plugin, used_qp, given_options, str(exc))
-            if error is None:
-                raise
-            raise error from exc
+        tight.build(self._tr, self.jit == "nlp")
+        strategy.refuse_problem(transcription, self._cost, hessian)
+        self._solving = strategy(solver, checked, given_options)
+        expand = self._tr.expandable and not (self.model_compiled or stage_calls)
+        self._solving.build(self, expand, cached_nlp)
         L = self._tr.layout
-        self._condensed: CondensedSQP | None = None
-        if solver == "condensed":
-            self._condensed = CondensedSQP(
-                model, self.horizon, self._cost, self._tr, max_iter=self.max_iter, tol=self.tol,
-                compile=self.jit == "nlp",
-            )  # fmt: skip
         self._from_obs = ca.Function(model.from_obs)  # obs is checked in __call__ already
         self._to_obs_map = model.to_obs.map(self.horizon + 1)
         self._constraint_map = (
             None if model.constraint is None else model.constraint.map(self.horizon)
         )
         # static bounds converted once: numpy -> DM conversion is a visible part of a 1 ms solve
-        self._bounds = {
-            name: ca.DM(value)
-            for name, value in (
-                ("lbx", self._tr.lbw),
-                ("ubx", self._tr.ubw),
-                ("lbg", self._tr.lbg),
-                ("ubg", self._tr.ubg),
-            )
-        }
-        self._w0: np.ndarray | None = None
-        self._lam_g0: np.ndarray | None = None
-        self._lam_x0: np.ndarray | None = None
-        self._plan_u: np.ndarray | None = None
-        self._plan_x: np.ndarray | None = None  # the states that plan predicts
+        tr = self._tr
+        bounds = (tr.lbw, tr.ubw, tr.lbg, tr.ubg)
+        self._bounds = {k: ca.DM(v) for k, v in zip(_BOUNDS, bounds, strict=True)}
+        # the warm start, its multipliers, the plan's inputs and the states it predicts
+        self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = self._plan_x = None
         self._u_prev = self.safe_input.copy()
         self._layout = L
-        self._diagnosis: tuple[ca.Function, ca.Function] | None = None
-        self._ready: tuple[float, bytes] | None = None  # (t, p) of the prepared iteration
         # the warm start is the plan for the next call's own time (start), not one stage back
         self._current = False
         self._unhurried = False  # start: no time budget
-        self._last_tube: tuple[np.ndarray, np.ndarray] | None = None  # tube_memory's
-        # the condensed SQP with a tube: the margins (tube, tube_inputs) of the last call
-        # that solved, its second try's (see _condensed_step)
-        self._solved_tube: tuple[np.ndarray, np.ndarray] | None = None
-        self._descended = False  # this call's solution is the condensed SQP's descent's
-        # fatrop/ipopt: the next call continues a solve the warm instance stopped (_continued)
-        self._continuation = False
 
-    # -- one step -----------------------------------------------------------------------
+    # -- the strategies' options ------------------------------------------------------------
+    nlp_compiled = _read("_solving", "nlp_compiled", "whether the NLP runs compiled (jit)")
+    rti_start = _read("_options", "rti_start", "the real-time iteration's cold-start solver")
+    rti_regularization = _read("_options", "rti_regularization", "rti's Levenberg–Marquardt")
+    tube = _read("_options", "tube", "the tube's propagation, open_loop or feedback")
+    tube_errors = _read("_options", "tube_errors", "the feedback tube's reading of the bound")
+    tube_memory = _read("_tightening", "memory", "the share of the last tube a new one keeps")
+    tube_lipschitz = _read("_tightening", "lipschitz", "the open-loop tube's Lipschitz constant")
+    tube_Q = _read("_tightening", "Q", "the feedback tube's LQR weight on the observation")
+    tube_R = _read("_tightening", "R", "the feedback tube's LQR weight on the input")
+
     @property
     def safety_function(self) -> ca.Function:
         """The safety rows as one function ``obs -> h`` (``h >= 0`` is safe):
@@ -616,16 +421,15 @@ class MPC:
         iterations, and for an NLP solver the calls and wall times of each of its functions,
         ``n_call_nlp_hess_l``, ``t_wall_nlp_hess_l``, ...; the condensed SQP's and the
         real-time iteration's own)."""
-        return self._stats()
+        return self._solving.stats()
 
     def reset(self) -> None:
         """Forget the warm start and the previous plan (call between episodes)."""
         self._w0 = self._lam_g0 = self._lam_x0 = self._plan_u = self._plan_x = None
         self._u_prev = self.safe_input.copy()
-        self._ready = None
         self._current = False
-        self._last_tube = self._solved_tube = None
-        self._continuation = False
+        self._tightening.reset()
+        self._solving.reset()
 
     def start(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         """The first plan, made before the control loop's clock starts (as a robot plans
@@ -648,7 +452,7 @@ class MPC:
         self._unhurried = True
         try:
             result = self(obs, t, p)
-            if result.status.ok and self._tube_fn is not None:
+            if result.status.ok and self._tightening.active:
                 # the tube was computed along the cold guess (the measured state held): solved
                 # once more with the tube along the first plan, the plan the first call's tube
                 # follows
@@ -659,7 +463,7 @@ class MPC:
         # the plan (or, for the condensed SQP, a failed cold start's last iterate) is for the
         # first call itself
         self._current = self._w0 is not None
-        if result.status.ok and self._split:  # the real-time iteration: its first preparation too
+        if result.status.ok and self._solving.split:  # the real-time iteration: its first too
             prepared = self.prepare(t, p)
             result = dataclasses.replace(result, call_time=result.call_time + prepared)
         return result
@@ -689,20 +493,7 @@ class MPC:
         solvers, a cold start (no plan yet, or the last solve failed: the call starts from
         the measured state, or ``rti_start`` solves it), tube tightening (the tube is
         computed from the measured state, so the linearisation follows it in the call)."""
-        if not self._split or self._tube_fn is not None or self._w0 is None:
-            return 0.0
-        t = _checks.finite_number(
-            "t", t, "a finite number of seconds (the time of the call it prepares)"
-        )
-        m, N, L = self.model, self.horizon, self._layout
-        p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
-        # the shift (none after start); x_0 is the predicted state
-        w = self._initial_guess(self._w0[L.x[0 if self._current else 1]])
-        refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
-        P = np.concatenate([w[L.x[0]], refs.T.reshape(-1), self._u_prev, p])
-        elapsed = self._solver.prepare(x0=w, p=P, **self._bounds)
-        self._ready = (t, np.asarray(p, np.float64).tobytes())
-        return elapsed
+        return self._solving.prepare(self, t, p)
 
     def __call__(self, obs: Any, t: float = 0.0, p: Any = None) -> MPCResult:
         called = time.perf_counter()
@@ -716,84 +507,35 @@ class MPC:
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
         w0 = ca.DM(self._initial_guess(x0))
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
-        tube, tube_time = np.zeros(self._tube_shape), 0.0
-        tube_inputs, empty_stages, inputs_empty = np.zeros((N, m.nu)), 0, False
-        failed_stages, tube_failure = 0, ""
-        bounds = self._bounds
         P_given = P
-        if self._tube_fn is not None:
-            start = time.perf_counter()
-            try:
-                P, applied, applied_u, _ = self._tube_fn(w0, P)
-                unevaluated = None
-            except RuntimeError as exc:  # a function along the plan failed to evaluate
-                applied = ca.DM.inf(self._tube_shape[1], N + 1)
-                applied_u = ca.DM.inf(m.nu, N)
-                unevaluated = exc
-            tube = applied.full().T
-            if self.tube == "feedback":
-                tube_inputs = applied_u.full().T
-            if self.tube_memory:
-                tube, tube_inputs, P = self._remembered_tube(tube, tube_inputs, P, P_given)
-            inputs_empty_at = self._empty_inputs(tube_inputs)
-            # a stage whose tube is not finite (NaN or inf margins) has no known tightened set:
-            # it is taken as empty (an infinite margin) and the problem is not solved
-            failed = self._failed_tube(tube, tube_inputs, w0, p, unevaluated)
-            if failed is not None:
-                failed_obs, failed_u, tube_failure = failed
-                stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
-                failed_stages = int(stages.size)
-                tube[failed_obs] = np.inf
-                # the inputs' margins at stage k come from the same ellipsoid as the rows'
-                tube_inputs[failed_u | (failed_obs[:N] if self.tube == "feedback" else False)] = (
-                    np.inf
-                )
-                inputs_empty_at |= failed_obs[1:] | failed_u  # as the empty stages are counted
-                inputs_empty = True
-            if self.tube == "feedback" and not self._tr.soft_input_tube:
-                # hard input bounds: tightened in the box bounds, and not solved when empty
-                lbx, ubx = self._tightened_bounds(tube_inputs)
-                bounds = {**bounds, "lbx": ca.DM(lbx), "ubx": ca.DM(ubx)}
-                inputs_empty = inputs_empty or bool(inputs_empty_at.any())
-            obs_empty_at = self.safety_rows.empty_stages(tube[1:])
-            empty_stages = int(np.count_nonzero(obs_empty_at | inputs_empty_at))
-            tube_time = time.perf_counter() - start
+        margins = self._tightening.margins(w0, P, p, self._bounds, self._unhurried)
+        tube, tube_inputs, P, bounds = margins.tube, margins.tube_inputs, margins.P, margins.bounds
+        inputs_empty, empty_stages = margins.inputs_empty, margins.empty_stages
         args: dict[str, Any] = dict(x0=w0, p=P, **bounds)
         if self._lam_g0 is not None:
             args.update(lam_g0=ca.DM(self._lam_g0), lam_x0=ca.DM(self._lam_x0))
         start = time.perf_counter()
         kept = None
-        continuation, self._continuation = self._continuation, False  # see _continued
+        self._solving.begin()
         if inputs_empty:  # no input meets the tightened bounds (or no tube): nothing to solve
             sol, error, stats = None, None, {}
         else:
-            if self._deadline is not None:
-                self._deadline.arm(np.inf if self._unhurried else self.time_budget)
-            if not self._split:
-                self._stepper = self._solver  # the condensed step may change it
-            self._descended = False
-            warm = not self._unhurried  # start's plans are the cold-start solver's
             try:
                 with kept_interrupts():  # CasADi would swallow a Ctrl-C (see vimpc._interrupt)
-                    if self._split:
-                        sol = self._real_time_step(args, x0, t, p)
-                    elif self._condensed is not None and self._w0 is not None and warm:
-                        sol, kept = self._condensed_step(args, refs, p, P_given)
-                    elif self._warm_solver is not None and self._w0 is not None and warm:
-                        self._stepper = self._warm_solver
-                        sol = self._warm_solver(**args)
-                    else:
-                        sol = self._solver(**args)
+                    sol, kept = self._solving.solve(self, args, x0, t, p, refs, P_given)
                 error = None
             except RuntimeError as exc:  # error_on_fail is off; a hard evaluation error
                 sol, error = None, exc
-            stats = self._stats()
+            stats = self._solving.stats()
         elapsed = time.perf_counter() - start
         if kept is not None:  # solved with the last solved call's tube (_condensed_step)
             tube, tube_inputs = kept
-            empty_at = self.safety_rows.empty_stages(tube[1:]) | self._empty_inputs(tube_inputs)
-            empty_stages = int(np.count_nonzero(empty_at))
-        status = Status.INFEASIBLE if inputs_empty else self._status(sol, stats, elapsed, error)
+            empty_stages = self._tightening.empty_stages(tube, tube_inputs)
+        status = (
+            Status.INFEASIBLE
+            if inputs_empty
+            else self._solving.status(self, sol, stats, elapsed, error)
+        )
         iterations = int(stats.get("iter_count", 0))
         if status.ok:
             w = np.asarray(sol["x"]).reshape(-1)
@@ -807,8 +549,7 @@ class MPC:
             self._plan_u, self._plan_x = u_plan, x_plan
             u = np.clip(u_plan[0], self._cons.u_min, self._cons.u_max)
             fallback = False
-            if self._condensed is not None and self._tube_fn is not None:
-                self._solved_tube = (tube.copy(), tube_inputs.copy())
+            self._solving.kept(self, tube, tube_inputs)
         else:
             u = self._fallback(x0, P_given)
             u_plan = np.tile(u, (N, 1)) if self._plan_u is None else self._plan_u
@@ -819,18 +560,11 @@ class MPC:
             # warm instance continues a solve it stopped: the cold-start solver takes a call
             # without either only
             warm = self._w0 is not None
-            if self._condensed is not None:
-                self._w0 = self._condensed_guess(sol, w0)
-            else:
-                self._w0 = self._continued(sol, continuation)
+            self._w0 = self._solving.next_guess(self, sol, w0)
             self._lam_g0 = self._lam_x0 = None
-            if self._solved_tube is not None:
-                # the margins a second try takes follow the guess: a stage on with the plan
-                # shifted once more, none without it
-                if self._w0 is None or not warm:
-                    self._solved_tube = None
-                elif not self._current:
-                    self._solved_tube = _shifted(*self._solved_tube)
+            # the margins a second try takes follow the guess: a stage on with the plan
+            # shifted once more, none without it
+            self._tightening.age_solved(self._w0 is not None, warm, self._current)
         self._u_prev = u
         self._current = False
         obs_plan = np.asarray(self._to_obs_map(x_plan.T)).T
@@ -840,12 +574,7 @@ class MPC:
                 np.abs(self._constraint_map(x_plan[1:].T).full()).max(initial=0.0)
             )
         call_time = time.perf_counter() - called
-        phases = {}
-        if self._split and self._stepper is self._solver and not inputs_empty:
-            phases = dict(
-                preparation_time=stats.get("t_wall_preparation", float("nan")),
-                feedback_time=stats.get("t_wall_feedback", float("nan")),
-            )
+        phases = {} if inputs_empty else self._solving.phases(stats)
         return MPCResult(
             u=u,
             status=status,
@@ -858,370 +587,25 @@ class MPC:
             cost=cost,
             fallback=fallback,
             tube=tube,
-            tube_time=tube_time,
+            tube_time=margins.time,
             tube_inputs=tube_inputs,
             empty_tube_stages=empty_stages,
-            failed_tube_stages=failed_stages,
-            tube_failure=tube_failure,
+            failed_tube_stages=margins.failed_stages,
+            tube_failure=margins.failure,
             call_time=call_time,
             late=call_time > self.period,
             plan_constraint=plan_constraint,
-            handed_over=self._condensed is not None and self._stepper is not self._condensed,
+            handed_over=self._solving.handed_over(),
             tube_kept=kept is not None,
-            descended=self._descended and not inputs_empty,
+            descended=self._solving.descended and not inputs_empty,
             **phases,
         )
 
     # -- helpers --------------------------------------------------------------------------
-    def _condensed_step(
-        self, args: dict, refs: np.ndarray, p, P_given: ca.DM
-    ) -> tuple[dict | None, tuple[np.ndarray, np.ndarray] | None]:
-        """``solver = "condensed"``: the condensed SQP from the previous plan shifted
-        (``args``); where it does not converge with a tube, again from the same guess with
-        the margins of the last call that solved, shifted by one stage as the plan is (none
-        after :meth:`start`): the problem that plan solved, one step on (the tube along the
-        new guess can move the rails so far that the full Gauss–Newton steps diverge; on the
-        CLNN cart-pole they did in the swing-up's first steps). Where neither converges,
-        ``condensed_start`` from the same guess without a time budget. With one, each try
-        stops at :data:`TRY_SHARE` of it (the second at twice that from the call's start),
-        and the rest goes to :meth:`CondensedSQP.descend`, from the guess or the tries' last
-        iterates, whichever simulates to the lowest merit; its last accepted iterate
-        (states the model's step under its inputs, the merit no worse than its start's) is
-        the call's solution where it meets the NLP's rows with no slack (``ITERATION_LIMIT``,
-        else the fallback input), the call's ``descended``. Returns
-        the solution (or None) and the margins ``(tube, tube_inputs)`` of the second try
-        where it solved, else None."""
-        cond, L = self._condensed, self._layout
-        self._stepper = cond
-        started = time.perf_counter()
-        budget = np.inf if self.time_budget is None or self._unhurried else self.time_budget
-        guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
-        if not self._current:  # shifted: the last state extrapolated linearly, not repeated
-            guess[L.x[-1]] = 2 * self._w0[L.x[-1]] - self._w0[L.x[-2]]
-
-        def solve(P, lbx, ubx, left: float):
-            return cond.solve(guess.copy(), P, lbx, ubx, refs.T, self._u_prev, p, left)
-
-        found = solve(args["p"], args["lbx"], args["ubx"], budget * TRY_SHARE)
-        kept, starts = None, []  # the descent's: the tries' last iterates, then the guess
-        if found is None:
-            starts.append(cond.last_iterate)
-        left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
-        if found is None and self._solved_tube is not None and left > 0:
-            tube, tube_inputs = self._solved_tube
-            if not self._current:
-                tube, tube_inputs = _shifted(tube, tube_inputs)
-            bounds = self._tightened_bounds(tube_inputs)
-            found = solve(self._with_margins(P_given, tube, tube_inputs), *bounds, left)
-            kept = None if found is None else (tube, tube_inputs)
-            if found is None:
-                starts.append(cond.last_iterate)
-        if found is None and self.time_budget is None:  # no deadline: the cold-start solver
-            self._stepper = self._solver
-            given = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
-            return self._solver(**given), None
-        left = budget - (time.perf_counter() - started)
-        if found is None and left > 0:  # the rest of the budget: the single-shooting descent
-            self._descended = True
-            found = cond.descend(
-                [*starts, guess], args["p"], args["lbx"], args["ubx"], refs.T, self._u_prev, p, left
-            )
-        if found is None:
-            return None, None
-        w, f, g = found
-        sol = {"x": w, "f": f, "g": g, "lam_x": np.zeros(w.size), "lam_g": np.zeros(g.size)}
-        return sol, kept
-
-    def _condensed_guess(self, sol, w0) -> np.ndarray | None:
-        """``solver = "condensed"``, after a failed call: the next call's warm start, or None
-        (a cold start, as after any solver's failed call). The guess ``w0`` of a warm solve
-        that the time budget left unfinished; after a cold start that failed, its last iterate
-        ``sol``, where finite. A warm solve handed to the cold-start solver that failed too
-        leaves None: from that guess neither converged, and the shifted plan only ages (on
-        the CLNN cart-pole such guesses failed call after call while the cart left the
-        rail)."""
-        if self._w0 is not None:
-            return np.asarray(w0).reshape(-1) if self._stepper is self._condensed else None
-        return _finite_iterate(sol) if self._stepper is self._solver else None
-
-    def _continued(self, sol, continuation: bool) -> np.ndarray | None:
-        """fatrop/ipopt after a failed call: the last iterate ``sol`` of a solve from the
-        previous plan that the warm instance did not finish (``warm_max_iter``, or a
-        failure), where finite, for the next call to continue from (moved on by a stage,
-        with the warm instance); None after any other failure, a ``continuation``'s among
-        them (the next call from scratch, at the solver's own barrier and ``max_iter``).
-        Continued, each solve stays within ``warm_max_iter``: from the stopped solve's guess
-        at the solver's own barrier, the solve after one took up to 68 iterations on the
-        GP-VI cart-pole, longer than its period. The solve from scratch keeps ``max_iter``:
-        bounded too (a third instance at ``warm_max_iter``), the GP-VI safety run
-        (seeds 100-199) lost its one late call but also an episode, 124 failed solves of
-        fallback inputs in a row and the cart 27.8 m past its rail, where the unbounded
-        solve (101 iterations, 92.7 ms of a 50 ms period) had recovered it
-        (``results/safety/gpvi_bounded_recovery/``)."""
-        # the stepper is never None: without a warm instance this is False
-        stopped_warm = self._stepper is self._warm_solver
-        w = None if continuation or not stopped_warm else _finite_iterate(sol)
-        self._continuation = w is not None
-        return w
-
-    def _real_time(self, solver: str, hessian: str, given: Mapping[str, Any]) -> bool:
-        """Whether ``solver = "rti"`` runs as :class:`RealTimeIteration` (one linearisation
-        and one QP per call): with the Gauss–Newton Hessian, no time budget and no solver
-        options of CasADi's ``sqpmethod``; otherwise it is ``sqpmethod`` stopped after one
-        iteration (the exact Hessian's convexification, the budget's iteration callback and
-        such options are ``sqpmethod``'s)."""
-        return (
-            solver == "rti"
-            and hessian == "gauss-newton"
-            and self.time_budget is None
-            and set(given) <= {"qpsol_options"}
-            and self._condensing_obstacle() is None
-        )
-
-    def _condensing_obstacle(self) -> str | None:
-        """Why the real-time iteration cannot condense this transcription onto the inputs
-        and slacks (:func:`~vimpc.mpc.solvers.condensing_obstacle`), or None."""
-        tr = self._tr
-        free = np.concatenate([tr.layout.u.ravel(), tr.layout.s.ravel()])
-        return condensing_obstacle(tr.nlp, free, tr.lbg == tr.ubg, tr.lbw, tr.ubw, self.model.nx)
-
-    def _real_time_solvers(
-        self, checked: Mapping[str, Any], qpsol: str, opts: Mapping[str, Any], given: Mapping
-    ) -> RealTimeIteration | SparseRealTimeIteration:
-        """The :class:`RealTimeIteration` of ``solver = "rti"`` (condensed onto the inputs
-        and slacks, its QP solved by ``qpsol``, ``"auto"`` meaning daqp, with the user's
-        ``qpsol_options``), and in
-        :attr:`_start` the solver ``rti_start`` of its cold starts (None for ``"none"``):
-        the preset of that solver with the controller's ``max_iter`` and ``tol``."""
-        tr, L = self._tr, self._tr.layout
-        self.rti_start = checked["rti_start"]
-        self.rti_regularization = checked["rti_regularization"]
-        if self._tube_fn is not None:
-            # the tube needs the measured state, so the linearisation follows it in the call:
-            # the sparse QP (qrqp by default), without the condensing that is worth it only
-            # when prepared ahead (the DLNN cart-pole's balance: ~2 ms against ~45 ms)
-            self._rti_qp = rti_qp = qp_solver(qpsol)
-            rti: RealTimeIteration | SparseRealTimeIteration = SparseRealTimeIteration(
-                tr.nlp,
-                tr.gauss_newton,
-                rti_qp,
-                opts["qpsol_options"],
-                expand=opts["expand"],
-                function_options=_jit.options() if self.jit == "nlp" else None,
-                regularization=self.rti_regularization,
-            )
-            self._build_start(qpsol, opts, given)
-            return rti
-        self._rti_qp = rti_qp = qp_solver(qpsol, condensed=True)
-        if rti_qp == "hpipm":  # CasADi's HPIPM interface crashes on a dense QP
-            raise InputError(
-                "qpsol='hpipm' cannot solve the real-time iteration's QP: it is condensed onto "
-                "the inputs and slacks (dense), and CasADi's HPIPM interface takes only QPs "
-                "laid out as [x0 u0 x1 u1 ...] stage by stage; use qpsol='auto' (daqp) or "
-                "'qpoases'"
-            )
-        rti = RealTimeIteration(
-            tr.nlp,
-            tr.gauss_newton,
-            rti_qp,
-            {**qp_options(rti_qp), **given.get("qpsol_options", {})},
-            expand=opts["expand"],
-            free=np.concatenate([L.u.ravel(), L.s.ravel()]),
-            equality=tr.lbg == tr.ubg,
-            n_init=self.model.nx,
-            regularization=self.rti_regularization,
-            function_options=_jit.options() if self.jit == "nlp" else None,
-        )
-        self._build_start(qpsol, opts, given)
-        return rti
-
-    def _build_start(self, qpsol: str, opts: Mapping[str, Any], given: Mapping) -> None:
-        """:attr:`_start`: the solver ``rti_start`` of the cold starts (None for "none")."""
-        tr = self._tr
-        if self.rti_start != "none":
-            plugin, start_opts = nlpsol_options(
-                self.rti_start,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                qpsol=qpsol,
-                expand=opts["expand"],
-                equality=(tr.lbg == tr.ubg).tolist(),
-                gauss_newton=tr.gauss_newton,
-            )
-            if self.jit == "nlp":
-                start_opts.update(_jit.options())
-            if given.get("qpsol_options") and plugin == "sqpmethod":
-                qp_opts = {**start_opts["qpsol_options"], **given["qpsol_options"]}
-                start_opts["qpsol_options"] = qp_opts
-            self._start = ca.nlpsol("mpc_start", plugin, tr.nlp, start_opts)
-
-    def _real_time_step(self, args: Mapping[str, Any], x0: np.ndarray, t: float, p) -> dict:
-        """One sample of the split real-time iteration: a cold start (no plan) solved to
-        convergence by :attr:`_start`; with a tube, both phases from the measured state; else
-        the feedback phase on the preparation for ``(t, p)`` (prepared now if missing)."""
-        ready, self._ready = self._ready, None
-        if self._w0 is None and self._start is not None:
-            self._stepper = self._start
-            return self._start(**args)
-        self._stepper = self._solver
-        if self._tube_fn is not None or self._w0 is None:
-            return self._solver(**args)
-        if ready != (t, np.asarray(p, np.float64).tobytes()) or not self._solver.prepared:
-            self.prepare(t, p)
-        return self._solver.feedback(x0)
-
-    def _remembered_tube(
-        self, tube: np.ndarray, tube_inputs: np.ndarray, P: ca.DM, P_given: ca.DM
-    ) -> tuple[np.ndarray, np.ndarray, ca.DM]:
-        """``tube_memory``: the tube along the guess (margins ``tube (N + 1, m)`` and
-        ``tube_inputs (N, nu)``) widened towards the previous call's at the same stage (the
-        same number of steps ahead): ``t + tube_memory * max(0, t_prev - t)`` entry by
-        entry, so a tube that does not change between calls stays as it is; the NLP's
-        parameters ``P`` rebuilt from the ones given to the tube ``P_given`` in the order
-        :meth:`_tube_on_guess` appends the margins. :meth:`start`
-        keeps its own tubes (no call before it) and leaves its last for the first call; a
-        tube that is not finite everywhere (a failed one) is not remembered."""
-        last, self._last_tube = self._last_tube, None
-        if last is not None and not self._unhurried:
-            a = self.tube_memory
-            prev, prev_u = last
-            tube += a * np.maximum(prev - tube, 0.0)
-            tube_inputs += a * np.maximum(prev_u - tube_inputs, 0.0)
-            P = ca.DM(self._with_margins(P_given, tube, tube_inputs))
-        if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
-            self._last_tube = (tube.copy(), tube_inputs.copy())
-        return tube, tube_inputs, P
-
-    def _with_margins(self, P_given, tube: np.ndarray, tube_inputs: np.ndarray) -> np.ndarray:
-        """The NLP's parameters: ``P_given`` with the margins appended as
-        :meth:`_tube_on_guess` appends them."""
-        parts = [np.asarray(P_given).reshape(-1), tube[1:].reshape(-1)]
-        if self._tr.soft_input_tube:
-            parts.append(tube_inputs.reshape(-1))
-        return np.concatenate(parts)
-
-    def _empty_inputs(self, tube_inputs: np.ndarray) -> np.ndarray:
-        """The stages ``(N,)`` where the input margins ``tube_inputs (N, nu)`` leave no input
-        (the open-loop tube's are zero: never empty)."""
-        c = self._cons
-        return np.any(c.u_min + tube_inputs > c.u_max - tube_inputs, axis=1)
-
-    def _tightened_bounds(self, tube_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The variables' bounds ``(lbx, ubx)`` with the feedback tube's input margins
-        ``tube_inputs (N, nu)`` in the input bounds where they are hard (the soft input
-        tube's are rows: the bounds as they are)."""
-        lbx, ubx = self._tr.lbw.copy(), self._tr.ubw.copy()
-        if self.tube == "feedback" and not self._tr.soft_input_tube:
-            lbx[self._layout.u] += tube_inputs
-            ubx[self._layout.u] -= tube_inputs
-        return lbx, ubx
-
-    def _tube_on_guess(self, lipschitz: float | None) -> ca.Function:
-        """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N), K (nu,
-        nx N))``: the tube along the plan held in the initial guess ``w``, and the feedback
-        gains it assumes (:func:`~vimpc.mpc.tube.tube_function`). It takes the DMs the solver gets
-        anyway, so a solve converts nothing more than the tube it reports. Nothing is capped:
-        a margin wider than its constraint's range leaves that stage's tightened set empty,
-        which ``__call__`` counts."""
-        m, N, L = self.model, self.horizon, self._tr.layout
-        fn = tube_function(
-            m,
-            N,
-            self.safety_rows.function,
-            lipschitz,
-            kind=self.tube,
-            Q=self.tube_Q,
-            R=self.tube_R,
-            errors=self.tube_errors,
-        )
-        sym = ca.SX if fn.is_a("SXFunction") else ca.MX
-        n_p = self._tr.nlp["p"].numel() - self._tr.n_tube
-        w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
-        X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
-        U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
-        t, t_u, K = fn(X, U, P[n_p - m.np :])
-        params = [P, ca.vec(t[:, 1:])] + ([ca.vec(t_u)] if self._tr.soft_input_tube else [])
-        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u, K])
-
-    def _failed_tube(
-        self,
-        tube: np.ndarray,
-        tube_inputs: np.ndarray,
-        w0: ca.DM,
-        p: np.ndarray,
-        error: RuntimeError | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, str] | None:
-        """``(stages 0..N whose observation margins failed, stages 0..N-1 whose input margins
-        failed, the message)`` of a tube that cannot be computed (``error``: the tube
-        function's evaluation error, every stage failed), else None (one pass over the
-        margins when they are fine)."""
-        if np.isfinite(tube).all() and np.isfinite(tube_inputs).all():
-            return None
-        N = self.horizon
-        w = np.asarray(w0).reshape(-1)
-        failed_obs = ~np.all(np.isfinite(tube), axis=1)
-        failed_u = ~np.all(np.isfinite(tube_inputs), axis=1)
-        stages = np.flatnonzero(np.append(failed_u, False) | failed_obs)
-        if error is not None:
-            last = str(error).strip().splitlines()[-1]
-            cause = f"a function along the plan failed to evaluate (CasADi: {last})"
-        else:
-            cause = self._tube_cause(w, p) or _NO_CAUSE
-        return (
-            failed_obs,
-            failed_u,
-            f"the {self.tube.replace('_', '-')} tube cannot be computed at "
-            f"{_stages_text(stages)} of the plan (of {N}): {cause}; its tightened set is taken "
-            "as empty and the problem is not solved (fallback input)",
-        )
-
-    def _tube_cause(self, w: np.ndarray, p: np.ndarray) -> str | None:
-        """Why the tube along the plan held in the guess ``w`` is not finite, naming the stage
-        (:func:`tube_failure_cause`), or None where its recursions are finite."""
-        m, N, L = self.model, self.horizon, self._layout
-        if self._diagnosis is None:  # built on the first use only
-            x = ca.MX.sym("x", m.nx)
-            self._diagnosis = (
-                step_jacobians(m),
-                ca.Function("to_obs_jacobian", [x], [ca.jacobian(m.to_obs(x), x)]),
-            )
-        jacobians, to_obs_jacobian = self._diagnosis
-        X, U = w[L.x], w[L.u]
-        W = [np.asarray(m.bound(X[k], U[k], p), float).reshape(-1) for k in range(N)]
-        As, Bs = [], []
-        if self.tube_lipschitz is None:
-            for k in range(N):
-                A, B = jacobians(X[k], U[k], X[k + 1], p)
-                As.append(np.asarray(A, float))
-                Bs.append(np.asarray(B, float))
-        Qx = None
-        if self.tube == "feedback":
-            Js = [np.asarray(to_obs_jacobian(X[k]), float) for k in range(N + 1)]
-            Qx = [J.T @ self.tube_Q @ J for J in Js]
-        return tube_failure_cause(W, As, Bs, Qx=Qx, R=self.tube_R, lipschitz=self.tube_lipschitz)
-
     def _initial_guess(self, x0: np.ndarray) -> np.ndarray:
-        L = self._layout
-        if self._w0 is None:
-            w = np.zeros(L.n_w)
-            w[L.x] = x0
-            if L.z.size:
-                w[L.z] = x0
-            w[L.u] = self.safe_input if self._plan_u is None else self._plan_u[0]
-            return w
-        w = self._w0.copy()
-        if self._current:  # the plan of start, for this very call
-            w[L.x[0]] = x0
-            return w
-        # shift the previous solution one stage, repeat the last stage
-        w[L.x[:-1]] = self._w0[L.x[1:]]
-        w[L.u[:-1]] = self._w0[L.u[1:]]
-        if L.z.size:
-            w[L.z[:-1]] = self._w0[L.z[1:]]
-        if L.s.size:
-            w[L.s[:-1]] = self._w0[L.s[1:]]
-        w[L.x[0]] = x0
-        return w
+        """The solve's guess at the measured state ``x0`` (:func:`initial_guess`)."""
+        plan_u0 = None if self._plan_u is None else self._plan_u[0]
+        return initial_guess(self._layout, self._w0, self._current, x0, self.safe_input, plan_u0)
 
     def _fallback(self, x0: np.ndarray | None = None, P: ca.DM | None = None) -> np.ndarray:
         """The input of a call nothing solved, at the measured state ``x0`` (``P``: the
@@ -1235,85 +619,12 @@ class MPC:
         if self._plan_u is None or (not self._current and len(self._plan_u) < 2):
             return self.safe_input.copy()
         k = 0 if self._current else 1
-        u = self._plan_u[k].copy()
-        if self._tube_fn is not None and self.tube == "feedback" and x0 is not None:
-            L, nx = self._layout, self.model.nx
-            w = np.zeros(L.n_w)
-            w[L.x], w[L.u] = self._plan_x, self._plan_u
-            try:
-                K = np.asarray(self._tube_fn(ca.DM(w), P)[3])[:, k * nx : (k + 1) * nx]
-            except RuntimeError:  # a function along the plan failed: the plan's input alone
-                K = np.zeros((self.model.nu, nx))
-            feedback = K @ (x0 - self._plan_x[k])
-            if np.all(np.isfinite(feedback)):
-                u = u + feedback
+        u = self._tightening.fallback_input(
+            self._plan_u[k].copy(), k, self._plan_x, self._plan_u, x0, P
+        )
         if k:
-            self._plan_u, self._plan_x = _shifted(self._plan_u, self._plan_x)
+            self._plan_u, self._plan_x = shifted(self._plan_u, self._plan_x)
         return np.clip(u, self._cons.u_min, self._cons.u_max)
-
-    def _status(self, sol, stats: dict, elapsed: float, error: Exception | None) -> Status:
-        if error is not None:
-            return Status.FAILED
-        if sol is None:  # the condensed SQP's unfinished solve
-            return Status.TIME_LIMIT if self._stopped_by_budget(stats) else Status.FAILED
-        w = np.asarray(sol["x"]).reshape(-1)
-        if not np.all(np.isfinite(w)):
-            return Status.FAILED
-        if stats.get("unified_return_status") == "SOLVER_RET_INFEASIBLE" or "nfeasib" in str(
-            stats.get("return_status", "")
-        ):
-            return Status.INFEASIBLE
-        if self._stopped_by_budget(stats):
-            return Status.TIME_LIMIT
-        if stats.get("success", False):
-            result = Status.SOLVED
-        elif self._one_iteration() or (
-            self._violation(sol) <= FEASIBILITY_TOL
-            and not (self._descended and self._slack(sol) > FEASIBILITY_TOL)
-        ):
-            # stopped early (iteration limit, tiny steps) at a usable iterate; a real-time
-            # iteration is never converged by design; the condensed SQP's descent's only where
-            # its soft rows hold without slack (its slacks can be far larger than a solution's:
-            # on the CLNN cart-pole up to 57 m past the tightened rail)
-            result = Status.ITERATION_LIMIT
-        else:
-            return Status.FAILED
-        if self.time_budget is not None and elapsed > self.time_budget and not self._unhurried:
-            return Status.LATE
-        return result
-
-    def _one_iteration(self) -> bool:
-        """Whether this call's solver is the real-time iteration (not its cold start)."""
-        return self.solver_name == "rti" and self._stepper is self._solver
-
-    def _stopped_by_budget(self, stats: dict) -> bool:
-        """Whether the time budget stopped the solve: ipopt's wall-clock limit, or the
-        iteration callback's request (``sqpmethod``, ``rti``)."""
-        if self.time_budget is None or stats.get("success", False) or self._unhurried:
-            return False
-        if self._deadline is not None:
-            return self._deadline.stopped
-        if self._condensed is not None and self._stepper is self._condensed:
-            return stats.get("return_status") == BUDGET_STATUS
-        return stats.get("return_status") == "Maximum_WallTime_Exceeded"
-
-    def _slack(self, sol) -> float:
-        """The largest slack of the returned iterate (0 without soft rows)."""
-        w = np.asarray(sol["x"]).reshape(-1)
-        return float(w[self._layout.s].max(initial=0.0))
-
-    def _violation(self, sol) -> float:
-        """Largest violation of the NLP's constraints at the returned iterate."""
-        g = np.asarray(sol["g"]).reshape(-1)
-        over = np.maximum(self._tr.lbg - g, g - self._tr.ubg)
-        return float(np.max(over, initial=0.0))
-
-    def _stats(self) -> dict:
-        try:
-            return dict(self._stepper.stats())
-        except RuntimeError as exc:
-            # some plugins fail to report stats after an aborted solve
-            return {"success": False, "return_status": f"no statistics: {exc}"}
 
 
 #: the keyword arguments of MPC, for the "did you mean" of a misspelt one
@@ -1324,64 +635,86 @@ _KEYWORDS = tuple(
 )
 
 
-#: the cause of a tube that is not finite although its recursions are
-_NO_CAUSE = (
-    "the bound, the linearisation and the tube's recursion are finite along the plan, so a "
-    "safety row's gradient is not (check the path constraints there)"
-)
+#: the names of the variables' and rows' bounds, as the solvers take them
+_BOUNDS = ("lbx", "ubx", "lbg", "ubg")
 
 
-def _finite_iterate(sol) -> np.ndarray | None:
-    """A solve's last iterate ``sol["x"]`` as a vector where every entry is finite, else
-    None (also for no solve, ``sol`` None)."""
-    if sol is None:
-        return None
-    w = np.asarray(sol["x"], dtype=np.float64).reshape(-1)
-    return w if np.all(np.isfinite(w)) else None
-
-
-def _shifted(*margins: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each stage-wise array one stage on, as a plan is shifted: stage ``k`` takes stage
-    ``k + 1``'s rows, the last stage its own again."""
-    return tuple(np.vstack([m[1:], m[-1:]]) for m in margins)
-
-
-def _stages_text(stages: np.ndarray) -> str:
-    """``"stage 3"``, ``"stages 0-20"`` or ``"stages 2, 5-7"``."""
-    runs, start = [], None
-    for i, k in enumerate(stages):
-        if start is None:
-            start = k
-        if i + 1 == len(stages) or stages[i + 1] != k + 1:
-            runs.append(f"{start}" if start == k else f"{start}-{k}")
-            start = None
-    return ("stage " if len(stages) == 1 else "stages ") + ", ".join(runs)
-
-
-def _check_stabilizable(model: DiscreteModel, cost) -> None:
-    """Refuse ``tube='feedback'`` when the linearisation at the cost's reference has a mode
-    that grows (``|lambda| > 1``) and that the input cannot reach (PBH test): no feedback
-    shrinks the tube there."""
-    x = np.asarray(model.from_obs(np.asarray(cost.reference(0.0), float)), float).reshape(-1)
-    u, p = cost.u_reference, model.p_default
-    x_next = np.asarray(model.step(x, u, p), float).reshape(-1)
-    A, B = (np.asarray(M, float) for M in step_jacobians(model)(x, u, x_next, p))
-    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
+def _checked_arguments(
+    arguments: dict[str, Any], model: Any, cost: Any, constraints: Any
+) -> tuple[dict[str, Any], Constraints]:
+    """``MPC``'s declared options (all but the weights) checked against :data:`SETTINGS`,
+    and its ``constraints`` (None: none), after refusing an unknown keyword (with a "did
+    you mean") and a model, cost or constraints of the wrong type."""
+    for key in arguments["unknown"]:
+        hint = difflib.get_close_matches(key, _KEYWORDS, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
         raise InputError(
-            "tube='feedback' needs the model's linearisation at the cost's reference "
-            f"(x = {x.tolist()}, u = {u.tolist()}), which is not finite there (the step failed); "
-            "give a reference the model can step from, or use tube='open_loop'"
+            f"MPC got an unknown keyword argument {key!r}{extra} (expected one of "
+            f"{', '.join(_KEYWORDS)})"
         )
-    scale = max(1.0, float(np.abs(np.hstack([A, B])).max()))
-    for lam in np.linalg.eigvals(A):
-        if abs(lam) <= 1 + 1e-6:
-            continue
-        M = np.hstack([A - lam * np.eye(model.nx), B])
-        if np.linalg.matrix_rank(M, tol=1e-9 * scale) < model.nx:
-            raise InputError(
-                f"tube='feedback' needs an LQR that can stabilise the model's linearisation, but "
-                f"at the cost's reference (x = {np.round(x, 6).tolist()}, u = {u.tolist()}) the "
-                f"mode of eigenvalue {lam:.6g} of A (growing, |lambda| = {abs(lam):.6g}) is not "
-                "reachable from the input (PBH rank test on [A - lambda I, B]); use "
-                "tube='open_loop' or a model whose input reaches that mode"
-            )
+    if not isinstance(model, DiscreteModel):
+        raise InputError(f"model must be a DiscreteModel, got {type(model).__name__}")
+    if not isinstance(cost, Cost):
+        raise InputError(f"cost must be a vimpc.mpc.Cost, got {type(cost).__name__}")
+    constraints = Constraints() if constraints is None else constraints
+    if not isinstance(constraints, Constraints):
+        raise InputError(
+            f"constraints must be a vimpc.mpc.Constraints, got {type(constraints).__name__}"
+        )
+    # every declared option as given (the weights are matrices here: the tightening's)
+    given = {key: arguments[key] for key in SETTINGS if key not in MATRICES}
+    if given["transcription"] is None:  # the keyword's default before "auto" was declared
+        given["transcription"] = "auto"
+    return {key: check_option(key, value) for key, value in given.items()}, constraints
+
+
+def _checked_safe_input(safe_input: Any, cons: Constraints, nu: int) -> np.ndarray:
+    """The fallback input without a plan: ``safe_input`` checked (finite, within the input
+    bounds), by default zero clipped to them."""
+    lo, hi = cons.u_min, cons.u_max
+    if safe_input is None:
+        safe_input = np.clip(np.zeros(nu), lo, hi)
+    checked = _checks.finite_vector("safe_input", safe_input, nu)
+    outside = np.flatnonzero((checked < lo) | (checked > hi))
+    if outside.size:
+        i = int(outside[0])
+        raise InputError(
+            f"safe_input[{i}] = {checked[i]} is outside the input bounds "
+            f"[{lo[i]}, {hi[i]}] (constraints.u_min, u_max); the fallback input must "
+            "satisfy them"
+        )
+    return checked
+
+
+def initial_guess(
+    L: Any,
+    w_prev: np.ndarray | None,
+    current: bool,
+    x0: np.ndarray,
+    safe_input: np.ndarray,
+    plan_u0: np.ndarray | None,
+) -> np.ndarray:
+    """The guess of a solve from the measured state ``x0`` in the layout ``L``: without a
+    previous solution ``w_prev`` the state held under ``plan_u0`` (the last plan's first
+    input) or ``safe_input``; with one, it for this very call (``current``: the plan of
+    :meth:`MPC.start`), else shifted by one stage, the last stage repeated."""
+    if w_prev is None:
+        w = np.zeros(L.n_w)
+        w[L.x] = x0
+        if L.z.size:
+            w[L.z] = x0
+        w[L.u] = safe_input if plan_u0 is None else plan_u0
+        return w
+    w = w_prev.copy()
+    if current:  # the plan of start, for this very call
+        w[L.x[0]] = x0
+        return w
+    # shift the previous solution one stage, repeat the last stage
+    w[L.x[:-1]] = w_prev[L.x[1:]]
+    w[L.u[:-1]] = w_prev[L.u[1:]]
+    if L.z.size:
+        w[L.z[:-1]] = w_prev[L.z[1:]]
+    if L.s.size:
+        w[L.s[:-1]] = w_prev[L.s[1:]]
+    w[L.x[0]] = x0
+    return w

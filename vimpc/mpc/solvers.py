@@ -402,22 +402,6 @@ def check_time_budget(solver: str, budget: float | None, given: Mapping[str, Any
         )
 
 
-def time_budget_options(
-    solver: str, budget: float, given: Mapping[str, Any], sizes: tuple[int, int, int]
-) -> tuple[dict[str, Any], Deadline | None]:
-    """The nlpsol options that make ``solver`` keep ``budget`` seconds of wall time, and
-    the :class:`Deadline` to arm before each solve (None for ipopt, which keeps its own
-    clock); ``sizes`` are the NLP's ``(nx, ng, np)``. Refused as by
-    :func:`check_time_budget`."""
-    check_time_budget(solver, budget, given)
-    if solver == "condensed":  # kept by the condensed SQP (its cold starts are not timed)
-        return {}, None
-    if solver == "ipopt":
-        return {"ipopt": {"max_wall_time": budget}}, None
-    deadline = Deadline(*sizes)
-    return {"iteration_callback": deadline}, deadline
-
-
 def condensing_obstacle(
     nlp: Mapping[str, Any],
     free: np.ndarray,

@@ -28,6 +28,7 @@ penalised like the observation bounds, inside the hard input bounds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import casadi as ca
 import numpy as np
@@ -106,6 +107,58 @@ def _soft_inputs(cons: Constraints, soft_input_tube: bool) -> tuple[np.ndarray, 
     return np.flatnonzero(lo | hi), np.flatnonzero(lo), np.flatnonzero(hi)
 
 
+class Transcriber:
+    """The abstract transcription strategy: how the model's steps enter the NLP (the
+    ``transcription`` option, :data:`TRANSCRIBERS`); :func:`transcribe` builds it."""
+
+    #: the option's value
+    NAME: ClassVar[str] = ""
+    #: whether the next states are decision variables tied by the model's residual
+    IMPLICIT: ClassVar[bool] = False
+
+    @classmethod
+    def check(cls, model: DiscreteModel) -> None:
+        """Refuse a model this transcription cannot be built on."""
+
+
+class StepTranscription(Transcriber):
+    """``"step"``: multiple shooting on ``model.step``."""
+
+    NAME = "step"
+
+
+class ImplicitTranscription(Transcriber):
+    """``"implicit"``: the model's residual as equality constraints (a variational model
+    with one substep per dt)."""
+
+    NAME, IMPLICIT = "implicit", True
+
+    @classmethod
+    def check(cls, model: DiscreteModel) -> None:
+        if model.residual is None:
+            raise InputError(
+                "transcription='implicit' needs a model with a residual (a variational model "
+                "with one substep per dt); use transcription='step' for this model"
+            )
+
+
+#: the transcription strategy of each value of the ``transcription`` option
+TRANSCRIBERS: dict[str, type[Transcriber]] = {
+    "step": StepTranscription,
+    "implicit": ImplicitTranscription,
+}
+
+
+def transcriber_for(name: str, model: DiscreteModel) -> type[Transcriber]:
+    """The transcription ``name`` (checked) for ``model``: ``"auto"`` is ``"implicit"`` when
+    the model has a residual, else ``"step"``."""
+    if name == "auto":
+        name = "implicit" if model.residual is not None else "step"
+    chosen = TRANSCRIBERS[name]
+    chosen.check(model)
+    return chosen
+
+
 def n_slacks(safety: SafetyRows, soft_input_tube: bool = False) -> int:
     """The slacks per stage: one per softly bounded observation entry, one per soft path
     row, and with ``soft_input_tube`` one per bounded input entry."""
@@ -125,11 +178,7 @@ def transcribe(
 ) -> Transcription:
     N = _checks.positive_int("horizon", horizon)
     _checks.one_of("transcription", transcription, TRANSCRIPTIONS)
-    if transcription == "implicit" and model.residual is None:
-        raise InputError(
-            "transcription='implicit' needs a model with a residual (a variational model "
-            "with one substep per dt); use transcription='step' for this model"
-        )
+    TRANSCRIBERS[transcription].check(model)
     nx, nu, nobs = model.nx, model.nu, model.nobs
     cons = safety.constraints
     soft_entries, soft_lo, soft_hi = _soft_bounds(safety)
@@ -180,7 +229,7 @@ def transcribe(
     w, lbw, ubw, g, lbg, ubg = [], [], [], [], [], []
     idx_x, idx_u, idx_z, idx_s = [], [], [], []
     stage_rows = []
-    implicit = transcription == "implicit"
+    implicit = TRANSCRIBERS[transcription].IMPLICIT
     count = 0
 
     def add(sym, lo, hi, store):
@@ -312,7 +361,7 @@ def transcribe(
         n_w=count,
         stage_rows=tuple(stage_rows),
     )
-    used = [model.step if transcription == "step" else model.residual, model.to_obs]
+    used = [model.residual if implicit else model.step, model.to_obs]
     if cost.energy is not None:
         used.append(model.energy)
     expandable = not keeps_mx(model) and all(expanded_or_none(fn) is not None for fn in used)
