@@ -494,24 +494,25 @@ def _rmse(errors: np.ndarray) -> list[float | None]:
 # -- the controller -------------------------------------------------------------------------------
 
 
-def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
+def build_controller(cfg: ScenarioLike, model: DiscreteModel, env):
     """The MPC of a scenario: costs and constraints on the observation."""
     from vimpc.mpc import MPC, Constraints, Cost, EnergyShaping, PathConstraint
 
-    ccfg = cfg["controller"]
-    cost_cfg, cons_cfg = ccfg["cost"], ccfg["constraints"]
-    reference: Any = cost_cfg["reference"]
-    if cost_cfg["reference_from_env"]:
+    cfg = as_scenario(cfg)
+    ccfg = cfg.controller
+    cost_cfg, cons_cfg = ccfg.cost, ccfg.constraints
+    reference: Any = cost_cfg.reference
+    if cost_cfg.reference_from_env:
         if not hasattr(env, "reference"):
             raise ConfigError(
-                f"controller.cost.reference_from_env: {cfg['env']['id']} has no reference(t)"
+                f"controller.cost.reference_from_env: {cfg.env.id} has no reference(t)"
             )
         base = (
             np.zeros(model.nobs)
-            if cost_cfg["reference"] is None
-            else np.asarray(cost_cfg["reference"], float)
+            if cost_cfg.reference is None
+            else np.asarray(cost_cfg.reference, float)
         )
-        index = cost_cfg["reference_index"]
+        index = cost_cfg.reference_index
 
         def reference(t, env=env, base=base, index=index):
             value = np.asarray(env.reference(t), dtype=float)
@@ -522,15 +523,15 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
             return out
 
     energy = None
-    if cost_cfg["energy_weight"] > 0:
-        energy = EnergyShaping(weight=cost_cfg["energy_weight"])
+    if cost_cfg.energy_weight > 0:
+        energy = EnergyShaping(weight=cost_cfg.energy_weight)
     cost = Cost(
-        Q=cost_cfg["Q"],
-        R=cost_cfg["R"],
-        Q_terminal=cost_cfg["Q_terminal"],
+        Q=cost_cfg.Q,
+        R=cost_cfg.R,
+        Q_terminal=cost_cfg.Q_terminal,
         reference=reference,
-        R_rate=cost_cfg["R_rate"],
-        periodic=tuple(cost_cfg["periodic"]),
+        R_rate=cost_cfg.R_rate,
+        periodic=tuple(cost_cfg.periodic),
         energy=energy,
     )
     low, high = env.action_space.low, env.action_space.high
@@ -538,28 +539,30 @@ def build_controller(cfg: dict[str, Any], model: DiscreteModel, env):
         PathConstraint.keep_out(
             f"circle{i}",
             model.nobs,
-            c["indices"],
-            c["center"],
-            c["radius"],
-            soft=c["soft"],
-            weight=c["weight"],
+            c.indices,
+            c.center,
+            c.radius,
+            soft=c.soft,
+            weight=c.weight,
         )
-        for i, c in enumerate(cons_cfg["circles"])
+        for i, c in enumerate(cons_cfg.circles)
     ]
     constraints = Constraints(
-        u_min=low if cons_cfg["u_min"] is None else cons_cfg["u_min"],
-        u_max=high if cons_cfg["u_max"] is None else cons_cfg["u_max"],
-        obs_min=cons_cfg["obs_min"],
-        obs_max=cons_cfg["obs_max"],
-        soft_bounds=cons_cfg["soft_bounds"],
-        bound_weight=cons_cfg["bound_weight"],
+        u_min=low if cons_cfg.u_min is None else cons_cfg.u_min,
+        u_max=high if cons_cfg.u_max is None else cons_cfg.u_max,
+        obs_min=cons_cfg.obs_min,
+        obs_max=cons_cfg.obs_max,
+        soft_bounds=cons_cfg.soft_bounds,
+        bound_weight=cons_cfg.bound_weight,
         path=tuple(circles),
     )
     # every declared option reaches the controller, the tube's only where it applies
-    options = {key: ccfg[key] for key in MPC.settings if key not in TUBE_KEYS}
-    options.update(_tube_options(ccfg))
+    # the controller takes plain values (lists, dicts), as a user passes them
+    plain = ccfg.to_dict()
+    options = {key: plain[key] for key in MPC.settings if key not in TUBE_KEYS}
+    options.update(_tube_options(plain))
     if options["period"] is None:  # called once per env step
-        options["period"] = float(cfg["env"]["dt"])
+        options["period"] = float(cfg.env.dt)
     try:
         return MPC(
             model,
