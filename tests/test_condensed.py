@@ -41,24 +41,6 @@ def _used_condensed(ctrl: MPC) -> bool:
     return "evaluations" in ctrl._solving.stats()  # the condensed SQP's statistics
 
 
-def test_the_warm_solves_reproduce_lqr_with_a_riccati_terminal_cost():
-    """Linear model, quadratic cost, the DARE's P as terminal cost: every solve after the
-    first (a cold start, solved by sqpmethod) is the condensed SQP's, and gives the
-    infinite-horizon LQR input -K x to 1e-8."""
-    model, A, B = _linear_model()
-    Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
-    P = scipy.linalg.solve_discrete_are(A, B, Q, R)
-    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
-    ctrl = MPC(model, 8, Cost(Q=Q, R=R, Q_terminal=P), solver="condensed", tol=1e-10)
-    x = np.array([1.0, -0.5])
-    for k in range(6):
-        result = ctrl(x)
-        assert result.status.ok
-        assert _used_condensed(ctrl) == (k > 0)
-        np.testing.assert_allclose(result.u, -K @ x, atol=1e-8)
-        x = A @ x + B @ result.u + np.array([0.05, -0.02])  # off the plan: a new problem
-
-
 def test_it_finds_sqpmethods_plan_on_a_swing_up_with_the_input_bounds_active():
     """The nominal cart-pole's variational model (nonlinear, implicit): along a swing-up
     driven by sqpmethod, the condensed SQP warm-started from sqpmethod's previous plan finds

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import casadi as ca
 import numpy as np
+import pytest
+import scipy.linalg
 
 from vimpc.dynamics import BoundInfo, DiscreteModel
-from vimpc.mpc import Constraints, Cost
+from vimpc.mpc import MPC, Constraints, Cost, Status
 from vimpc.testing import ControllerContract
 
 DT, MASS = 0.1, 2.0
@@ -61,3 +63,56 @@ class TestDoubleIntegratorContract(ControllerContract):
 
     def initial_obs(self) -> np.ndarray:
         return np.array([0.0, 0.0])
+
+
+# -- the one LQR equivalence --------------------------------------------------------------------
+
+LQR_SOLVERS = [
+    (transcription, solver)
+    for transcription in ("step", "implicit")
+    for solver in ("sqpmethod", "ipopt", "fatrop", "rti", "condensed")
+    if not (solver == "condensed" and transcription == "step")
+]
+#: the largest |u + K x| of each solver: the Gauss-Newton steps of sqpmethod, rti and the
+#: condensed SQP are exact on a linear-quadratic problem; the interior-point solvers stop at
+#: their tolerance
+LQR_ATOL = {"sqpmethod": 1e-8, "rti": 1e-9, "condensed": 1e-8, "ipopt": 1e-6, "fatrop": 1e-6}
+
+
+@pytest.mark.parametrize("transcription, solver", LQR_SOLVERS)
+def test_every_solver_is_the_lqr_law_with_the_riccati_terminal_cost(transcription, solver):
+    """Linear model, quadratic cost, no constraint, the discrete algebraic Riccati equation's
+    P as terminal cost: the finite-horizon optimum is the infinite-horizon LQR law u = -K x
+    (Bellman: the cost-to-go beyond the horizon is exactly x'Px), for every solver and
+    transcription, from states off the previous plan (a disturbance after each input), so
+    that warm starts, the condensed SQP's warm solves and the real-time iteration's feedback
+    from a state its preparation never saw are all checked against it."""
+    model = double_integrator()
+    A = np.array([[1.0, DT], [0.0, 1.0]])
+    B = np.array([[DT**2 / (2 * MASS)], [DT / MASS]])
+    Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
+    P = scipy.linalg.solve_discrete_are(A, B, Q, R)
+    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+    options = {"rti_start": "none"} if solver == "rti" else {}
+    ctrl = MPC(
+        model,
+        8,
+        Cost(Q=Q, R=R, Q_terminal=P),
+        solver=solver,
+        transcription=transcription,
+        tol=1e-10,
+        jit="none",
+        **options,
+    )
+    rng = np.random.default_rng(3)
+    x = np.array([1.0, -0.5])
+    for k in range(6):
+        result = ctrl(x, k * DT)
+        if solver == "rti":  # one Gauss-Newton step, the exact optimum here
+            assert result.status is Status.ITERATION_LIMIT and result.iterations == 1
+        else:
+            assert result.status is Status.SOLVED, result.status.value
+        if solver == "condensed":  # its first call is a cold start, solved by sqpmethod
+            assert ("evaluations" in ctrl._solving.stats()) == (k > 0)
+        np.testing.assert_allclose(result.u, -K @ x, atol=LQR_ATOL[solver])
+        x = A @ x + B @ result.u + rng.normal(scale=0.2, size=2)

@@ -48,39 +48,6 @@ def _linear_model(implicit: bool) -> DiscreteModel:
     )
 
 
-@pytest.mark.parametrize(
-    "solver, transcription",
-    [
-        ("sqpmethod", "step"),
-        ("sqpmethod", "implicit"),
-        ("ipopt", "step"),
-        ("fatrop", "implicit"),
-        ("rti", "step"),
-    ],
-)
-def test_mpc_with_riccati_terminal_cost_reproduces_lqr(solver, transcription):
-    # With a linear model, quadratic cost and the DARE solution P as terminal cost,
-    # the finite-horizon optimum equals the infinite-horizon LQR law u = -K x
-    # (Bellman: the cost-to-go beyond the horizon is exactly x^T P x).
-    model, A, B = _linear_model(implicit=transcription == "implicit")
-    Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
-    P = scipy.linalg.solve_discrete_are(A, B, Q, R)
-    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
-    ctrl = MPC(
-        model,
-        8,
-        Cost(Q=Q, R=R, Q_terminal=P),
-        solver=solver,
-        transcription=transcription,
-        tol=1e-10,
-    )
-    for x0 in ([1.0, -0.5], [-2.0, 0.3], [0.4, 1.7]):
-        result = ctrl(np.array(x0))
-        ctrl.reset()
-        assert result.status.ok
-        np.testing.assert_allclose(result.u, -K @ np.array(x0), atol=1e-6)
-
-
 def test_input_bounds_hold_and_plan_is_consistent():
     model, A, B = _linear_model(implicit=False)
     ctrl = MPC(model, 10, Cost(Q=[10.0, 1.0], R=[1e-3]), Constraints(u_min=[-0.5], u_max=[0.5]))

@@ -8,7 +8,6 @@ import dataclasses
 import casadi as ca
 import numpy as np
 import pytest
-import scipy.linalg
 from test_mpc import DT, _linear_model  # the double integrator with drag
 
 from vimpc import report
@@ -18,38 +17,12 @@ from vimpc.errors import InputError
 from vimpc.mechanics import Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, Status
-from vimpc.mpc.solvers import RealTimeIteration
 
 
 def _pendulum_controller(**kwargs) -> MPC:
     model = NominalModel(Pendulum(), 0.05).discrete_model()
     cost = Cost(Q=[10.0, 0.1], R=[0.01], reference=[np.pi, 0.0], periodic=(0,))
     return MPC(model, 15, cost, Constraints(u_min=[-2.0], u_max=[2.0]), solver="rti", **kwargs)
-
-
-@pytest.mark.parametrize("implicit", [False, True])
-def test_each_feedback_is_the_lqr_law_from_a_state_the_preparation_never_saw(implicit):
-    # On a linear model with a quadratic cost one Gauss-Newton step is the exact optimum,
-    # and with the Riccati terminal cost that optimum is the LQR law u = -K x (Bellman). The
-    # preparation linearises at the shifted plan, whose initial state is the previous
-    # prediction; the measured state differs from it (a disturbance is added), and the
-    # feedback must still give -K x exactly: the initial state enters the condensed QP only
-    # through the embedding's bounds.
-    model, A, B = _linear_model(implicit)
-    Q, R = np.diag([2.0, 0.5]), np.array([[0.3]])
-    P = scipy.linalg.solve_discrete_are(A, B, Q, R)
-    K = np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
-    ctrl = MPC(model, 8, Cost(Q=Q, R=R, Q_terminal=P), solver="rti", rti_start="none")
-    assert isinstance(ctrl._solving.solver, RealTimeIteration)
-    rng = np.random.default_rng(3)
-    x = np.array([1.0, -0.5])
-    for k in range(6):
-        result = ctrl(x, k * DT)
-        assert result.status is Status.ITERATION_LIMIT and result.iterations == 1
-        np.testing.assert_allclose(result.u, -K @ x, atol=1e-9)
-        x = A @ x + B @ result.u + rng.normal(scale=0.2, size=2)
-        assert ctrl.prepare((k + 1) * DT) > 0.0  # the shifted plan was linearised
-        assert ctrl._solving.solver.prepared
 
 
 def test_preparing_before_the_call_gives_the_same_loop_bit_for_bit():
