@@ -1,6 +1,6 @@
 """Reference fits of the neural families (dlnn, lnn, clnn, chnn, hamel) on tiny data, and
 what each exports: the step on fixed random states and inputs, the residual there, the
-model's info and the fit's warnings. ``tests/test_neural_reference.py`` fits them again
+model's info and the fit's warnings. ``tests/models/test_neural_reference.py`` fits them again
 and compares with ``tests/fixtures/neural_reference.npz``, so a change to the families'
 shared fitting code that moves one random draw, one weight or one exported number fails.
 

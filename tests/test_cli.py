@@ -113,7 +113,7 @@ def test_one_sigint_stops_a_run_with_workers(tmp_path):
 
 def test_a_run_interrupted_before_its_first_episode_ends_leaves_no_folder(tmp_path, monkeypatch):
     # nothing finished, nothing to keep (runs that finished episodes keep them:
-    # tests/test_resume.py)
+    # tests/runs/test_resume.py)
     import vimpc.closedloop as closedloop
 
     def interrupted(*args, **kwargs):

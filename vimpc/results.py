@@ -12,7 +12,7 @@ also renders the project README's measured figures: each block between
 ``<!-- BEGIN claims: NAME ... -->`` and ``<!-- END claims: NAME -->`` is a bullet list of the
 claims of ``results/claims.toml`` whose ``section`` is ``NAME``, each a sentence whose
 placeholders are filled from one row of a committed table (selected by its label columns),
-followed by the table and its state. ``tests/test_results_status.py`` checks that both
+followed by the table and its state. ``tests/test_results.py`` checks that both
 committed READMEs are what it writes.
 """
 

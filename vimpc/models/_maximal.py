@@ -450,7 +450,7 @@ def constrained_midpoint(
     stays a chain of dense products (:func:`vimpc.models._network_lagrangian.network_pass`,
     CasADi's BLAS plugins) with its gradient and Hessian in closed form, so the Newton
     Jacobian and the model's ``residual_jacobian`` are written out
-    (:func:`stage_equations`). ``tests/test_clnn.py`` checks step, residual, its
+    (:func:`stage_equations`). ``tests/models/test_clnn.py`` checks step, residual, its
     Jacobian and energy against the SX export (``export = "sx"``) and torch."""
     from vimpc.integrators.variational import ENERGY_JUMP
 

@@ -519,9 +519,9 @@ def midpoint_model(
     loop, the acceptance test reuses the momentum, energy and mass matrix of ``x`` and of
     the root. The dense products run on CasADi's BLAS plugins (:func:`_blas`; ``info``'s
     ``dense_products`` names them) and each function holds each hidden-to-hidden weight
-    once (:func:`layer_weights`). ``tests/test_dlnn.py`` and ``tests/test_lnn.py`` check
+    once (:func:`layer_weights`). ``tests/models/test_dlnn.py`` and ``tests/models/test_lnn.py`` check
     step, residual and energy (values and Jacobians) against the integrator's to 1e-10,
-    ``tests/test_network_step.py`` the plugins against CasADi's reference kernel. Measured
+    ``tests/models/test_network_step.py`` the plugins against CasADi's reference kernel. Measured
     (``tests/benchmarks/bench_dlnn.py``, cart-pendulum, 3x128 softplus, order 0, shared
     2-core machine at load ~13): 0.53 ms per step (median; 1.80 ms before the plugins and
     the shared weights, in the same run)."""

@@ -20,7 +20,7 @@ A new family is one module in :mod:`vimpc.models.families`: it subclasses
 :meth:`~ModelFamily._fit`, :meth:`~ModelFamily._build` and :meth:`~ModelFamily._provides`,
 and is registered by one line in :mod:`vimpc.models.registry` (the scenario schema and
 :mod:`vimpc.models.families` find it there), with a small case in the family contract
-suite (``tests/test_family_contract.py``). A neural family starts from
+suite (``tests/models/test_family_contract.py``). A neural family starts from
 :class:`vimpc.models._neural.NeuralFamily`, which writes the rest of its fit.
 """
 

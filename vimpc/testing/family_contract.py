@@ -255,7 +255,7 @@ class ModelFamilyContract(DiscreteModelContract):
         assert make is not None, (
             f"model family {name!r} ({cls.__module__}.{cls.__name__}) is registered in "
             f"vimpc.models.registry.FAMILIES but has no small case for the family contract: "
-            f"add an entry {name!r} to SMALL_CASES in tests/test_family_contract.py (a "
+            f"add an entry {name!r} to SMALL_CASES in tests/models/test_family_contract.py (a "
             f"function returning vimpc.testing.SmallCase: an env id, a tiny dataset and small "
             f"settings that fit in a few seconds), or a classmethod small_case() returning one "
             f"on {cls.__name__}"

@@ -68,7 +68,7 @@ measured on the four-bar (9 maximal coordinates, 8 constraints; a shared 2-core 
 load ~4.5), one step takes 0.19 / 0.53 / 1.8 ms (median) on MX against 3.6 / 21 / 86 ms on
 SX for 2 x 64 / 3 x 128 / 3 x 256 potentials, the residual's Jacobian 0.08 / 0.16 / 0.43 ms
 against 2.8 / 15 / 61 ms (``results/benchmarks/clnn.md``); both agree to round-off
-(``tests/test_clnn.py``).
+(``tests/models/test_clnn.py``).
 
 **Redundant constraints.** Where the constraint rows are not independent (``G`` of rank
 ``r < k`` at every data configuration, so ``G M^-1 G^T`` is singular), ``redundant = "drop"``
@@ -81,7 +81,7 @@ the kept ones do). ``redundant = "refuse"`` raises instead. A rank that changes 
 **What the data identify.** Only what the constraints leave free of the masses: on a
 pendulum in ``(x, y, phi)`` the rod's mass and central inertia apart are not identified (the
 potential is learned too), their combination about the pivot ``I + m l^2 / 4`` is (learned
-0.341 against 1/3 kg m^2, ``tests/test_clnn.py``).
+0.341 against 1/3 kg m^2, ``tests/models/test_clnn.py``).
 
 **Data checks.** Positions off the constraints by more than ``data_tolerance`` (default
 :data:`DATA_CONSTRAINT_TOL`; ``|Phi|`` or ``|G x'|``) are refused, naming how far and where;

@@ -20,7 +20,7 @@ from vimpc import _processes, cli, pipeline
 from vimpc.closedloop.episode import WALL_CLOCK
 from vimpc.runs import store
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")

@@ -51,7 +51,7 @@ from vimpc.report import fit_table, summary_table
 
 GAIN = 0.5
 RHO = 0.8
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def ar_noise(rng: np.random.Generator, n: int, T: int, nx: int = 2) -> np.ndarray:

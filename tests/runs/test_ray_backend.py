@@ -28,7 +28,7 @@ from vimpc.errors import ConfigError
 from vimpc.runs import ray as ray_backend
 from vimpc.runs import store
 
-sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from _common import descendants, process_title, timeless  # noqa: E402
 from test_sweep import _interrupt_after  # noqa: E402  (a Ctrl-C after the k-th episode)
 

@@ -203,7 +203,7 @@ def test_a_scenario_refuses_rti_options_with_another_solver(tmp_path):
     from vimpc.errors import ConfigError
     from vimpc.scenario import load_scenario
 
-    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
     with pytest.raises(ConfigError, match="controller.rti_start = 'ipopt' applies only to"):
         load_scenario(
             root / "scenarios" / "cartpole_swingup.toml", ['controller.rti_start="ipopt"']

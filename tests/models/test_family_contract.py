@@ -85,7 +85,7 @@ def gp_vi_case() -> SmallCase:
 
 def lsi_case() -> SmallCase:
     # 30 excited trajectories spread over the phase plane, 80 kernel centres; Newton stops
-    # at the kernel sums' round-off (as in tests/test_lsi.py's contract)
+    # at the kernel sums' round-off (as in tests/models/test_lsi.py's contract)
     settings = {"length": 2.0, "velocity_length": 6.0, "centres": 80}
     return _pendulum_case(
         frictionless=True,
@@ -97,7 +97,7 @@ def lsi_case() -> SmallCase:
 
 def _network_case(**settings) -> SmallCase:
     # a 16x16 network trained for 200 epochs on 6 excited trajectories; states sampled
-    # where the data are (after tests/test_dlnn.py's 40 epochs the midpoint step of either
+    # where the data are (after tests/models/test_dlnn.py's 40 epochs the midpoint step of either
     # network failed, NaN, at 332 of 400 such states; after 200, at none)
     return _pendulum_case(
         frictionless=True,
@@ -133,7 +133,7 @@ def constrained_network_case() -> SmallCase:
 
 def hamel_case() -> SmallCase:
     # the rolling disk: 20 excited trajectories of 6 steps from consistent starts spread over
-    # the heading, an 8x8 connection network, 30 epochs of one-step rollouts (tests/test_hamel.py
+    # the heading, an 8x8 connection network, 30 epochs of one-step rollouts (tests/models/test_hamel.py
     # checks the learning); the step keeps the learned constraint only from states that meet it
     from vimpc.mechanics import RollingDisk
 

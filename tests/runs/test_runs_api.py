@@ -18,7 +18,7 @@ from vimpc import cli
 from vimpc.errors import ConfigError
 from vimpc.runs import backends
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 SETS = ["episodes.count=2", "episodes.steps=3", "controller.horizon=5"]
 

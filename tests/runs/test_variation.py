@@ -21,7 +21,7 @@ from vimpc.closedloop.metrics import (
 from vimpc.errors import ConfigError
 from vimpc.scenario.specs import FIT_SEED_STRIDE, plant_seed
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
 SMALL = [
     "data.trajectories=10",

@@ -17,7 +17,7 @@ from vimpc.mechanics import Pendulum
 from vimpc.model_file import load, save
 from vimpc.models import NominalModel
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 # a small version of the safe cart-pole: little data, short episodes

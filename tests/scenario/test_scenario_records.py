@@ -30,7 +30,7 @@ from vimpc.scenario.records import (
 from vimpc.scenario.schema import SCHEMA, TABLE_ORDER
 from vimpc.scenario.specs import closed_loop_calibration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
 PENDULUM = ROOT / "scenarios" / "pendulum_swingup.toml"
 

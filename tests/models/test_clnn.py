@@ -2,7 +2,7 @@
 torch maths it was trained with, the two formulations give one motion, predicted states stay
 on the constraints, training helps, and bad input is refused with the value and the fix.
 
-The family contract (tests/test_family_contract.py) covers the rest. Networks are tiny
+The family contract (tests/models/test_family_contract.py) covers the rest. Networks are tiny
 (16x16) and trained for a few hundred epochs at most, on one torch thread.
 """
 

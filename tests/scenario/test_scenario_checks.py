@@ -14,7 +14,7 @@ import pytest
 from vimpc import cli, pipeline, scenario
 from vimpc.errors import ConfigError
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 FOURBAR = str(ROOT / "scenarios" / "fourbar_tracking.toml")

@@ -16,7 +16,7 @@ from vimpc.errors import ConfigError, SolverError
 from vimpc.runs import store, sweep
 from vimpc.runs.sweep import read_sweep
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 FAST = """
 scenario = "pendulum_swingup"
 

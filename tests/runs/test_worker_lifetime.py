@@ -17,10 +17,10 @@ import pytest
 
 from vimpc import _processes
 
-sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from _common import descendants, process_title  # noqa: E402
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 # long enough that the workers are still busy when the command is killed
 LONG = ["--set", "episodes.steps=3000", "--no-plots", "--quiet"]

@@ -36,7 +36,7 @@ from vimpc.models.families.lsi import del_forces
 from vimpc.models.registry import family
 from vimpc.testing import DiscreteModelContract
 
-sys.path.insert(0, str(Path(__file__).parent / "experiments"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "experiments"))
 from _lsi_systems import flow_batch  # noqa: E402
 
 torch = pytest.importorskip("torch")

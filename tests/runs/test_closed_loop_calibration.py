@@ -15,7 +15,7 @@ from vimpc.errors import ConfigError
 from vimpc.models.calibration import calibrate, residual_scale
 from vimpc.scenario.specs import FIT_SEED_STRIDE
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SAFE = str(ROOT / "scenarios" / "cartpole_safe.toml")
 # a small safe cart-pole whose controller does not use the bound (no tightening): the
 # calibration episodes and the scenario's episodes then run the same controller, so their

@@ -20,7 +20,7 @@ from vimpc.models.families.lnn import LNNModel, finite_differences
 from vimpc.models.registry import family
 from vimpc.testing import DiscreteModelContract
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from test_dlnn import DT, _env_data, check_fast_export  # noqa: E402
 
 torch = pytest.importorskip("torch")

@@ -20,7 +20,7 @@ from vimpc.errors import FitWarning
 from vimpc.mechanics import CartPendulum
 from vimpc.models import _network_lagrangian as nl
 
-sys.path.insert(0, str(Path(__file__).parent / "experiments"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "experiments"))
 
 
 def _reference_kernel(columns: int) -> str:

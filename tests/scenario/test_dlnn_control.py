@@ -16,7 +16,7 @@ from vimpc.errors import ConfigError, InputError
 from vimpc.pipeline import build_env
 from vimpc.scenario import load_scenario
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SCENARIO = ROOT / "scenarios" / "cartpole_dlnn_balance.toml"
 
 

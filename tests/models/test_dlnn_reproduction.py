@@ -17,7 +17,7 @@ import pytest
 
 from vimpc.errors import FitWarning
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "results" / "dlnn" / "records"
 sys.path.insert(0, str(ROOT / "tests" / "experiments"))
 

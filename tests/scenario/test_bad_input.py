@@ -23,7 +23,7 @@ from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Constraints, Cost, PathConstraint
 from vimpc.mpc.problem import MAX_DECISION_VARIABLES
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")
 GPVI = str(ROOT / "scenarios" / "pendulum_gpvi_swingup.toml")

@@ -28,7 +28,7 @@ from vimpc.models.evaluation import one_step_errors
 from vimpc.models.families.lsi import LSIModel, del_rows
 from vimpc.testing import DiscreteModelContract
 
-sys.path.insert(0, str(Path(__file__).parent / "experiments"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "experiments"))
 from _lsi_systems import PENDULUM, dataset, flow, pendulum_energy_gradient  # noqa: E402
 
 

@@ -17,7 +17,7 @@ from vimpc.mechanics import CartPole, Pendulum
 from vimpc.models import NominalModel
 from vimpc.mpc import MPC, Cost
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
 PENDULUM = str(ROOT / "scenarios" / "pendulum_swingup.toml")
 CARTPOLE = str(ROOT / "scenarios" / "cartpole_swingup.toml")

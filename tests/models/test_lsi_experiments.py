@@ -11,7 +11,7 @@ import pytest
 
 from vimpc.errors import FitWarning
 
-EXPERIMENTS = Path(__file__).parent / "experiments"
+EXPERIMENTS = Path(__file__).parents[1] / "experiments"
 
 
 @pytest.fixture
