@@ -420,3 +420,20 @@ def test_an_unreadable_cached_fit_is_fitted_again(tmp_path, capsys):
     assert cli.main(["fit", safe, "-o", str(tmp_path / "b.vimpc"), *small]) == 0
     assert "is unreadable" in capsys.readouterr().out
     assert cached.read_text() != text.replace('"dt"', '"dT"', 1)  # replaced by the new fit
+
+
+def test_quiet_silences_the_notes_an_earlier_command_in_the_process_turned_on(tmp_path, capsys):
+    """The library's notes (a controller compiled, a library from the compile cache) go to
+    stderr unless --quiet; a program calling cli.main twice gets each call's choice."""
+    import logging
+
+    note = logging.getLogger("vimpc")
+    assert cli.main(["schema"]) == 0  # no --quiet: the notes are shown
+    capsys.readouterr()
+    note.info("a note")
+    assert capsys.readouterr().err == "vimpc: a note\n"
+    refused = ["run", PENDULUM, "--quiet", "--out", str(tmp_path), "--set", "episodes.count=0"]
+    assert cli.main(refused) == 2
+    capsys.readouterr()
+    note.info("a note")
+    assert capsys.readouterr().err == ""

@@ -342,8 +342,7 @@ def _main(argv: list[str] | None) -> int:
         sys.stdout.reconfigure(line_buffering=True)
     # the library's warnings (no compiler, a refused compiled library, ...) read as vimpc's
     warnings.formatwarning = _format_warning
-    if not getattr(args, "quiet", False):
-        _show_progress_notes()
+    _show_progress_notes(not getattr(args, "quiet", False))
     with interrupt_latch():
         try:
             check()  # a Ctrl-C during the imports that CasADi swallowed
@@ -385,12 +384,16 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def _show_progress_notes() -> None:
+def _show_progress_notes(shown: bool) -> None:
     """The library's notes on one-off work (compiling a controller once per problem, or
-    loading it from the compile cache) printed to stderr as they happen (not with
-    ``--quiet``)."""
+    loading it from the compile cache) printed to stderr as they happen, or not (``--quiet``):
+    a command decides for itself, whatever an earlier command in the same process chose."""
     logger = logging.getLogger("vimpc")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+    ours = [h for h in logger.handlers if isinstance(h, _StderrHandler)]
+    if not shown:
+        for handler in ours:
+            logger.removeHandler(handler)
+    elif not ours:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("vimpc: %(message)s"))
         logger.addHandler(handler)
