@@ -121,7 +121,7 @@ def test_conformal_bound_covers_fresh_trajectories():
     env = pipeline.build_env(cfg)
     train = pipeline.collect(cfg, env, "train")
     calibration, _ = pipeline.split_heldout(pipeline.collect(cfg, env, "heldout"))
-    fresh = {**cfg, "data": {**cfg["data"], "heldout_seed": 7_000_000, "heldout_trajectories": 40}}
+    fresh = cfg.replace(data={"heldout_seed": 7_000_000, "heldout_trajectories": 40})
     test = pipeline.collect(fresh, env, "heldout")
     family = NominalModel(env.nominal_system, env.dt, bound="conformal", delta=delta)
     model = family.fit(train, calibration).discrete_model()

@@ -180,8 +180,7 @@ def run(
     steps = steps or base["episodes"]["steps"]
     ctrls = {}
     for value in values:
-        cfg = load_scenario(path, sets)
-        cfg["controller"][study] = parse_value(value)
+        cfg = base.replace(controller={study: parse_value(value)})
         ctrls[value] = pipeline.build_controller(cfg, model, env)
     runs: dict[str, list] = {v: [] for v in values}
     for s in range(seed, seed + episodes):

@@ -123,8 +123,8 @@ def _data(cfg: dict[str, Any], test_trajectories: int, cache: dict[str, Any]):
         env = pipeline.build_env(cfg)
         train = pipeline.collect(cfg, env, "train")
         calibration, _ = pipeline.split_heldout(pipeline.collect(cfg, env, "heldout"))
-        data = {**cfg["data"], "heldout_seed": TEST_SEED, "heldout_trajectories": test_trajectories}
-        test = pipeline.collect({**cfg, "data": data}, env, "heldout")
+        data = {"heldout_seed": TEST_SEED, "heldout_trajectories": test_trajectories}
+        test = pipeline.collect(cfg.replace(data=data), env, "heldout")
         cache[key] = (env, train, calibration, test)
     return cache[key]
 

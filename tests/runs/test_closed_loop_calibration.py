@@ -54,7 +54,7 @@ def test_the_bound_is_calibrated_on_the_calibration_episodes_of_the_first_bound(
     cfg, env, source = calibrated
     d = cfg["data"]
     family = scenario.build_family(
-        {**cfg, "model": {**cfg["model"], "bound_level": "step", "bound_horizon": 0}},
+        cfg.replace(model={"bound_level": "step", "bound_horizon": 0}),
         env.nominal_system,
     )
     train = pipeline.collect(cfg, env, "train")
