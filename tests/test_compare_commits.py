@@ -120,6 +120,33 @@ def test_a_flipped_success_and_a_changed_count_are_different(compare, pair):
     assert {d.where for d in cmp.differences} == {"per_episode[0].success", "per_episode[0].steps"}
 
 
+def test_a_declared_change_is_listed_and_not_a_difference(compare, pair):
+    base, head = pair
+
+    def rename(m):
+        m["model"]["renamed_key"] = "new"  # a record's layout that changed on purpose
+        m["per_episode"][0]["steps"] += 1
+
+    edit_metrics(head, rename)
+    cmp = compare.compare_runs(base, head, expect=("model.*",))
+    assert [d.where for d in cmp.expected] == ["model.renamed_key"]
+    # what the pattern does not name is still a difference
+    assert [d.where for d in cmp.differences] == ["per_episode[0].steps"]
+    assert not compare.compare_runs(base, head, expect=("model.*", "per_episode*")).differences
+
+
+def test_the_solve_times_are_set_side_by_side(compare, pair):
+    base, head = pair
+    edit_array(head, "solve_times", lambda a: 2.0 * a)
+    cells = compare.timing_cells(base, head)
+    assert cells["median_ratio"] == "2.00"
+    times = compare.solve_times_ms(base)
+    assert times.size > 0 and cells["solve_median_ms"] == (
+        f"{np.median(times):.3g} / {np.median(2 * times):.3g}"
+    )
+    assert compare.compare_runs(base, head).same  # timing is never a difference
+
+
 def test_timing_figures_are_skipped_by_name(compare, pair):
     base, head = pair
 
@@ -172,7 +199,8 @@ def test_the_report_names_the_commits_and_the_differing_figure(compare, pair, tm
     row = {
         "scenario": "pendulum_swingup", "episodes": cmp.episodes, "figures": cmp.figures,
         "array_values": cmp.array_values, "largest_rel_diff": "0.5", "where": cmp.largest_where,
-        "verdict": "DIFFERENT", "base_s": 1.0, "head_s": 1.0, "notes": "",
+        "verdict": "DIFFERENT", "base_s": 1.0, "head_s": 1.0,
+        **compare.timing_cells(base, head), "notes": "",
     }  # fmt: skip
     commits = {"BASE": "a" * 40, "HEAD": "b" * 40}
     out = tmp_path / "out"

@@ -125,12 +125,14 @@ class Comparison:
 
     rtol: float
     atol: float
+    expect: tuple[str, ...] = ()
     episodes: int = 0
     figures: int = 0
     array_values: int = 0
     largest: float = 0.0
     largest_where: str = "-"
     differences: list[Difference] = field(default_factory=list)
+    expected: list[Difference] = field(default_factory=list)
     skipped: dict[str, set[str]] = field(
         default_factory=lambda: {"timing": set(), "context": set()}
     )
@@ -146,7 +148,11 @@ class Comparison:
     def _differ(
         self, where: str, base: Any, head: Any, rel: float = math.inf, count: int = 1, size: int = 1
     ) -> None:
-        self.differences.append(Difference(where, base, head, rel, count, size))
+        found = Difference(where, base, head, rel, count, size)
+        if any(fnmatch.fnmatchcase(where, pattern) for pattern in self.expect):
+            self.expected.append(found)  # declared by --expect: listed, not a difference
+            return
+        self.differences.append(found)
         self._seen(rel, where)
 
 
@@ -305,14 +311,18 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
-def compare_runs(base: Path, head: Path, rtol: float = 1e-6, atol: float = 0.0) -> Comparison:
+def compare_runs(
+    base: Path, head: Path, rtol: float = 1e-6, atol: float = 0.0, expect: tuple[str, ...] = ()
+) -> Comparison:
     """Compare two complete run folders of ``vimpc run`` as they are on disk: every figure
     of their ``metrics.json`` (the summary, ``per_episode``, ``seeds``, the model's record)
     and every array of their ``episode_NNN.npz``, apart from :data:`TIMING` and
-    :data:`CONTEXT`."""
+    :data:`CONTEXT`. A difference at a figure that matches a pattern of ``expect`` (as
+    ``fnmatch``: ``model.bound.*``) is a declared change: kept in ``expected``, not in
+    ``differences``."""
     if not (rtol >= 0 and atol >= 0):
         raise ValueError(f"rtol and atol must be non-negative numbers, got {rtol}, {atol}")
-    cmp = Comparison(rtol=rtol, atol=atol)
+    cmp = Comparison(rtol=rtol, atol=atol, expect=tuple(expect))
     a, b = _metrics(base), _metrics(head)
     cmp.episodes = max(len(a.get("per_episode", [])), len(b.get("per_episode", [])))
     compare_values(a, b, cmp)
@@ -325,6 +335,29 @@ def compare_runs(base: Path, head: Path, rtol: float = 1e-6, atol: float = 0.0) 
             continue
         compare_arrays(_arrays(there[0]), _arrays(there[1]), cmp, name)
     return cmp
+
+
+def solve_times_ms(folder: Path) -> np.ndarray:
+    """Every solve's wall-clock time of a run (``solve_times`` of its episodes), in ms."""
+    times = [
+        _arrays(path).get("solve_times", np.zeros(0))
+        for path in sorted(folder.glob("episode_*.npz"))
+    ]
+    out = np.concatenate([np.ravel(t) for t in times]) if times else np.zeros(0)
+    return 1e3 * out[np.isfinite(out)]
+
+
+def timing_cells(base: Path, head: Path) -> dict[str, Any]:
+    """The two runs' solve times side by side: median and 95th percentile [ms] and the
+    ratio of the medians (HEAD / BASE), measured in the same comparison."""
+    a, b = solve_times_ms(base), solve_times_ms(head)
+    if not (a.size and b.size):
+        return {"solve_median_ms": "", "solve_p95_ms": "", "median_ratio": ""}
+    return {
+        "solve_median_ms": f"{np.median(a):.3g} / {np.median(b):.3g}",
+        "solve_p95_ms": f"{np.percentile(a, 95):.3g} / {np.percentile(b, 95):.3g}",
+        "median_ratio": f"{np.median(b) / np.median(a):.2f}",
+    }
 
 
 # -- notes on a pair of runs ----------------------------------------------------------------------
@@ -537,6 +570,14 @@ def _parser() -> argparse.ArgumentParser:
         help="an override of both commits' runs (repeatable), as vimpc run --set",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=1, help="vimpc run --workers")
+    parser.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="a figure known to change between the commits (fnmatch on its name, e.g. "
+        "'model.bound.*'; repeatable): listed in the report, not counted as a difference",
+    )
     parser.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance of floats")
     parser.add_argument("--atol", type=float, default=0.0, help="absolute tolerance of floats")
     add_options(parser, OUT)
@@ -622,15 +663,19 @@ def compare_scenario(
     row: dict[str, Any] = {
         "scenario": name, "episodes": 0, "figures": 0, "array_values": 0,
         "largest_rel_diff": "", "where": "", "verdict": "DIFFERENT",
-        "base_s": round(times[0], 1), "head_s": round(times[1], 1), "notes": "",
+        "base_s": round(times[0], 1), "head_s": round(times[1], 1),
+        "solve_median_ms": "", "solve_p95_ms": "", "median_ratio": "", "notes": "",
     }  # fmt: skip
     cmp = None
     if all(folders):
         files = [co.tree / "scenarios" / f"{name}.toml" for co in checkouts]
         if files[0].read_bytes() != files[1].read_bytes():
             notes.append("the scenario file differs between the commits")
-        cmp = compare_runs(folders[0], folders[1], args.rtol, args.atol)
+        cmp = compare_runs(folders[0], folders[1], args.rtol, args.atol, tuple(args.expect))
         notes += run_notes(folders[0], folders[1])
+        if cmp.expected:
+            notes.append(f"{len(cmp.expected)} declared change(s) (--expect), listed below")
+        row.update(timing_cells(folders[0], folders[1]))
         row.update(
             episodes=cmp.episodes, figures=cmp.figures, array_values=cmp.array_values,
             largest_rel_diff=_rel(cmp.largest), where=cmp.largest_where,
@@ -667,6 +712,9 @@ def write_report(
         "verdict": "verdict",
         "base_s": "BASE run [s]",
         "head_s": "HEAD run [s]",
+        "solve_median_ms": "solve median BASE / HEAD [ms]",
+        "solve_p95_ms": "solve p95 BASE / HEAD [ms]",
+        "median_ratio": "median HEAD / BASE",
         "notes": "notes",
     }
     cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
@@ -690,6 +738,11 @@ def write_report(
         "",
     ]
     for name, cmp in comparisons.items():
+        if cmp.expected:
+            lines.append(f"{name}: {len(cmp.expected)} declared change(s) (--expect)")
+            for d in cmp.expected[:20]:
+                lines.append(f"- `{d.where}`: BASE {_value(d.base)}, HEAD {_value(d.head)}")
+            lines.append("")
         if cmp.differences:
             lines.append(f"{name}: {len(cmp.differences)} figure(s) differ")
             for d in cmp.differences[:20]:
