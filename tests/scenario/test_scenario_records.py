@@ -55,7 +55,8 @@ def _cache_key_of_dict(cfg: dict) -> str:
     (the reference the record's key must equal)."""
     data = dict(cfg["data"])
     data.pop("fits", None)
-    env = {k: v for k, v in cfg["env"].items() if k != "plant"}
+    # (and before [env.adapter]: a vimpc env's key leaves its unset adapter out)
+    env = {k: v for k, v in cfg["env"].items() if k != "plant" and (k, v) != ("adapter", None)}
     extra = {}
     if closed_loop_calibration(data):
         env["plant"] = cfg["env"]["plant"]

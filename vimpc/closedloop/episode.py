@@ -47,6 +47,10 @@ class Trajectory:
     controller without one). The three are empty (``period`` NaN) for records made before
     they existed. ``start_time ()`` [s]: the wall time of the first plan, made before the
     first step and outside the loop's clock (``MPC.start``; NaN when there was none).
+    ``terminated_at ()``, ``truncated_at ()``: the step after which the env first reported
+    ``terminated`` (``truncated``), -1 if it never did; the episode ends there, unless the env
+    goes on and says so in ``info["env_terminated"]`` (a foreign env with ``terminal =
+    "continue"``, :mod:`vimpc_envs.adapter`). -1 for records made before they existed.
     """
 
     t: np.ndarray
@@ -75,6 +79,8 @@ class Trajectory:
     descended: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     start_time: np.ndarray = field(default_factory=lambda: np.array(np.nan))
     preparation_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    terminated_at: np.ndarray = field(default_factory=lambda: np.array(-1))
+    truncated_at: np.ndarray = field(default_factory=lambda: np.array(-1))
 
     @property
     def planned_obs(self) -> np.ndarray:
@@ -254,6 +260,7 @@ def run_episode(
     if initial_plan and callable(start):
         first = start(obs, 0.0)
         start_time = float(getattr(first, "call_time", np.nan))
+    terminated_at = truncated_at = -1
     for k in range(steps):
         t = k * dt
         result = controller(obs, t)
@@ -290,6 +297,10 @@ def run_episode(
         check_interrupt()  # a Ctrl-C that CasADi swallowed during the step
         if on_step is not None:
             on_step(k)
+        if terminated or info.get("env_terminated", False):
+            terminated_at = k + 1 if terminated_at < 0 else terminated_at
+        if truncated:
+            truncated_at = k + 1 if truncated_at < 0 else truncated_at
         if terminated or truncated:
             break
     return Trajectory(
@@ -303,6 +314,8 @@ def run_episode(
         descended=np.array(rec["descended"], dtype=bool),
         period=np.array(period, dtype=np.float64),
         start_time=np.array(start_time, dtype=np.float64),
+        terminated_at=np.array(terminated_at, dtype=np.int64),
+        truncated_at=np.array(truncated_at, dtype=np.int64),
         status=np.array(rec["status"], dtype=str),
         seed=int(seed),
     )

@@ -220,6 +220,9 @@ def episode_metrics(
         "steps": int(len(traj.inputs)),
     }
     out["nonfinite_plans"] = int(np.count_nonzero(nonfinite_plans(traj)))
+    for key in ("terminated_at", "truncated_at"):  # where the env said the episode was over
+        if int(getattr(traj, key)) >= 0:
+            out[key] = int(getattr(traj, key))
     if traj.empty_tube.shape == traj.status.shape:
         out["empty_tube_steps"] = int(np.count_nonzero(traj.empty_tube > 0))
     if model is not None:
@@ -398,7 +401,9 @@ def summarize(
     ``first_plan_time_median_ms`` and ``_max_ms`` (the plans made before each episode's
     first step, outside the loop's clock; NaN where none was made), and
     ``preparation_time_median_ms``, ``_p95_ms`` and ``_max_ms`` (the real-time iteration's
-    preparations between samples; NaN where none was made)
+    preparations between samples; NaN where none was made); where the env reported an
+    episode over (``Trajectory.terminated_at``, ``truncated_at``), ``terminated_episodes``
+    (``truncated_episodes``) with its Wilson interval and the median step it came at;
     and (with a model) ``failed_model_steps``. With a bound: ``coverage_mean`` (per step)
     and ``horizon_coverage_mean`` (per window of ``coverage_horizon`` steps), each with its
     ``_std`` over episodes and ``_min`` (the worst episode). Intervals across episodes,
@@ -456,6 +461,14 @@ def summarize(
         out["coverage_horizon"] = int(max(m["coverage_horizon"] for m in per_episode))
         if np.any(np.isfinite(per_horizon)):  # NaN: every episode shorter than the horizon
             out["horizon_coverage_min"] = float(np.nanmin(per_horizon))
+    for key, name in (("terminated_at", "terminated"), ("truncated_at", "truncated")):
+        ended = sum(key in m for m in per_episode)
+        if ended:  # the env reported it (a foreign env's task end, its time limit)
+            out[f"{name}_episodes"] = ended
+            out[f"{name}_rate_ci95"] = list(wilson_interval(ended, n))
+            out[f"{name}_first_step_median"] = float(
+                np.median([m[key] for m in per_episode if key in m])
+            )
     out["max_constraint_residual"] = float(max(m["max_constraint_residual"] for m in per_episode))
     plan = _finite_max(
         np.array([m.get("max_plan_constraint_residual", np.nan) for m in per_episode])

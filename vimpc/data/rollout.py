@@ -87,7 +87,10 @@ def rollout_env(
     Trajectory ``i`` starts from ``env.reset(seed=seed + i, options=reset_options)``
     (with ``initial_states``: ``options={"state": initial_states[i]}``)
     and applies ``policy_inputs[i, k]`` at step ``k``. Termination or truncation
-    before the last step raises :class:`InputError`; at the last step it is fine.
+    before the last step raises :class:`InputError`; at the last step it is fine. An env
+    that goes on past its own end of an episode and says so (``info["env_terminated"]``, a
+    foreign env with ``terminal = "continue"``) is recorded: ``metadata["env_terminated_at"]``
+    gives, per trajectory, the step after which it first did (-1: never).
 
     The environment must provide ``info["state"]`` (noise-free observation) from
     ``reset`` and ``step``, and the control step ``dt`` (s) as an attribute. If
@@ -154,6 +157,7 @@ def rollout_env(
 
     obs = states = None
     inputs = np.empty((n, T, nu))
+    ended = [-1] * n  # the step after which an env that goes on had called the episode over
     trajectories: Any = range(n)
     if progress:
         from tqdm.auto import tqdm
@@ -177,6 +181,8 @@ def rollout_env(
                     "needs episodes of n_steps steps: lower n_steps, raise the env's time limit "
                     "or keep the initial states away from termination"
                 )
+            if (terminated or info.get("env_terminated", False)) and ended[i] < 0:
+                ended[i] = k + 1
             obs[i, k + 1] = np.asarray(o, dtype=np.float64).reshape(-1)
             states[i, k + 1] = state_of(info, "step")
             inputs[i, k] = np.asarray(info.get("applied_action", u), dtype=np.float64).reshape(nu)
@@ -204,6 +210,8 @@ def rollout_env(
         **getattr(env.unwrapped, "metadata_for_dataset", lambda: {})(),
         **(metadata or {}),
     }
+    if any(k >= 0 for k in ended):
+        meta["env_terminated_at"] = ended
     t = np.tile(np.arange(T + 1) * dt, (n, 1))
     return Dataset(t=t, obs=obs, states=states, inputs=inputs, dt=dt, metadata=meta)
 

@@ -167,6 +167,7 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = (), progress: bool = 
     from vimpc._settings import unknown_key
     from vimpc.scenario.catalog import find_sweep
     from vimpc.scenario.checks import _NAME
+    from vimpc.scenario.load import anchor_paths
 
     path = find_sweep(path)
     text, raw = _read(path)
@@ -195,11 +196,12 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = (), progress: bool = 
     if not isinstance(out, str) or not out.strip():
         raise ConfigError(f"{path}: sweep.out must be a folder path, got {out!r:.80}")
 
-    base = store.flat(_table(raw, "set", path))
+    # a file a sweep file names (an MJCF) is relative to the sweep file, as a scenario's is
+    base = anchor_paths(store.flat(_table(raw, "set", path)), path.parent)
     for item in cli_sets:
         keys, value = scenario.parse_override(item)
         base[".".join(keys)] = value  # the command line wins over [set]
-    grid = store.flat(_table(raw, "grid", path))
+    grid = anchor_paths(store.flat(_table(raw, "grid", path)), path.parent)
     for key, values in grid.items():
         if not isinstance(values, list):
             raise ConfigError(
@@ -231,7 +233,7 @@ def read_sweep(path: str | Path, cli_sets: Sequence[str] = (), progress: bool = 
         )
     if not runs:
         raise ConfigError(f"{path}: runs = [] gives no configuration; remove it or add a run")
-    runs = [store.flat(r) for r in runs]
+    runs = [anchor_paths(store.flat(r), path.parent) for r in runs]
     for i, run in enumerate(runs):
         for key, value in run.items():
             where = (

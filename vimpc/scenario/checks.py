@@ -25,6 +25,7 @@ from vimpc.scenario.schema import CIRCLE_KEYS, MODEL_KEYS, SCHEMA
 from vimpc.scenario.specs import (
     EnvSpec,
     ModelSpec,
+    build_plant,
     check_variation,
     closed_loop_calibration,
     fit_seeds,
@@ -109,6 +110,8 @@ def check(cfg: dict[str, Any]) -> None:
                     f"controller.constraints.{lo_key}[{i}] = {a} exceeds "
                     f"controller.constraints.{hi_key}[{i}] = {b}: infeasible bounds"
                 )
+    if env.foreign:
+        _check_foreign(cfg)
     _check_input_bounds(cfg, env)
     _check_observation_bounds(cfg, env)
     _check_seeds(cfg)
@@ -391,12 +394,15 @@ def _check_start_states(cfg: dict[str, Any], env: EnvSpec) -> None:
     if not (hard_box or circles):
         return
     env_id = cfg["env"]["id"]
-    try:
-        plant = env.cls(dt=cfg["env"]["dt"], **cfg["env"]["kwargs"])
-    except TypeError as exc:
-        raise ConfigError(f"env.kwargs do not fit {env_id}: {exc}") from None
-    except VimpcError as exc:
-        raise ConfigError(f"env.kwargs: {exc}") from None
+    if env.foreign:
+        plant = build_plant(cfg)
+    else:
+        try:
+            plant = env.cls(dt=cfg["env"]["dt"], **cfg["env"]["kwargs"])
+        except TypeError as exc:
+            raise ConfigError(f"env.kwargs do not fit {env_id}: {exc}") from None
+        except VimpcError as exc:
+            raise ConfigError(f"env.kwargs: {exc}") from None
     names = env.obs_names
     first, count = cfg["episodes"]["seed"], cfg["episodes"]["count"]
     for seed in range(first, first + count):
@@ -439,20 +445,49 @@ def _check_input_bounds(cfg: dict[str, Any], env: EnvSpec) -> None:
     wider bound would let the controller plan inputs that never act); unset, they are those
     bounds."""
     cons = cfg["controller"]["constraints"]
-    limit = [float(a) for a in env.action_limit]
+    low, high = env.input_bounds
     names = env.nominal.input_names
-    for key, sign in (("u_min", -1.0), ("u_max", 1.0)):
+    for key, ends in (("u_min", low), ("u_max", high)):
         if cons[key] is None:
-            cons[key] = [sign * a for a in limit]
+            cons[key] = list(ends)
             continue
-        for i, (value, a) in enumerate(zip(cons[key], limit, strict=True)):
-            if not -a <= value <= a:
+        for i, value in enumerate(cons[key]):
+            if not low[i] <= value <= high[i]:
                 raise ConfigError(
                     f"controller.constraints.{key}[{i}] = {value} is outside the action bounds "
-                    f"of {cfg['env']['id']}: it clips input {i} ({names[i]}) to [{-a}, {a}]; "
-                    f"give a value in that range, or leave controller.constraints.{key} unset "
-                    "for the env's bounds"
+                    f"of {cfg['env']['id']}: it clips input {i} ({names[i]}) to "
+                    f"[{low[i]}, {high[i]}]; give a value in that range, or leave "
+                    f"controller.constraints.{key} unset for the env's bounds"
                 )
+
+
+def _check_foreign(cfg: dict[str, Any]) -> None:
+    """What a foreign env cannot do: vimpc reaches it through ``reset`` and ``step`` alone,
+    so it can neither place its start states, nor add noise to it, nor draw its plant."""
+    env_id, data = cfg["env"]["id"], cfg["data"]
+    if cfg["env"]["plant"] != "fixed":
+        raise ConfigError(
+            f"env.plant = {cfg['env']['plant']!r} draws plants, which vimpc cannot do for the "
+            f"foreign env {env_id}: give plant variants through env.kwargs (another xml_file) "
+            "and keep env.plant = 'fixed'"
+        )
+    if data["initial_state"] != "env" and (data["path"] is None or data["heldout_path"] is None):
+        raise ConfigError(
+            f"data.initial_state = {data['initial_state']!r} places start states, which a "
+            f"foreign env ({env_id}) does not take: its trajectories start from its own reset; "
+            "set data.initial_state = 'env' and widen the env's reset through env.kwargs (e.g. "
+            "reset_noise_scale)"
+        )
+    if data["obs_noise"] is not None:
+        raise ConfigError(
+            f"data.obs_noise = {data['obs_noise']} would change the noise of the foreign env "
+            f"{env_id}, whose own noise is the truth; remove data.obs_noise"
+        )
+    if cfg["controller"]["cost"]["reference_from_env"]:
+        raise ConfigError(
+            f"controller.cost.reference_from_env = true needs the env's reference(t), which the "
+            f"foreign env {env_id} does not have; give controller.cost.reference"
+        )
 
 
 def _check_metrics(cfg: dict[str, Any], entry, env: EnvSpec) -> None:
@@ -562,12 +597,12 @@ def _check_excitation(cfg: dict[str, Any], env: EnvSpec) -> None:
 
     data = cfg["data"]
     options = dict(data["excitation_options"])
-    limit = [float(a) for a in env.action_limit]
+    low, high = (list(ends) for ends in env.input_bounds)
     if data["excitation"] == "random_steps":
-        options.setdefault("low", [-a for a in limit])
-        options.setdefault("high", limit)
+        options.setdefault("low", low)
+        options.setdefault("high", high)
     elif data["excitation"] == "chirp":
-        options.setdefault("amplitude", limit)
+        options.setdefault("amplitude", [min(-a, b) for a, b in zip(low, high, strict=True)])
     try:
         make_excitation(
             data["excitation"],

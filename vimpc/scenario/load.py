@@ -76,9 +76,12 @@ def resolved_dict(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
         )
     path = Path(path)
     raw = read_toml(path)
+    _anchor_file_keys(raw, path.parent)
     overridden = set()
     for item in overrides:
         keys, value = parse_override(item)
+        if ".".join(keys) in FILE_KEYS:  # a path typed on the command line: the working folder's
+            value = _anchored(value, Path.cwd())
         table = raw
         for k in keys[:-1]:
             table = table.setdefault(k, {})
@@ -93,6 +96,38 @@ def resolved_dict(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
         _check_name(path.stem, f" (from the file name {path.name!r}; set scenario.name)")
     check(cfg)
     return cfg
+
+
+#: keys that name a file: relative to the scenario (or sweep) file that gives them, to the
+#: working folder on the command line; resolved to absolute paths, so a run's resolved
+#: configuration names the file wherever it is read
+FILE_KEYS = ("env.kwargs.xml_file",)
+
+
+def _anchored(value: Any, folder: Path) -> Any:
+    if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+        return str((folder / value).resolve())
+    if isinstance(value, str) and value:
+        return str(Path(value).expanduser())
+    if isinstance(value, list):
+        return [_anchored(v, folder) for v in value]
+    return value
+
+
+def anchor_paths(flat: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``flat`` (dotted keys) with each file key's relative path made absolute from ``folder``
+    (a grid's list of paths, each)."""
+    return {k: _anchored(v, folder) if k in FILE_KEYS else v for k, v in flat.items()}
+
+
+def _anchor_file_keys(raw: dict[str, Any], folder: Path) -> None:
+    for dotted in FILE_KEYS:
+        *parents, last = dotted.split(".")
+        table = raw
+        for k in parents:
+            table = table.get(k) if isinstance(table, dict) else None
+        if isinstance(table, dict) and last in table:
+            table[last] = _anchored(table[last], folder)
 
 
 def _drop_overridden_off(cfg: dict[str, Any], overridden: set[tuple[str, ...]]) -> None:

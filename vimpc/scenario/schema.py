@@ -132,13 +132,25 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "env": {
         "id": Setting(str, REQUIRED, "a registered id, e.g. `vimpc/CartPole-v0`"),
         "dt": Setting(
-            float, 0.01, "control step [s]; a multiple of the env's substep (1e-4 s)", rule=POSITIVE
+            float,
+            None,
+            "control step [s]; vimpc's envs: a multiple of the env's substep (1e-4 s), 0.01 "
+            "when unset; a foreign env: its own step (`dt` of the env; given, it must agree)",
+            rule=POSITIVE,
         ),
         "kwargs": Setting(
             dict,
             {},
             "constructor arguments of the env (`perturbation`, `friction`, `obs_noise`, "
             "`param_seed`, `params`, task options)",
+        ),
+        "adapter": Setting(
+            dict,
+            None,
+            "for an env that is not vimpc's own (any gymnasium env with a Box action, MuJoCo "
+            "included): the catalog `system` and its nominal `params` (and `friction`) the "
+            "models are written from, the `observation` map to its `(q, v)`, the `action` map "
+            "from its inputs, the true safety `limits`, `terminal` (see `vimpc_envs.adapter`)",
         ),
         "plant": Setting(
             str,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,40 +22,64 @@ MAX_ENV_SUBSTEPS = 100_000
 ENV_SECONDS_PER_SUBSTEP = 1.4e-5
 
 
+#: the control step of vimpc's own envs when ``env.dt`` is not given
+DEFAULT_DT = 0.01
+
+
 class EnvSpec:
-    """What a scenario's env is, read from its class: system, sizes and names."""
+    """What a scenario's env is, read from its class (vimpc's own envs) or from the env and
+    its ``[env.adapter]`` declaration (any other gymnasium env, built once to check the maps
+    against its spaces): system, sizes, names and limits. Fills ``env.dt`` in ``cfg`` where
+    the scenario leaves it unset."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         import gymnasium
         from vimpc_envs._base import MechanicalEnv  # (the package registers the ids)
 
-        env_id = cfg["env"]["id"]
-        if env_id not in gymnasium.registry:
+        env_cfg = cfg["env"]
+        env_id = env_cfg["id"]
+        if ":" in env_id:  # "module:Id-v0": the module registers the id, as gymnasium.make does
+            _import_env_module(env_id)
+        bare = env_id.split(":", 1)[-1]
+        if bare not in gymnasium.registry:
             ids = [k for k in gymnasium.registry if k.startswith("vimpc/")]
-            hint = difflib.get_close_matches(env_id, ids, n=1)
+            hint = difflib.get_close_matches(bare, list(gymnasium.registry), n=1)
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise ConfigError(
-                f"env.id {env_id!r} is not a registered environment{extra} (vimpc ids: {ids})"
+                f"env.id {env_id!r} is not a registered environment{extra} (vimpc ids: {ids}; "
+                "or any gymnasium id, with [env.adapter])"
             )
-        entry = gymnasium.spec(env_id).entry_point
-        cls = (
-            gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-        )
-        if not (isinstance(cls, type) and issubclass(cls, MechanicalEnv)):
+        entry = gymnasium.spec(bare).entry_point
+        try:
+            cls = (
+                gymnasium.envs.registration.load_env_creator(entry)
+                if isinstance(entry, str)
+                else entry
+            )
+        except ImportError as exc:
+            raise ConfigError(f"env.id {env_id!r} cannot be loaded: {_missing_hint(exc)}") from None
+        self.cls = cls
+        self.foreign = not (isinstance(cls, type) and issubclass(cls, MechanicalEnv))
+        if self.foreign:
+            self._foreign(cfg)
+            return
+        if env_cfg.get("adapter") is not None:
             raise ConfigError(
-                f"env.id {env_id!r} is not a vimpc mechanical environment (a MechanicalEnv), "
-                "so its system and observation are unknown"
+                f"env.adapter is for environments that are not vimpc's own; {env_id} knows its "
+                "system, observation and limits: remove [env.adapter]"
             )
-        kwargs = cfg["env"]["kwargs"]
+        if env_cfg["dt"] is None:
+            env_cfg["dt"] = DEFAULT_DT
+        kwargs = env_cfg["kwargs"]
         if "dt" in kwargs:
             raise ConfigError("set the control step as env.dt, not env.kwargs.dt")
         default = inspect.signature(MechanicalEnv.__init__).parameters["substep"].default
         substep = kwargs.get("substep", default)
         if isinstance(substep, (int, float)) and not isinstance(substep, bool) and substep > 0:
-            n = cfg["env"]["dt"] / substep
+            n = env_cfg["dt"] / substep
             if n > MAX_ENV_SUBSTEPS:
                 raise ConfigError(
-                    f"env.dt = {cfg['env']['dt']} s is {n:.3g} substeps of the env's ground "
+                    f"env.dt = {env_cfg['dt']} s is {n:.3g} substeps of the env's ground "
                     f"truth ({substep:g} s each), above the limit of {MAX_ENV_SUBSTEPS} "
                     f"(vimpc.scenario.specs.MAX_ENV_SUBSTEPS): the env would be built for "
                     f"about {n * ENV_SECONDS_PER_SUBSTEP:.3g} s and step slower still; give "
@@ -67,7 +92,6 @@ class EnvSpec:
             system = cls.system_type(**params)
         except VimpcError as exc:
             raise ConfigError(f"env.kwargs.params: {exc}") from None
-        self.cls = cls
         self.system = system.name
         self.nominal = system
         names = system.coordinate_names
@@ -76,6 +100,104 @@ class EnvSpec:
         self.nu = system.nu
         self.action_limit = tuple(cls.action_limit)
         self.obs_limit = tuple(float(v) for v in cls.observation_limit)
+
+    def _foreign(self, cfg: dict[str, Any]) -> None:
+        env_cfg = cfg["env"]
+        if env_cfg.get("adapter") is None:
+            raise ConfigError(
+                f"env.id {env_cfg['id']!r} is not a vimpc environment, so vimpc does not know "
+                "how its observation and action relate to a model: declare [env.adapter] (the "
+                "catalog system, the observation and action maps, the true limits; see "
+                "vimpc_envs.adapter)"
+            )
+        plant = build_plant(cfg)
+        try:
+            if env_cfg["dt"] is None:
+                env_cfg["dt"] = plant.dt
+            system = plant.nominal_system
+            self.plant_metadata = plant.metadata_for_dataset()
+            self.safety_limits = plant.safety_limits
+            self.action_low = tuple(float(v) for v in plant.action_space.low)
+            self.action_high = tuple(float(v) for v in plant.action_space.high)
+        finally:
+            plant.close()
+        self.system = system.name
+        self.nominal = system
+        self.obs_names = plant.obs_names
+        self.nobs = system.nq + system.nv
+        self.nu = system.nu
+        self.action_limit = tuple(max(-lo, hi) for lo, hi in zip(self.action_low, self.action_high, strict=True))
+        self.obs_limit = (math.inf,) * self.nobs
+
+
+    @property
+    def input_bounds(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``(low, high)``: the bounds the env clips each model input to."""
+        if self.foreign:
+            return self.action_low, self.action_high
+        return tuple(-float(a) for a in self.action_limit), tuple(float(a) for a in self.action_limit)
+
+
+def _import_env_module(env_id: str) -> None:
+    import importlib
+
+    module = env_id.split(":", 1)[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"env.id {env_id!r}: module {module!r} cannot be imported ({exc})") from None
+
+
+def _missing_hint(exc: BaseException) -> str:
+    text = str(exc)
+    if "mujoco" in text.lower() or "imageio" in text.lower():
+        return f'{text}; MuJoCo envs need the extra: pip install -e ".[mujoco]"'
+    return text
+
+
+def build_plant(cfg: dict[str, Any] | Any):
+    """The scenario's foreign env behind its adapter (:class:`vimpc_envs.adapter.ForeignPlant`),
+    every error a :class:`ConfigError` naming the key: an ``env.kwargs.xml_file`` that does
+    not exist or does not parse (MuJoCo's own message, with the path), MuJoCo not installed,
+    maps that do not fit the env's spaces."""
+    import gymnasium
+    from vimpc_envs.adapter import AdapterSpec, ForeignPlant
+
+    env_cfg = cfg["env"]
+    env_id = env_cfg["id"]
+    kwargs = env_cfg["kwargs"]
+    kwargs = kwargs.to_dict() if hasattr(kwargs, "to_dict") else dict(kwargs)
+    adapter = env_cfg["adapter"]
+    adapter = adapter.to_dict() if hasattr(adapter, "to_dict") else adapter
+    xml = kwargs.get("xml_file")
+    if xml is not None:
+        if not isinstance(xml, str) or not xml:
+            raise ConfigError(f"env.kwargs.xml_file must be the path of an MJCF file, got {xml!r}")
+        if not Path(xml).is_file():
+            raise ConfigError(
+                f"env.kwargs.xml_file = {xml!r}: no such file (a path relative to the scenario "
+                "file, or absolute; on the command line, relative to the working folder)"
+            )
+    try:
+        spec = AdapterSpec.parse(adapter)
+    except VimpcError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        env = gymnasium.make(env_id, **kwargs).unwrapped
+    except gymnasium.error.DependencyNotInstalled as exc:
+        raise ConfigError(f"env.id {env_id!r}: {_missing_hint(exc)}") from None
+    except ImportError as exc:
+        raise ConfigError(f"env.id {env_id!r}: {_missing_hint(exc)}") from None
+    except TypeError as exc:
+        raise ConfigError(f"env.kwargs do not fit {env_id}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001  (a simulator's own error: MuJoCo's XML parser)
+        where = f"env.kwargs.xml_file = {xml!r}" if xml is not None else f"env.id {env_id!r}"
+        raise ConfigError(f"{where}: {env_id} could not be made: {type(exc).__name__}: {exc}") from None
+    try:
+        return ForeignPlant(env, spec, env_cfg["dt"], env_id)
+    except VimpcError as exc:
+        env.close()
+        raise ConfigError(str(exc)) from None
 
 
 class ModelSpec:
