@@ -109,9 +109,32 @@ def collect(cfg: ScenarioLike, env, part: str, progress: bool = False) -> Datase
         "excitation": {"kind": d.excitation, **options},
         "initial_state": d.initial_state,
     }
+    feedback = None
+    if d.collection == "nominal_controller":
+        feedback = _NominalFeedback(as_scenario(cfg), env)
+        meta["collection"] = "nominal_controller (the excitation a dither on its input)"
     return rollout_env(
-        env, n, d.steps, inputs, seed, metadata=meta, progress=progress, initial_states=states
-    )
+        env, n, d.steps, inputs, seed, metadata=meta, progress=progress, initial_states=states,
+        feedback=feedback,
+    )  # fmt: skip
+
+
+class _NominalFeedback:
+    """The scenario's controller on the nominal model of the env's system (midpoint VI, no
+    tightening: it has no bound), as ``(obs, t) -> u`` for :func:`rollout_env`."""
+
+    def __init__(self, cfg: Scenario, env) -> None:
+        from vimpc.models import NominalModel
+
+        model = NominalModel(env.nominal_system, env.dt).fit().discrete_model()
+        plain = cfg.replace(controller=cfg.controller.replace(tightening="none"))
+        self.controller = build_controller(plain, model, env)
+
+    def reset(self) -> None:
+        self.controller.reset()
+
+    def __call__(self, obs: np.ndarray, t: float) -> np.ndarray:
+        return self.controller(obs, t).u
 
 
 def _dataset(cfg: Scenario, env, part: str, progress: bool) -> Dataset:
@@ -231,6 +254,8 @@ def cache_key(cfg: ScenarioLike) -> str:
     # one fit's data and model do not depend on how many fits a run makes, nor on the
     # plants its episodes draw: a fit cached before these keys existed stays valid
     data.pop("fits", None)
+    if data.get("collection") == "open_loop":  # a fit cached before closed-loop data stays
+        del data["collection"]
     env = s.env.to_dict()
     env.pop("plant")
     if env["adapter"] is None:  # vimpc's own env: the key of a fit cached before adapters

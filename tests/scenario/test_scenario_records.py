@@ -55,6 +55,8 @@ def _cache_key_of_dict(cfg: dict) -> str:
     (the reference the record's key must equal)."""
     data = dict(cfg["data"])
     data.pop("fits", None)
+    if data.get("collection") == "open_loop":  # (and before data around a controller)
+        del data["collection"]
     # (and before [env.adapter]: a vimpc env's key leaves its unset adapter out)
     env = {k: v for k, v in cfg["env"].items() if k != "plant" and (k, v) != ("adapter", None)}
     extra = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,8 +81,9 @@ def rollout_env(
     metadata: Mapping[str, Any] | None = None,
     progress: bool = False,
     initial_states: Any = None,
+    feedback: Callable[[np.ndarray, float], Any] | None = None,
 ) -> Dataset:
-    """Collect open-loop trajectories from a gymnasium environment.
+    """Collect trajectories from a gymnasium environment: open loop, or around a feedback.
 
     Trajectory ``i`` starts from ``env.reset(seed=seed + i, options=reset_options)``
     (with ``initial_states``: ``options={"state": initial_states[i]}``)
@@ -115,6 +116,11 @@ def rollout_env(
     initial_states : array_like, shape (N, nobs), optional
         Exact start states (the env's ``reset(options={"state": ...})``); not together
         with ``reset_options``.
+    feedback : callable, optional
+        ``feedback(obs, t) -> u``: the input at step ``k`` is ``feedback(obs_k, t_k) +
+        policy_inputs[i, k]`` (the excitation then a dither on the feedback's input, as data
+        are gathered on a rig around a controller); its ``reset()``, if it has one, is
+        called before each trajectory.
 
     Returns
     -------
@@ -171,8 +177,13 @@ def rollout_env(
             obs = np.empty((n, T + 1, o.size))
             states = np.empty((n, T + 1, o.size))
         obs[i, 0], states[i, 0] = o, state_of(info, "reset")
+        if feedback is not None and callable(getattr(feedback, "reset", None)):
+            feedback.reset()
         for k in range(T):
-            u = u_all[i, k].reshape(action_shape) if action_shape else u_all[i, k]
+            u = u_all[i, k]
+            if feedback is not None:
+                u = np.asarray(feedback(o, k * dt), dtype=np.float64).reshape(nu) + u
+            u = u.reshape(action_shape) if action_shape else u
             o, _, terminated, truncated, info = env.step(u)
             if (terminated or truncated) and k < T - 1:
                 why = "terminated" if terminated else "was truncated"

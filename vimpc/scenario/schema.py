@@ -185,6 +185,16 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "high": Setting(
             list, None, "upper corner of the initial-state box (per observation)", items=float
         ),
+        "collection": Setting(
+            str,
+            "open_loop",
+            "how trajectories are driven: `open_loop`, the excitation alone; "
+            "`nominal_controller`, the scenario's controller on the nominal model (no "
+            "tightening) with the excitation added to its input as a dither, from the env's "
+            "reset (data gathered around a controller, as on a rig whose open-loop "
+            "excitation would drive it into its end stops)",
+            choices=("open_loop", "nominal_controller"),
+        ),
         "excitation": Setting(
             str, "random_steps", "input applied while collecting", choices=tuple(EXCITATION_KINDS)
         ),
