@@ -2,7 +2,8 @@
 
 The MJCF files of vimpc's four catalog systems ship in ``scenarios/mujoco/``
 (:func:`shipped_mjcf`); each file's header says how vimpc's ``(q, v)`` and ``u`` map to
-MuJoCo's ``qpos``, ``qvel`` and ``ctrl``. This module imports ``mujoco`` (the ``mujoco``
+MuJoCo's ``qpos``, ``qvel`` and ``ctrl`` in ``vimpc-`` lines that :func:`read_header` reads
+as linear maps (``header.q_map(qpos)``, ``header.u_map(ctrl)``). This module imports ``mujoco`` (the ``mujoco``
 extra: ``pip install "vimpc[mujoco]"``); importing ``vimpc_envs`` does not load it.
 """
 
@@ -18,6 +19,10 @@ import numpy as np
 
 from vimpc import _checks
 from vimpc.errors import InputError, SolverError
+
+from ._mjcf_header import LinearMap as LinearMap
+from ._mjcf_header import MjcfHeader as MjcfHeader
+from ._mjcf_header import read_header as read_header
 
 try:
     import mujoco
