@@ -86,9 +86,10 @@ def _constraint_jacobian(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarr
     """The constraint Jacobian ``efc_J`` as a dense ``(nefc, nv)`` array."""
     if mujoco.mj_isSparse(model):
         J = np.zeros((data.nefc, model.nv))
-        mujoco.mju_sparse2dense(
-            J, data.efc_J, data.efc_J_rownnz, data.efc_J_rowadr, data.efc_J_colind
-        )
+        for row in range(data.nefc):
+            start = data.efc_J_rowadr[row]
+            entries = slice(start, start + data.efc_J_rownnz[row])
+            J[row, data.efc_J_colind[entries]] = data.efc_J[entries]
         return J
     return np.asarray(data.efc_J[: data.nefc * model.nv]).reshape(data.nefc, model.nv)
 

@@ -199,7 +199,8 @@ def test_accelerations_are_the_catalog_systems(name):
 
 def test_fourbar_accelerations_are_the_rigid_closures():
     """At 30 assembled states the soft loop closure's accelerations are the rigid closure's
-    to 1e-4 relative (solimp 0.9999: regularization 1e-4 of the constraint's inertia)."""
+    to 1e-4 relative (solimp 0.9999: regularization 1e-4 of the constraint's inertia). With
+    MuJoCo 3.2 and 3.3 they miss by up to 25 % (hence mujoco>=4.0 in pyproject.toml)."""
     import mujoco
 
     model, header = _rigid("fourbar"), _header("fourbar")
