@@ -13,6 +13,8 @@ ENV_IDS = {
     "vimpc/CartPole-v0": "vimpc_envs.cartpole:CartPoleEnv",
     "vimpc/FourBar-v0": "vimpc_envs.fourbar:FourBarEnv",
     "vimpc/RollingDisk-v0": "vimpc_envs.rolling_disk:RollingDiskEnv",
+    # any MJCF mechanism (the mujoco extra); the entry point loads mujoco only when made
+    "vimpc/MujocoPlant-v0": "vimpc_envs.mujoco:MujocoPlantEnv",
 }
 
 

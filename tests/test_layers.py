@@ -106,3 +106,25 @@ def test_importing_the_controller_loads_no_learning_library(tmp_path):
 
 def test_importing_the_controller_loads_no_env_library(tmp_path):
     assert "gymnasium" not in _loaded_by_importing_mpc(tmp_path)
+
+
+def test_importing_vimpc_and_its_envs_loads_no_mujoco(tmp_path):
+    """MuJoCo is an extra: ``import vimpc``, ``import vimpc_envs`` (which registers
+    ``vimpc/MujocoPlant-v0``) and making one of vimpc's own envs never load it; making the
+    MuJoCo plant does."""
+    code = (
+        "import json, sys\n"
+        "import gymnasium, vimpc, vimpc_envs\n"
+        "before = 'mujoco' in sys.modules\n"
+        "assert 'vimpc/MujocoPlant-v0' in gymnasium.registry\n"
+        "gymnasium.make('vimpc/Pendulum-v0', jit=False)\n"
+        "own = 'mujoco' in sys.modules\n"
+        "from vimpc_envs.mujoco import shipped_mjcf\n"
+        "gymnasium.make('vimpc/MujocoPlant-v0', xml_file=shipped_mjcf('pendulum'))\n"
+        "print(json.dumps([before, own, 'mujoco' in sys.modules]))\n"
+    )
+    tree = _tree(tmp_path, ROOT / "vimpc", ROOT / "envs")
+    (tree / "vimpc_scenarios").symlink_to(ROOT / "scenarios", target_is_directory=True)
+    done = _python(code, tree)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [False, False, True]

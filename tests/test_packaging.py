@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from vimpc import cli
-from vimpc.errors import ConfigError
+from vimpc.errors import ConfigError, InputError
 from vimpc.scenario.catalog import find_scenario, shipped_folder, shipped_scenarios
 
 ROOT = Path(__file__).parents[1]
 SOURCE_SCENARIOS = sorted(p.name for p in (ROOT / "scenarios").glob("*.toml"))
 SOURCE_SWEEPS = sorted(f"sweeps/{p.name}" for p in (ROOT / "scenarios" / "sweeps").glob("*.toml"))
+SOURCE_MJCF = sorted(f"mujoco/{p.name}" for p in (ROOT / "scenarios" / "mujoco").glob("*.xml"))
 SHORT = ["--set", "episodes.count=1", "--set", "episodes.steps=3", "--quiet", "--no-plots"]
 
 
@@ -52,10 +53,11 @@ def test_the_wheel_carries_every_scenario(tmp_path):
     assert not missing, f"scenario files missing from {wheel.name}: {missing}"
     assert {"vimpc_scenarios/__init__.py", "vimpc_scenarios/README.md"} <= names
     assert {"vimpc/scenario/catalog.py", "vimpc_envs/__init__.py", "vimpc/cli.py"} <= names
-    # the data package holds the scenario files only, no tests or results
+    # the data package holds the scenario and MJCF files only, no tests or results
     inside = {n for n in names if n.startswith("vimpc_scenarios/")}
-    assert SOURCE_SWEEPS and inside == {
-        f"vimpc_scenarios/{f}" for f in SOURCE_SCENARIOS + SOURCE_SWEEPS
+    assert SOURCE_SWEEPS and len(SOURCE_MJCF) == 8
+    assert inside == {
+        f"vimpc_scenarios/{f}" for f in SOURCE_SCENARIOS + SOURCE_SWEEPS + SOURCE_MJCF
     } | {
         "vimpc_scenarios/__init__.py",
         "vimpc_scenarios/README.md",
@@ -70,6 +72,17 @@ def test_the_package_data_resolves_through_importlib_resources():
     assert sorted(shipped_scenarios()) == [name.removesuffix(".toml") for name in found]
     for name, path in shipped_scenarios().items():
         assert path.read_bytes() == (ROOT / "scenarios" / f"{name}.toml").read_bytes()
+
+
+def test_the_mjcf_files_resolve_through_importlib_resources():
+    from vimpc_envs.mujoco import shipped_mjcf
+
+    for name in SOURCE_MJCF:
+        stem = Path(name).stem
+        path = shipped_mjcf(stem)
+        assert path.read_bytes() == (ROOT / "scenarios" / name).read_bytes()
+    with pytest.raises(InputError, match="MJCF name must be one of.*did you mean 'fourbar'"):
+        shipped_mjcf("four_bar")
 
 
 def test_an_install_without_the_data_package_falls_back_to_the_source_tree(monkeypatch):
