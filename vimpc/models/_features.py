@@ -1,7 +1,8 @@
 """Features of a configuration: every angle as its sine and cosine, the other coordinates as
 they are. Written once for numpy rows and CasADi columns, with the chain rule back to the
-coordinates, for the families and kernels that take periodic inputs (the GP-VI model's GP
-inputs, a kernel Lagrangian's embedding).
+coordinates, for the families and kernels that take periodic inputs (the GP inputs of the
+GP-VI and GP-residual models, the residual network's inputs, a kernel Lagrangian's
+embedding).
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ def sincos(q, angles: Sequence[int] = ()):
     for i in range(q.shape[1]):
         parts += [np.sin(q[:, i]), np.cos(q[:, i])] if i in angles else [q[:, i]]
     return np.column_stack(parts)
+
+
+def embed(system: MechanicalSystem, coordinates: str, q, v, u):
+    """``(q or its sines and cosines, v, u)``, the inputs of a model that learns from a
+    state and an input: rows ``(N, .)`` of numpy side by side, or one CasADi column."""
+    chosen = angles(system, coordinates)
+    if isinstance(q, np.ndarray):
+        return np.column_stack([sincos(q, chosen), v, u])
+    return ca.vertcat(sincos(q, chosen), v, u)
 
 
 def sincos_gradient(G: np.ndarray, q: np.ndarray, angles: Sequence[int] = ()) -> np.ndarray:

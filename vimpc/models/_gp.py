@@ -145,6 +145,69 @@ def support_points(Z: np.ndarray, m: int, lengthscales: np.ndarray, seed: int) -
     return Z[np.sort(chosen)]
 
 
+def draw_samples(n: int, samples: int, seed: int) -> tuple[np.ndarray, list[str]]:
+    """The sorted indices of ``samples`` of ``n`` training pairs drawn without replacement
+    from ``default_rng(seed)`` (all of them for ``samples = 0`` or more than ``n``), and
+    the fit notes of a ``model.samples`` the data cannot meet."""
+    if 0 < samples < n:
+        rng = np.random.default_rng(seed)
+        return np.sort(rng.choice(n, samples, replace=False)), []
+    notes = []
+    if samples > n:
+        notes.append(
+            f"model.samples = {samples} exceeds the {n} training transitions: all {n} used"
+        )
+    return np.arange(n), notes
+
+
+def varying_columns(Z: np.ndarray) -> np.ndarray:
+    """The indices of the columns of ``Z (n, d)`` that vary in the data (a constant input,
+    such as an unexcited torque, tells a GP nothing and only makes its kernel singular).
+
+    Raises:
+        InputError: every column is constant.
+    """
+    keep = np.flatnonzero(np.ptp(Z, axis=0) > 0)
+    if keep.size == 0:
+        raise InputError("every GP input is constant in the training data")
+    return keep
+
+
+def fit_posteriors(
+    Z: np.ndarray,
+    Y: np.ndarray,
+    *,
+    restarts: int,
+    iterations: int,
+    seed: int,
+    support: int,
+) -> tuple[list[Posterior], list[str]]:
+    """One GP per column of ``Y (n, k)`` on the inputs ``Z (n, d)``: hyperparameters by
+    :func:`fit_hyperparameters` (column ``j`` from seed ``seed + 1000 j``), the exact
+    posterior, or with ``0 < support < n`` its DTC approximation on ``support`` points of
+    :func:`support_points` (seed ``seed + j``). Returns the posteriors and the fit note of
+    a ``model.support_points`` the data cannot meet."""
+    n = len(Z)
+    notes = []
+    if support >= n:
+        notes.append(
+            f"model.support_points = {support} is not fewer than the {n} training "
+            f"pairs: the exported posterior is the exact GP over all {n} "
+            "(model.support_points = 0 says so)"
+        )
+    posteriors = []
+    for j in range(Y.shape[1]):
+        hp = fit_hyperparameters(
+            Z, Y[:, j], restarts=restarts, iterations=iterations, seed=seed + 1000 * j
+        )
+        if 0 < support < n:
+            chosen = support_points(Z, support, hp.lengthscales, seed + j)
+            posteriors.append(Posterior.dtc(Z, Y[:, j], hp, chosen))
+        else:
+            posteriors.append(Posterior.exact(Z, Y[:, j], hp))
+    return posteriors, notes
+
+
 # With more samples than this, the starts are screened on this many of them and only the
 # best is optimised on all: the exact marginal likelihood's gradient costs O(n^3) (80 ms
 # per evaluation at n = 512 on one core, about 100 evaluations per start), and on

@@ -46,7 +46,7 @@ from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.integrators._newton import solve as newton_solve
 from vimpc.integrators._newton import state_scale
 from vimpc.models import _features
-from vimpc.models._gp import Posterior, fit_hyperparameters, support_points, uniform_error_bound
+from vimpc.models._gp import draw_samples, fit_posteriors, uniform_error_bound, varying_columns
 from vimpc.models.base import SpreadFamily
 from vimpc.models.calibration import Bound
 from vimpc.models.families.nominal import NominalModel
@@ -135,10 +135,7 @@ class GPVIModel(SpreadFamily):
     # -- features -------------------------------------------------------------------------------
     def _embedded(self, q, v, u):
         """``(q or its sines and cosines, v, u)``: a column of CasADi or rows of numpy."""
-        angles = _features.angles(self.system, self.coordinates)
-        if isinstance(q, np.ndarray):
-            return np.column_stack([_features.sincos(q, angles), v, u])
-        return ca.vertcat(_features.sincos(q, angles), v, u)
+        return _features.embed(self.system, self.coordinates, q, v, u)
 
     def _prior_velocity(self, X: np.ndarray, U: np.ndarray) -> np.ndarray:
         nq = self.system.nq
@@ -161,43 +158,22 @@ class GPVIModel(SpreadFamily):
         X, U, Xn = data.pairs("obs")
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(U)) and np.all(np.isfinite(Xn))):
             raise InputError("the training data contain NaN or inf")
-        rng = np.random.default_rng(self.seed)
-        pick = np.arange(len(X))
-        if 0 < self.samples < len(X):
-            pick = np.sort(rng.choice(len(X), self.samples, replace=False))
-            X, U, Xn = X[pick], U[pick], Xn[pick]
-        elif self.samples > len(X):
-            self.fit_notes_.append(
-                f"model.samples = {self.samples} exceeds the {len(X)} training transitions: "
-                f"all {len(X)} used"
-            )
+        pick, notes = draw_samples(len(X), self.samples, self.seed)
+        self.fit_notes_ += notes
+        X, U, Xn = X[pick], U[pick], Xn[pick]
         if len(X) < 2:
             raise InputError(f"gp_vi needs at least 2 training pairs, the data hold {len(X)}")
         Z = self._embedded(X[:, :nq], X[:, nq:], U)
-        keep = np.flatnonzero(np.ptp(Z, axis=0) > 0)
-        if keep.size == 0:
-            raise InputError("every GP input is constant in the training data")
+        keep = varying_columns(Z)
         Z = Z[:, keep]
         prior_velocity = self._prior_velocity(X, U)
         self._refuse_failed(prior_velocity, pick, data, "the prior's")
         targets = Xn[:, nq:] - prior_velocity
-        posteriors = []
-        if self.support_points >= len(Z):
-            self.fit_notes_.append(
-                f"model.support_points = {self.support_points} is not fewer than the "
-                f"{len(Z)} training pairs: the exported posterior is the exact GP over all "
-                f"{len(Z)} (model.support_points = 0 says so)"
-            )
-        for j in range(nq):
-            hp = fit_hyperparameters(
-                Z, targets[:, j], restarts=self.restarts, iterations=self.iterations,
-                seed=self.seed + 1000 * j,
-            )  # fmt: skip
-            if 0 < self.support_points < len(Z):
-                chosen = support_points(Z, self.support_points, hp.lengthscales, self.seed + j)
-                posteriors.append(Posterior.dtc(Z, targets[:, j], hp, chosen))
-            else:
-                posteriors.append(Posterior.exact(Z, targets[:, j], hp))
+        posteriors, notes = fit_posteriors(
+            Z, targets, restarts=self.restarts, iterations=self.iterations, seed=self.seed,
+            support=self.support_points,
+        )  # fmt: skip
+        self.fit_notes_ += notes
         self.inputs_ = keep
         self.posteriors_ = posteriors
         self.n_samples_ = len(Z)
