@@ -83,6 +83,31 @@ def gp_vi_case() -> SmallCase:
     )
 
 
+def gp_residual_case() -> SmallCase:
+    # the black-box GPs on the RK4 step's residual: 60 samples, one optimiser start of 30
+    # steps, a conformal bound shaped by the GPs' spread, checked on 200 held-out transitions
+    settings = {
+        "samples": 60, "restarts": 1, "iterations": 30, "bound": "conformal",
+        "conformal_scale": "spread",
+    }  # fmt: skip
+    return _pendulum_case(
+        settings=settings,
+        data=_data(False, 6, 20, 0),
+        calibration=_data(False, 10, 20, 300),
+        heldout=_data(False, 10, 20, 500),
+    )
+
+
+def mlp_residual_case() -> SmallCase:
+    # a 16x16 network on the RK4 step's residual, 200 epochs; a constant conformal bound
+    return _pendulum_case(
+        settings={"hidden": [16, 16], "epochs": 200, "lr": 1e-2, "bound": "conformal"},
+        data=_data(False, 6, 20, 0),
+        calibration=_data(False, 10, 20, 300),
+        heldout=_data(False, 10, 20, 500),
+    )
+
+
 def lsi_case() -> SmallCase:
     # 30 excited trajectories spread over the phase plane, 80 kernel centres; Newton stops
     # at the kernel sums' round-off (as in tests/models/test_lsi.py's contract)
@@ -180,6 +205,8 @@ def _one_torch_thread():
 SMALL_CASES = {
     "nominal": nominal_case,
     "gp_vi": gp_vi_case,
+    "gp_residual": gp_residual_case,
+    "mlp_residual": mlp_residual_case,
     "lsi": lsi_case,
     "dlnn": dlnn_case,
     "lnn": lnn_case,

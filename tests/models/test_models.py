@@ -363,7 +363,7 @@ def test_registry():
         assert issubclass(cls, ModelFamily) and cls.name == name
     with pytest.raises(
         ConfigError,
-        match=r"model.family must be one of \['chnn', 'clnn', 'dlnn', 'gp_vi', 'hamel', 'lnn', 'lsi', 'nominal'\], got 'nominl'; did you mean",
+        match=r"model.family must be one of \['chnn', 'clnn', 'dlnn', 'gp_residual', 'gp_vi', 'hamel', 'lnn', 'lsi', 'mlp_residual', 'nominal'\], got 'nominl'; did you mean",
     ):
         vimpc.models.family("nominl")
     with pytest.raises(ConfigError, match=r"^scenario.model must be one of .*got 'gp'$"):

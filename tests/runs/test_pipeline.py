@@ -200,7 +200,7 @@ def _cartpole_dataset(tmp_path, dt: float) -> Path:
         ),
         (
             ['model.family="nominl"'],
-            "model.family must be one of ['chnn', 'clnn', 'dlnn', 'gp_vi', 'hamel', 'lnn', 'lsi', 'nominal'], got 'nominl'; did you mean 'nominal'?",
+            "model.family must be one of ['chnn', 'clnn', 'dlnn', 'gp_residual', 'gp_vi', 'hamel', 'lnn', 'lsi', 'mlp_residual', 'nominal'], got 'nominl'; did you mean 'nominal'?",
         ),
         (['model.integrater="rk4"'], "unknown key 'model.integrater'; did you mean 'integrator'?"),
         (['model.integrator="rk5"'], "model.integrator must be one of"),

@@ -17,6 +17,8 @@ from vimpc.models.base import ModelFamily
 FAMILIES: dict[str, str] = {
     "nominal": "vimpc.models.families.nominal:NominalModel",
     "gp_vi": "vimpc.models.families.gp_vi:GPVIModel",
+    "gp_residual": "vimpc.models.families.gp_residual:GPResidualModel",
+    "mlp_residual": "vimpc.models.families.mlp_residual:MLPResidualModel",
     "lsi": "vimpc.models.families.lsi:LSIModel",
     "dlnn": "vimpc.models.families.dlnn:DLNNModel",
     "lnn": "vimpc.models.families.lnn:LNNModel",
