@@ -33,9 +33,9 @@ from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.models._gp import draw_samples, fit_posteriors, uniform_error_bound, varying_columns
-from vimpc.models.families._residual import NOMINAL_SETTINGS, ExplicitNominal
 from vimpc.models.base import SpreadFamily
 from vimpc.models.calibration import Bound
+from vimpc.models.families._residual import NOMINAL_SETTINGS, ExplicitNominal
 from vimpc.models.families.gp_vi import GPVIModel
 
 #: gp_vi's GP settings, declared there once

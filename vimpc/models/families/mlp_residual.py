@@ -8,9 +8,12 @@ by default, :mod:`vimpc.models.families._residual`); an MLP ``d(q, v, u)`` (with
 of the measured transitions by the mean squared error, every input and output entry
 normalised by its mean and standard deviation on the training data (both maps folded into
 the first and last layers after training, so the stored network is a plain MLP on the
-physical inputs). Training is the shared loop (:mod:`vimpc.models._training`: Adam or AdamW,
-cosine schedule, full batch or minibatches, optional early stopping on a held-out
-fraction, a wall-clock budget) with the budget settings the network families declare.
+physical inputs). The last layer starts at zero, so training starts from the nominal step.
+Training is the shared loop (:mod:`vimpc.models._training`: Adam or AdamW, cosine schedule,
+full batch or minibatches, a wall-clock budget) with the budget settings the network
+families declare, and by default stops early on a held-out fifth of the transitions
+(``validation = 0.2``, ``patience = 200``) and keeps the network of the best held-out
+loss: much of a one-step residual can be measurement noise, which a network fits readily.
 
 The exported model is ``step(x, u) = f_nom(x, u) + d(x, u)``, the network written to CasADi
 by :mod:`vimpc.models._torch_casadi` (no torch at control time). It is a black box: no
