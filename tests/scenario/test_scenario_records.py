@@ -59,6 +59,10 @@ def _cache_key_of_dict(cfg: dict) -> str:
         del data["collection"]
     # (and before [env.adapter]: a vimpc env's key leaves its unset adapter out)
     env = {k: v for k, v in cfg["env"].items() if k != "plant" and (k, v) != ("adapter", None)}
+    xml = env["kwargs"].get("xml_file")
+    if xml is not None:  # a plant's MJCF by its contents
+        digest = hashlib.sha256(Path(xml).read_bytes()).hexdigest()
+        env["kwargs"] = {**env["kwargs"], "xml_file": None, "xml_file_sha256": digest}
     extra = {}
     if closed_loop_calibration(data):
         env["plant"] = cfg["env"]["plant"]
