@@ -528,3 +528,18 @@ def test_settings_the_data_cannot_meet_are_said_in_the_fit_notes():
     assert [len(p.support) for p in fitted.posteriors_] == [n]
     quiet = GPVIModel(env.nominal_system, DT, samples=64, restarts=1, iterations=5).fit(data)
     assert "fit_notes" not in quiet.discrete_model().info
+
+
+def test_an_exact_posterior_that_cannot_be_factored_says_what_to_change():
+    """Samples closer than the length scales resolve, with a noise variance far below the
+    signal's, make ``K + sn2 I`` indefinite in floating point: a SolverError that names the
+    settings which factor (not numpy's LinAlgError from inside the fit)."""
+    from vimpc.errors import SolverError
+    from vimpc.models._gp import Hyperparameters, Posterior
+
+    Z = np.repeat(np.linspace(0.0, 1.0, 40)[:, None], 5, axis=0) + 1e-13 * np.arange(200)[:, None]
+    hp = Hyperparameters(lengthscales=np.array([10.0]), signal_var=1.0, noise_var=1e-18, nll=0.0)
+    with pytest.raises(SolverError, match=r"model.samples.*model.support_points"):
+        Posterior.exact(Z, np.sin(Z[:, 0]), hp)
+    fine = Hyperparameters(lengthscales=np.array([10.0]), signal_var=1.0, noise_var=1e-4, nll=0.0)
+    assert np.all(np.isfinite(Posterior.exact(Z, np.sin(Z[:, 0]), fine).alpha))

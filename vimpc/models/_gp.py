@@ -27,7 +27,7 @@ import casadi as ca
 import numpy as np
 
 from vimpc._probability import Probability
-from vimpc.errors import InputError
+from vimpc.errors import InputError, SolverError
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,17 @@ class Posterior:
         """The exact posterior on the samples ``Z (n, d)``, ``y (n,)``: with
         ``K + sn2 I = L L^T``, ``P = L^-1`` and no ``R``."""
         K = kernel(Z, Z, hp) + hp.noise_var * np.eye(len(Z))
-        L = np.linalg.cholesky(K)
+        try:
+            L = np.linalg.cholesky(K)
+        except np.linalg.LinAlgError:
+            raise SolverError(
+                f"the exact GP posterior over {len(Z)} samples cannot be factored: with the "
+                f"fitted noise variance {hp.noise_var:.3g} against the signal variance "
+                f"{hp.signal_var:.3g} its kernel matrix is not positive definite in floating "
+                "point (samples closer than its length scales resolve); fewer samples "
+                "(model.samples) or support points (model.support_points, the DTC "
+                "approximation) factor"
+            ) from None
         alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
         return cls(hp, Z.copy(), alpha, np.linalg.solve(L, np.eye(len(Z))), np.zeros((0, len(Z))))
 
