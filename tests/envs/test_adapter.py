@@ -342,3 +342,54 @@ def test_an_xml_file_is_relative_to_the_file_that_names_it(tmp_path, monkeypatch
     with pytest.raises(ConfigError) as err:
         scenario.load_scenario(path, ["env.kwargs.xml_file=other.xml"])
     assert f"{str(tmp_path / 'other.xml')!r}: no such file" in str(err.value)
+
+
+MUJOCO_SCENARIO = """
+[env]
+id = "InvertedPendulum-v5"
+kwargs = {{ xml_file = "{xml}", frame_skip = 5 }}
+
+[env.adapter]
+system = "CartPole"
+observation = [0, 1, 2, 3]
+action = {{ scale = [0.1] }}
+terminal = "continue"
+
+[model]
+family = "nominal"
+
+[controller]
+horizon = 5
+
+[controller.cost]
+Q = [1.0, 1.0, 0.1, 0.1]
+R = [0.01]
+
+[episodes]
+steps = 10
+"""
+
+
+def test_an_mjcf_that_does_not_parse_is_refused_with_mujocos_message(tmp_path):
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<mujoco><worldbody><body><joint type='hinge'/></worldbody></mujoco>")
+    path = tmp_path / "s.toml"
+    path.write_text(MUJOCO_SCENARIO.format(xml="broken.xml"))
+    with pytest.raises(ConfigError) as err:
+        scenario.load_scenario(path)
+    text = str(err.value)
+    assert f"env.kwargs.xml_file = {str(broken)!r}" in text and "XML parse error" in text
+
+
+def test_mujoco_not_installed_names_the_extra(tmp_path, monkeypatch):
+    import gymnasium.error
+
+    def missing(*args, **kwargs):
+        raise gymnasium.error.DependencyNotInstalled("MuJoCo is not installed")
+
+    root = Path(__file__).parents[2]
+    path = tmp_path / "s.toml"
+    path.write_text(MUJOCO_SCENARIO.format(xml=root / "scenarios" / "mujoco" / "cartpole.xml"))
+    monkeypatch.setattr(gymnasium, "make", missing)
+    with pytest.raises(ConfigError, match=r'pip install -e "\.\[mujoco\]"'):
+        scenario.load_scenario(path)

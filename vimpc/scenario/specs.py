@@ -192,7 +192,9 @@ def build_plant(cfg: dict[str, Any] | Any):
         raise ConfigError(f"env.kwargs do not fit {env_id}: {exc}") from None
     except Exception as exc:  # noqa: BLE001  (a simulator's own error: MuJoCo's XML parser)
         where = f"env.kwargs.xml_file = {xml!r}" if xml is not None else f"env.id {env_id!r}"
-        raise ConfigError(f"{where}: {env_id} could not be made: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(
+            f"{where}: {env_id} could not be made: {type(exc).__name__}: {str(exc).strip()}"
+        ) from None
     try:
         return ForeignPlant(env, spec, env_cfg["dt"], env_id)
     except VimpcError as exc:
