@@ -128,10 +128,14 @@ class EntryMap:
                 if "index" in value:
                     raise _error(key, "gives both an index and a cos/sin pair; give one")
                 if "cos" not in value or "sin" not in value:
-                    raise _error(key, f"needs both cos and sin indices for an angle, got {dict(value)}")
+                    raise _error(
+                        key, f"needs both cos and sin indices for an angle, got {dict(value)}"
+                    )
                 scale = _number(f"{key}.scale", value.get("scale", 1.0))
                 if scale not in (1.0, -1.0):
-                    raise _error(f"{key}.scale", f"of an angle must be 1 or -1 (a sign), got {scale}")
+                    raise _error(
+                        f"{key}.scale", f"of an angle must be 1 or -1 (a sign), got {scale}"
+                    )
                 pair = (_index(f"{key}.cos", value["cos"]), _index(f"{key}.sin", value["sin"]))
                 if pair[0] == pair[1]:
                     raise _error(key, f"takes cos and sin from the same entry {pair[0]}")
@@ -273,7 +277,9 @@ class AdapterSpec:
                     )
             for i, s in enumerate(action.get("scale", [])):
                 if _number(f"{key}.action.scale[{i}]", s) == 0.0:
-                    raise _error(f"{key}.action.scale[{i}]", "must not be 0 (the input would not act)")
+                    raise _error(
+                        f"{key}.action.scale[{i}]", "must not be 0 (the input would not act)"
+                    )
             action = dict(action)
         else:
             raise _error(f"{key}.action", f"must be a table or 'module:function', got {action!r}")
@@ -300,7 +306,9 @@ def _entry(key: str, value: Any, names: tuple[str, ...]) -> int:
         return names.index(value)
     index = _index(key, value)
     if index >= len(names):
-        raise _error(key, f"= {index} is past the observation ({len(names)} entries: {', '.join(names)})")
+        raise _error(
+            key, f"= {index} is past the observation ({len(names)} entries: {', '.join(names)})"
+        )
     return index
 
 
@@ -318,7 +326,9 @@ def _parse_limits(key: str, table: Any, names: tuple[str, ...]) -> dict[str, Any
             out[part] = [default] * n
             continue
         if not isinstance(values, list) or len(values) != n:
-            raise _error(f"{key}.{part}", f"must have {n} entries ({', '.join(names)}), got {values!r}")
+            raise _error(
+                f"{key}.{part}", f"must have {n} entries ({', '.join(names)}), got {values!r}"
+            )
         parsed = []
         for i, v in enumerate(values):
             if isinstance(v, str) and v in ("inf", "-inf", "+inf"):
@@ -346,7 +356,9 @@ def _parse_limits(key: str, table: Any, names: tuple[str, ...]) -> dict[str, Any
             raise _error(f"{where}.radius", f"must be > 0, got {radius}")
         circles.append(
             {
-                "indices": [_entry(f"{where}.entries[{i}]", e, names) for i, e in enumerate(entries)],
+                "indices": [
+                    _entry(f"{where}.entries[{i}]", e, names) for i, e in enumerate(entries)
+                ],
                 "center": [_number(f"{where}.center[{i}]", c) for i, c in enumerate(center)],
                 "radius": radius,
             }
@@ -365,7 +377,11 @@ class ForeignPlant(gymnasium.Env[np.ndarray, np.ndarray]):
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(
-        self, env: gymnasium.Env, spec: AdapterSpec, dt: float | None, env_id: str = "",
+        self,
+        env: gymnasium.Env,
+        spec: AdapterSpec,
+        dt: float | None,
+        env_id: str = "",
         key: str = "env.adapter",
     ) -> None:
         self._env = env
@@ -438,12 +454,16 @@ class ForeignPlant(gymnasium.Env[np.ndarray, np.ndarray]):
             )
         for i in index:
             if not 0 <= i < na:
-                raise InputError(f"{key}.index entry {i} is past {self._id}'s action ({na} entries)")
+                raise InputError(
+                    f"{key}.index entry {i} is past {self._id}'s action ({na} entries)"
+                )
         if len(set(index)) != len(index):
             raise InputError(f"{key}.index drives one action entry twice: {list(index)}")
         hold = np.asarray(action.get("hold", [0.0] * na), dtype=np.float64).reshape(-1)
         if hold.size != na:
-            raise InputError(f"{key}.hold must have {na} entries (the env's action), got {hold.tolist()}")
+            raise InputError(
+                f"{key}.hold must have {na} entries (the env's action), got {hold.tolist()}"
+            )
         scale = np.asarray(action.get("scale", [1.0] * nu), dtype=np.float64)
         offset = np.asarray(action.get("offset", [0.0] * nu), dtype=np.float64)
         return ActionMap(index, scale, offset, hold)
@@ -515,15 +535,18 @@ class ForeignPlant(gymnasium.Env[np.ndarray, np.ndarray]):
             n = int(math.isfinite(lo[i])) + int(math.isfinite(hi[i]))
             if n:
                 bounds.append(
-                    ObservationBound(i, names[i], units[i], lo[i], hi[i], tuple(range(row, row + n)))
+                    ObservationBound(
+                        i, names[i], units[i], lo[i], hi[i], tuple(range(row, row + n))
+                    )
                 )
                 row += n
         circles = []
         for c in self._limits["circles"]:
             a, b = c["indices"]
             circles.append(
-                KeepOutCircle((a, b), (names[a], names[b]), units[a], tuple(c["center"]),
-                              c["radius"], (row,))  # fmt: skip
+                KeepOutCircle(
+                    (a, b), (names[a], names[b]), units[a], tuple(c["center"]), c["radius"], (row,)
+                )  # fmt: skip
             )
             row += 1
         return tuple(bounds), tuple(circles)
@@ -688,7 +711,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def make_plant(env_id: str, kwargs: Mapping[str, Any], adapter: Any, dt: float | None) -> ForeignPlant:
+def make_plant(
+    env_id: str, kwargs: Mapping[str, Any], adapter: Any, dt: float | None
+) -> ForeignPlant:
     """``gymnasium.make(env_id, **kwargs)`` (unwrapped: episodes set their length) seen
     through the ``[env.adapter]`` table ``adapter``."""
     spec = AdapterSpec.parse(adapter)

@@ -133,7 +133,9 @@ def test_linear_maps_and_the_action_map():
     x, _ = p.reset(seed=0)
     assert x.tolist() == pytest.approx([0.5, -3.0, 0.0, 0.0])
     # the box is [-2, 2] on the action, so [(-2 - 0.05) / 0.1, (2 - 0.05) / 0.1] on u
-    assert p.action_space.low[0] == pytest.approx(-20.5) and p.action_space.high[0] == pytest.approx(19.5)
+    assert p.action_space.low[0] == pytest.approx(-20.5) and p.action_space.high[
+        0
+    ] == pytest.approx(19.5)
     x, _, _, _, info = p.step([5.0])
     v = 0.1 * 5.0 + 0.05
     assert x[2] == pytest.approx(v) and x[0] == pytest.approx(2 * 0.1 * v - v + 0.5)
@@ -157,20 +159,36 @@ def test_an_angle_is_continuous_across_pi():
     ("adapter", "env_id", "message"),
     [
         (ENDER, "CartPole-v1", "not a Box"),
-        ({**PENDULUM, "observation": [{"cos": 0, "sin": 1}, 5]}, "Pendulum-v1",
-         "env.adapter.observation[1] indexes entry 5 of Pendulum-v1's observation, which has 3"),
-        ({**ENDER, "observation": [1, {"cos": 0, "sin": 3}, 3, 3]}, "test_adapter/Ender-v0",
-         "env.adapter.observation[1] takes an angle from entries (0, 3)"),
-        ({**PENDULUM, "system": "RollingDisk", "params": {}, "limits": {},
-          "observation": [0, 1, 2, 2, 0, 1, 2, 2]}, "Pendulum-v1",
-         "the model has 2 inputs (drive_torque, steer_torque) but Pendulum-v1's action has 1"),
-        ({**PENDULUM, "observation": [0, 1, 2]}, "Pendulum-v1",
-         "must map each of the 2 entries of the Pendulum's observation (theta, theta_dot), got 3"),
+        (
+            {**PENDULUM, "observation": [{"cos": 0, "sin": 1}, 5]},
+            "Pendulum-v1",
+            "env.adapter.observation[1] indexes entry 5 of Pendulum-v1's observation, which has 3",
+        ),
+        (
+            {**ENDER, "observation": [1, {"cos": 0, "sin": 3}, 3, 3]},
+            "test_adapter/Ender-v0",
+            "env.adapter.observation[1] takes an angle from entries (0, 3)",
+        ),
+        (
+            {
+                **PENDULUM,
+                "system": "RollingDisk",
+                "params": {},
+                "limits": {},
+                "observation": [0, 1, 2, 2, 0, 1, 2, 2],
+            },
+            "Pendulum-v1",
+            "the model has 2 inputs (drive_torque, steer_torque) but Pendulum-v1's action has 1",
+        ),
+        (
+            {**PENDULUM, "observation": [0, 1, 2]},
+            "Pendulum-v1",
+            "must map each of the 2 entries of the Pendulum's observation (theta, theta_dot), got 3",
+        ),
         ({**PENDULUM, "terminal": "restart"}, "Pendulum-v1", "env.adapter.terminal must be one of"),
         ({**PENDULUM, "system": "Pendlum"}, "Pendulum-v1", "env.adapter.system must be one of"),
         ({**PENDULUM, "action": {"scale": [0.0]}}, "Pendulum-v1", "must not be 0"),
-        ({**PENDULUM, "observation": [{"cos": 1}, 2]}, "Pendulum-v1",
-         "needs both cos and sin"),
+        ({**PENDULUM, "observation": [{"cos": 1}, 2]}, "Pendulum-v1", "needs both cos and sin"),
     ],  # fmt: skip
 )
 def test_bad_maps_are_refused_naming_the_key(adapter, env_id, message):
@@ -291,8 +309,13 @@ def test_a_foreign_scenario_takes_the_envs_step_and_bounds(tmp_path):
     ("kwargs", "message"),
     [
         ({"dt": "dt = 0.1"}, "env.dt = 0.1 s is not the step of Pendulum-v1"),
-        ({"more": "[data]\ninitial_state = 'halton'\nlow = [0.0, 0.0]\nhigh = [1.0, 1.0]\n"
-                  "[model]\n"}, "data.initial_state = 'halton' places start states"),
+        (
+            {
+                "more": "[data]\ninitial_state = 'halton'\nlow = [0.0, 0.0]\nhigh = [1.0, 1.0]\n"
+                "[model]\n"
+            },
+            "data.initial_state = 'halton' places start states",
+        ),
         ({"extra": "observation_ = 1\n"}, "env.adapter has unknown keys ['observation_']"),
         ({"extra": "terminal = 'never'\n"}, "env.adapter.terminal must be one of"),
     ],  # fmt: skip

@@ -126,16 +126,19 @@ class EnvSpec:
         self.obs_names = plant.obs_names
         self.nobs = system.nq + system.nv
         self.nu = system.nu
-        self.action_limit = tuple(max(-lo, hi) for lo, hi in zip(self.action_low, self.action_high, strict=True))
+        self.action_limit = tuple(
+            max(-lo, hi) for lo, hi in zip(self.action_low, self.action_high, strict=True)
+        )
         self.obs_limit = (math.inf,) * self.nobs
-
 
     @property
     def input_bounds(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """``(low, high)``: the bounds the env clips each model input to."""
         if self.foreign:
             return self.action_low, self.action_high
-        return tuple(-float(a) for a in self.action_limit), tuple(float(a) for a in self.action_limit)
+        return tuple(-float(a) for a in self.action_limit), tuple(
+            float(a) for a in self.action_limit
+        )
 
 
 def _import_env_module(env_id: str) -> None:
@@ -145,7 +148,9 @@ def _import_env_module(env_id: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise ConfigError(f"env.id {env_id!r}: module {module!r} cannot be imported ({exc})") from None
+        raise ConfigError(
+            f"env.id {env_id!r}: module {module!r} cannot be imported ({exc})"
+        ) from None
 
 
 def _missing_hint(exc: BaseException) -> str:
