@@ -353,7 +353,7 @@ def _rollout_lines(rollout: dict[str, Any] | None) -> list[str]:
         which = "the model's" if rollout["energy_source"] == "model" else "the nominal"
         lines.append(
             f"  energy drift ({which} energy, max |E - E0| over its range on the validation "
-            f"data): median {rollout['energy_drift_median']:.3e}, max "
+            f"states): median {rollout['energy_drift_median']:.3e}, max "
             f"{rollout['energy_drift_max']:.3e}"
         )
     for key, what in (

@@ -57,12 +57,14 @@ class Oscillator(NaturalSystem):
 
 def starts(system, low, high, n=6, dt=0.05, seed=0) -> Dataset:
     """A dataset whose trajectories begin at states spread over ``[low, high]`` (only the
-    starts and the energy range of its observations matter here)."""
+    starts and the energy range of its true states matter here)."""
     rng = np.random.default_rng(seed)
     x = onto_constraints(system, rng.uniform(low, high, size=(n, len(low))))
-    obs = np.stack([x, x], axis=1)
+    states = np.stack([x, x], axis=1)
+    # measured with noise: the rollouts start from the true states, on the constraints
+    obs = states + 1e-3 * rng.standard_normal(states.shape)
     t = np.tile([0.0, dt], (n, 1))
-    return Dataset(t, obs, obs, np.zeros((n, 1, system.nu)), dt)
+    return Dataset(t, obs, states, np.zeros((n, 1, system.nu)), dt)
 
 
 def drift(system, integrator, data, steps=500):
@@ -105,8 +107,8 @@ def test_a_model_without_energy_is_measured_by_the_nominal_energy():
     out = long_rollout_metrics(bare, system, data)
     assert out["energy_source"] == "nominal"
     assert out["energy_drift_max"] < 1e-12
-    # the scale: the range of 1/2 v^2 + 2 q^2 over the data's observations
-    obs = data.obs.reshape(-1, 2)
+    # the scale: the range of 1/2 v^2 + 2 q^2 over the data's true states
+    obs = data.states.reshape(-1, 2)
     energy = 0.5 * obs[:, 1] ** 2 + 2.0 * obs[:, 0] ** 2
     assert out["energy_scale_J"] == pytest.approx(energy.max() - energy.min(), rel=1e-12)
 
@@ -136,7 +138,7 @@ def test_a_rollout_that_blows_up_counts_as_failed_and_stays_out_of_the_figures()
         state_names=("x", "v"), input_names=("f",),
     )  # fmt: skip
     out = long_rollout_metrics(model, system, data, steps=10)
-    blown = data.obs[:, 0, 0] > 0
+    blown = data.states[:, 0, 0] > 0
     assert 0 < blown.sum() < len(blown)
     assert out["rollout_failed"] == int(blown.sum())
     assert out["rollout_failed_share"] == pytest.approx(blown.mean())

@@ -131,8 +131,9 @@ def long_rollout_metrics(
     """What the model does over long unforced rollouts of its own ``step`` (not the plant's):
     energy drift, constraint residuals measured by the nominal ``system``, failures.
 
-    From the first observation of each of the first ``starts`` trajectories of ``data``,
-    ``step`` is rolled ``steps`` times with ``u = 0`` and the states are read back as
+    From the first true state (``data.states``, without the observation noise, so on the
+    system's constraints) of each of the first ``starts`` trajectories of ``data``, ``step``
+    is rolled ``steps`` times with ``u = 0`` and the states are read back as
     observations ``(q, v)`` through ``to_obs``. A rollout *fails* when a state along it is
     not finite (a failed step is NaN); the figures below are over the rollouts that did not
     fail, the failures counted apart (``rollout_failed``, ``rollout_failed_share``).
@@ -140,7 +141,7 @@ def long_rollout_metrics(
     - ``energy_drift``: per rollout ``max_k |E_k - E_0| / energy_scale_J``. The energy is the
       model's own ``energy`` field where it has one (``energy_source = "model"``), else the
       nominal system's energy of the model's observation (``"nominal"``); the scale is the
-      range (max - min) of the same energy over every observation of ``data`` (a model's
+      range (max - min) of the same energy over every true state of ``data`` (a model's
       learned Lagrangian is compared with its own scale). A conservative model keeps it at
       its integrator's error (round-off for a quadratic energy and the midpoint rule); a model
       that learned the plant's friction loses energy as the plant would, which shows as drift.
@@ -165,7 +166,7 @@ def long_rollout_metrics(
             f"system {system.name} has {system.nq + system.nv} observations and {system.nu} "
             f"inputs, the model {model.nobs} and {model.nu}; give the model's nominal system"
         )
-    obs0 = data.obs[: min(starts, data.n_trajectories), 0]
+    obs0 = data.states[: min(starts, data.n_trajectories), 0]
     n = len(obs0)
     x0 = _map(model.from_obs, n, obs0)
     states = _rollouts(model, x0, steps)  # (n, steps + 1, nx)
@@ -198,14 +199,14 @@ def long_rollout_metrics(
             return _map(nominal, len(o), o)[:, 0]
 
         out["energy_source"] = "nominal"
-    seen = energies(data.obs.reshape(-1, data.nobs))
+    seen = energies(data.states.reshape(-1, data.nobs))
     seen = seen[np.isfinite(seen)]
     scale = float(seen.max() - seen.min()) if seen.size else float("nan")
     if not scale > 0:
         scale = 1.0  # data at one energy: the drift is in joules
         out["energy_scale_note"] = "the data's energy does not vary: drift in J"
     out["energy_scale_J"] = scale
-    out["energy_scale"] = "range (max - min) of the energy over the validation observations"
+    out["energy_scale"] = "range (max - min) of the energy over the data's true states"
     drift: list[float | None] = [None] * n
     if kept.size:
         E = energies(obs[kept].reshape(-1, model.nobs)).reshape(kept.size, steps + 1)
