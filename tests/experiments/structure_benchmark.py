@@ -108,8 +108,7 @@ def wilson(successes: int, n: int) -> tuple[float, float, float]:
     if n <= 0:
         return (math.nan, math.nan, math.nan)
     low, high = wilson_interval(successes, n)
-    # round-off of the interval's centre at a rate of 0 or 1
-    return (successes / n, 0.0 if low < 1e-12 else low, 1.0 if high > 1 - 1e-12 else high)
+    return (successes / n, low, high)
 
 
 def bootstrap(values: Iterable[float]) -> tuple[float, float, float]:
