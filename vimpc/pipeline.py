@@ -347,7 +347,9 @@ def obtain_model(
     except VimpcError as exc:
         raise ConfigError(f"fitting model.family = {model_cfg.family!r}: {exc}") from exc
     model = family.discrete_model()
-    report = fit_report(model, train, calibration, validation, family.fit_time_)
+    report = fit_report(
+        model, train, calibration, validation, family.fit_time_, system=env.nominal_system
+    )
     report["calibration"] = "closed_loop" if closed_loop else "heldout"
     info = {**model.info, "fit": report, "cache_key": key, "data_box": data_box(train, calibration)}
     model = replace(model, info=info)
@@ -479,10 +481,15 @@ def fit_report(
     calibration: Dataset,
     validation: Dataset,
     fit_time: float,
+    *,
+    system: Any = None,
 ) -> dict[str, Any]:
     """The fit summary: sizes, fit time, one-step and multi-step RMS prediction errors per
     observation entry on the validation data, and the bound's coverage there (per step, and
-    for a horizon-level bound per window of its horizon)."""
+    for a horizon-level bound per window of its horizon). With the nominal ``system``
+    (a :class:`~vimpc.mechanics.MechanicalSystem`), ``long_rollout``: the energy drift,
+    constraint residuals and failures of the model's long unforced rollouts from the
+    validation data's starts (:func:`vimpc.models.evaluation.long_rollout_metrics`)."""
     from vimpc.models import evaluation
 
     steps = min(PREDICTION_STEPS, validation.n_steps)
@@ -516,6 +523,8 @@ def fit_report(
 
             report["bound_horizon"] = horizon
             report["validation_horizon_coverage"] = horizon_coverage(model, validation, horizon)
+    if system is not None:
+        report["long_rollout"] = evaluation.long_rollout_metrics(model, system, validation)
     return report
 
 

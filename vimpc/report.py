@@ -335,8 +335,37 @@ def fit_table(report: dict[str, Any], names: list[str], units: Sequence[str] | N
             f"  per {report['bound_horizon']}-step window (all errors inside): "
             f"{report['validation_horizon_coverage']:.3f} ({promise})"
         )
+    lines += _rollout_lines(report.get("long_rollout"))
     lines += [f"  note: {note}" for note in report.get("notes", [])]
     return "\n".join(lines)
+
+
+def _rollout_lines(rollout: dict[str, Any] | None) -> list[str]:
+    """The fit report's long unforced rollouts, one line each figure."""
+    if not rollout:
+        return []
+    head = (
+        f"  {rollout['rollouts']} unforced rollouts of {rollout['rollout_steps']} steps: "
+        f"{rollout['rollout_failed']} failed"
+    )
+    lines = [head]
+    if rollout.get("energy_drift_max") is not None:
+        which = "the model's" if rollout["energy_source"] == "model" else "the nominal"
+        lines.append(
+            f"  energy drift ({which} energy, max |E - E0| over its range on the validation "
+            f"states): median {rollout['energy_drift_median']:.3e}, max "
+            f"{rollout['energy_drift_max']:.3e}"
+        )
+    for key, what in (
+        ("holonomic_residual", "holonomic"),
+        ("nonholonomic_residual", "nonholonomic"),
+    ):
+        if rollout.get(f"{key}_max") is not None:
+            lines.append(
+                f"  {what} constraint residual of the nominal system along them: max "
+                f"{rollout[f'{key}_max']:.3e}"
+            )
+    return lines
 
 
 def _num(value: float | None, width: int) -> str:

@@ -303,6 +303,21 @@ def test_a_saved_dataset_feeds_the_fit(tmp_path, capsys):
     assert load(out).info["fit"]["train_transitions"] == 2 * 3
 
 
+def test_the_fit_summary_records_the_models_long_unforced_rollouts(fitted):
+    from vimpc import report as report_module
+
+    # the nominal cart-pole's midpoint VI (cartpole_safe's model, frictionless) from the
+    # validation starts: its own energy, kept within the midpoint rule's error
+    report = load(fitted).info["fit"]["long_rollout"]
+    assert report["rollout_steps"] == 500 and report["rollouts"] == 10
+    assert report["energy_source"] == "model" and report["rollout_failed"] == 0
+    assert len(report["energy_drift"]) == 10
+    assert 0 <= report["energy_drift_median"] <= report["energy_drift_max"] < 0.05
+    assert "holonomic_residual" not in report  # the cart-pole has no constraint
+    text = report_module.fit_table(load(fitted).info["fit"], ["s", "theta", "s_dot", "theta_dot"])
+    assert "10 unforced rollouts of 500 steps: 0 failed" in text
+
+
 def test_the_fit_report_counts_failed_predictions_and_stays_json(monkeypatch):
     # a learned model's step can fail far from its data (NaN): the report's RMSE is over the
     # predictions that exist, the failures are counted, and the report stays JSON

@@ -383,7 +383,8 @@ def test_a_shipped_sweep_is_found_by_name_from_any_folder(tmp_path, monkeypatch,
     from vimpc.scenario.catalog import shipped_sweeps
 
     monkeypatch.chdir(tmp_path)
-    assert sorted(shipped_sweeps()) == ["cartpole_tightening"]
+    benchmarks = [f"benchmark_{s}" for s in ("cartpole", "fourbar", "pendulum", "rollingdisk")]
+    assert sorted(shipped_sweeps()) == [*benchmarks, "cartpole_tightening"]
     by_name = read_sweep("cartpole_tightening")
     assert (
         by_name.path.read_bytes()
@@ -392,7 +393,8 @@ def test_a_shipped_sweep_is_found_by_name_from_any_folder(tmp_path, monkeypatch,
     assert read_sweep("cartpole_tightening.toml").configurations == by_name.configurations
     with pytest.raises(ConfigError, match="did you mean 'cartpole_tightening'"):
         read_sweep("cartpole_tightenin")
-    with pytest.raises(ConfigError, match="shipped sweeps, run by name: cartpole_tightening"):
+    shipped = ", ".join([*benchmarks, "cartpole_tightening"])
+    with pytest.raises(ConfigError, match=f"shipped sweeps, run by name: {shipped}$"):
         read_sweep("no/such/sweep.toml")
     assert cli.main(["list"]) == 0
     assert "vimpc sweep cartpole_tightening" in capsys.readouterr().out

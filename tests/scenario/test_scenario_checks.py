@@ -537,6 +537,27 @@ def test_an_override_that_turns_a_setting_off_drops_the_files_value_only():
         )
 
 
+def test_an_override_of_the_family_drops_the_files_settings_of_its_family_but_the_bounds():
+    # cartpole_gpvi_safe: gp_vi with samples, support_points, coordinates and a conformal
+    # bound at the horizon level; lsi has no samples, and its coordinates mean its own
+    base = ROOT / "scenarios" / "cartpole_gpvi_safe.toml"
+    with pytest.raises(ConfigError, match="unknown key 'model.samples'"):
+        # a setting lsi lacks, given by an override itself, is still refused
+        scenario.load_scenario(base, ['model.family="lsi"', "model.samples=512"])
+    # (the file's conformal_scale = "spread" is gp_vi's posterior spread: lsi has none)
+    cfg = scenario.load_scenario(
+        base, ['model.family="lsi"', "model.centres=50", 'model.conformal_scale="constant"']
+    )
+    model = cfg["model"]
+    assert model["family"] == "lsi" and model["centres"] == 50  # the override's own setting
+    assert model["coordinates"] == "minimal"  # lsi's default, not the file's "sincos"
+    bound = (model["bound"], model["delta"], model["bound_level"], model["bound_horizon"])
+    assert bound == ("conformal", 0.05, "horizon", 20)  # the same calibration
+    # the same family again drops nothing
+    same = scenario.load_scenario(base, ['model.family="gp_vi"'])["model"]
+    assert (same["samples"], same["support_points"]) == (512, 100)
+
+
 def test_every_shipped_scenario_and_sweep_loads():
     from vimpc.runs.sweep import read_sweep
     from vimpc.scenario.catalog import shipped_scenarios, shipped_sweeps

@@ -364,7 +364,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # at a rate of 0 (of 1) the lower (upper) end is exactly 0 (1); computed, round-off put
+    # it a few 1e-17 inside, above the rate itself
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return (low, high)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float]:

@@ -1,6 +1,9 @@
-"""A model against data: one-step transitions, prediction errors, bound coverage."""
+"""A model against data: one-step transitions, prediction errors, bound coverage, long
+unforced rollouts."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -8,6 +11,7 @@ from vimpc.data.dataset import Dataset
 from vimpc.data.rollout import rollout_model
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
+from vimpc.mechanics.system import MechanicalSystem
 
 
 def _map(fn, n: int, *columns: np.ndarray) -> np.ndarray:
@@ -109,3 +113,149 @@ def check_data(dt: float, nobs: int, nu: int, data: Dataset, what: str = "the da
             f"{what} have {data.nobs} observations and {data.nu} inputs per sample, the model "
             f"{nobs} and {nu}; they come from another system"
         )
+
+
+#: steps of the unforced model rollouts of :func:`long_rollout_metrics` (25 s at 0.05 s)
+ROLLOUT_STEPS = 500
+#: the most rollouts :func:`long_rollout_metrics` makes (the first trajectories' starts)
+ROLLOUT_STARTS = 20
+
+
+def long_rollout_metrics(
+    model: DiscreteModel,
+    system: MechanicalSystem,
+    data: Dataset,
+    steps: int = ROLLOUT_STEPS,
+    starts: int = ROLLOUT_STARTS,
+) -> dict[str, Any]:
+    """What the model does over long unforced rollouts of its own ``step`` (not the plant's):
+    energy drift, constraint residuals measured by the nominal ``system``, failures.
+
+    From the first true state (``data.states``, without the observation noise, so on the
+    system's constraints) of each of the first ``starts`` trajectories of ``data``, ``step``
+    is rolled ``steps`` times with ``u = 0`` and the states are read back as
+    observations ``(q, v)`` through ``to_obs``. A rollout *fails* when a state along it is
+    not finite (a failed step is NaN); the figures below are over the rollouts that did not
+    fail, the failures counted apart (``rollout_failed``, ``rollout_failed_share``).
+
+    - ``energy_drift``: per rollout ``max_k |E_k - E_0| / energy_scale_J``. The energy is the
+      model's own ``energy`` field where it has one (``energy_source = "model"``), else the
+      nominal system's energy of the model's observation (``"nominal"``); the scale is the
+      range (max - min) of the same energy over every true state of ``data`` (a model's
+      learned Lagrangian is compared with its own scale). A conservative model keeps it at
+      its integrator's error (round-off for a quadratic energy and the midpoint rule); a model
+      that learned the plant's friction loses energy as the plant would, which shows as drift.
+    - ``holonomic_residual`` (systems with holonomic constraints, in the coordinates' units):
+      per rollout ``max_k |g(q_k)|`` of the nominal system's ``g``; ``nonholonomic_residual``
+      (systems with nonholonomic constraints, in the velocities' units): ``max_k |A(q_k) v_k|``.
+      Both use the system's functions on the observation, so a model without constraints is
+      measured as one that keeps them.
+
+    Per-rollout lists keep ``None`` for a failed rollout; ``*_median`` and ``*_max`` summarise
+    the others (``None`` when every rollout failed).
+    """
+    import casadi as ca
+
+    check_compatible(model, data)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError(f"steps must be a positive int (rollout length), got {steps!r}")
+    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
+        raise InputError(f"starts must be a positive int (number of rollouts), got {starts!r}")
+    if data.nobs != system.nq + system.nv or model.nu != system.nu:
+        raise InputError(
+            f"system {system.name} has {system.nq + system.nv} observations and {system.nu} "
+            f"inputs, the model {model.nobs} and {model.nu}; give the model's nominal system"
+        )
+    obs0 = data.states[: min(starts, data.n_trajectories), 0]
+    n = len(obs0)
+    x0 = _map(model.from_obs, n, obs0)
+    states = _rollouts(model, x0, steps)  # (n, steps + 1, nx)
+    failed = ~np.all(np.isfinite(states.reshape(n, -1)), axis=1)
+    kept = np.flatnonzero(~failed)
+    out: dict[str, Any] = {
+        "rollout_steps": int(steps),
+        "rollout_seconds": float(steps * model.dt),
+        "rollouts": int(n),
+        "rollout_failed": int(failed.sum()),
+        "rollout_failed_share": float(failed.mean()),
+    }
+    obs = np.full((n, steps + 1, model.nobs), np.nan)
+    if kept.size:
+        flat = states[kept].reshape(-1, model.nx)
+        obs[kept] = _map(model.to_obs, len(flat), flat).reshape(kept.size, steps + 1, -1)
+    nq = system.nq
+    q, v = ca.SX.sym("q", nq), ca.SX.sym("v", system.nv)
+    if model.energy is not None:
+
+        def energies(o: np.ndarray) -> np.ndarray:
+            X = _map(model.from_obs, len(o), o)
+            return _map(model.energy, len(o), X, np.tile(model.p_default, (len(o), 1)))[:, 0]
+
+        out["energy_source"] = "model"
+    else:
+        nominal = ca.Function("E", [ca.vertcat(q, v)], [system.energy(q, v)])
+
+        def energies(o: np.ndarray) -> np.ndarray:
+            return _map(nominal, len(o), o)[:, 0]
+
+        out["energy_source"] = "nominal"
+    seen = energies(data.states.reshape(-1, data.nobs))
+    seen = seen[np.isfinite(seen)]
+    scale = float(seen.max() - seen.min()) if seen.size else float("nan")
+    if not scale > 0:
+        scale = 1.0  # data at one energy: the drift is in joules
+        out["energy_scale_note"] = "the data's energy does not vary: drift in J"
+    out["energy_scale_J"] = scale
+    out["energy_scale"] = "range (max - min) of the energy over the data's true states"
+    drift: list[float | None] = [None] * n
+    if kept.size:
+        E = energies(obs[kept].reshape(-1, model.nobs)).reshape(kept.size, steps + 1)
+        for i, e in zip(kept, E, strict=True):
+            drift[i] = float(np.max(np.abs(e - e[0])) / scale)
+    out.update(_per_rollout("energy_drift", drift))
+    for name, count, expr in (
+        ("holonomic_residual", system.n_holonomic, lambda: system.holonomic(q)),
+        ("nonholonomic_residual", system.n_nonholonomic, lambda: system.nonholonomic(q) @ v),
+    ):
+        if not count:
+            continue
+        fn = ca.Function(name, [ca.vertcat(q, v)], [expr()])
+        worst: list[float | None] = [None] * n
+        if kept.size:
+            r = _map(fn, kept.size * (steps + 1), obs[kept].reshape(-1, model.nobs))
+            r = np.abs(r).reshape(kept.size, -1)
+            for i, row in zip(kept, r, strict=True):
+                worst[i] = float(row.max())
+        out.update(_per_rollout(name, worst))
+    return out
+
+
+def _rollouts(model: DiscreteModel, x0: np.ndarray, steps: int) -> np.ndarray:
+    """Unforced rollouts of ``model`` from ``x0``; a start whose rollout raises (instead of
+    returning NaN) is rolled alone, NaN from where its step raised."""
+    zeros = np.zeros((len(x0), steps, model.nu))
+    try:
+        return rollout_model(model, x0, zeros)
+    except RuntimeError:
+        pass
+    out = np.full((len(x0), steps + 1, model.nx), np.nan)
+    for i, x in enumerate(x0):
+        out[i, 0] = x
+        for k in range(steps):
+            try:
+                x = np.asarray(model.step(x, np.zeros(model.nu), model.p_default)).ravel()
+            except RuntimeError:
+                break
+            out[i, k + 1] = x
+            if not np.all(np.isfinite(x)):
+                break
+    return out
+
+
+def _per_rollout(name: str, values: list[float | None]) -> dict[str, Any]:
+    finite = [v for v in values if v is not None]
+    return {
+        name: values,
+        f"{name}_median": float(np.median(finite)) if finite else None,
+        f"{name}_max": float(np.max(finite)) if finite else None,
+    }

@@ -707,7 +707,8 @@ def summary_figure(rows: list[dict[str, Any]], path: Path, manifest: dict[str, A
         low = np.array([float(r[ci][0]) for r in rows])
         high = np.array([float(r[ci][1]) for r in rows])
         has = np.isfinite(low) & np.isfinite(value)
-        err = np.vstack([value - low, high - value])
+        # an interval's end past its figure by round-off is no negative bar
+        err = np.maximum(np.vstack([value - low, high - value]), 0.0)
         ax.errorbar(value[has], y[has], xerr=err[:, has], fmt="o", color="C0", capsize=3)
         ax.plot(value[~has], y[~has], "o", color="C0", mfc="none")
         if not np.any(np.isfinite(value)):

@@ -62,7 +62,9 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     an override of ``controller.solver`` drops the file's options that only other solvers
     read (``warm_barrier`` for another solver than fatrop or ipopt, ``qpsol`` for fatrop,
     ...), and ``controller.tightening = "none"`` the tube's; such a setting given by an
-    override itself is still refused.
+    override itself is still refused. An override of ``model.family`` to another family
+    drops the file's settings of its family but the bound's (the new family's defaults
+    apply; the overrides give its own).
     """
     return Scenario.from_dict(resolved_dict(path, overrides))
 
@@ -77,6 +79,8 @@ def resolved_dict(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
     path = Path(path)
     raw = read_toml(path)
     _anchor_file_keys(raw, path.parent)
+    file_model = raw.get("model", {})
+    file_family = file_model.get("family") if isinstance(file_model, dict) else None
     overridden = set()
     for item in overrides:
         keys, value = parse_override(item)
@@ -89,6 +93,7 @@ def resolved_dict(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]
                 raise ConfigError(f"--set {item!r}: {k!r} is not a table")
         table[keys[-1]] = value
         overridden.add(tuple(keys))
+    _drop_other_family_settings(raw, file_family, overridden)
     cfg = _resolve_tables(raw)
     _drop_overridden_off(cfg, overridden)
     if cfg["scenario"]["name"] is None:
@@ -128,6 +133,27 @@ def _anchor_file_keys(raw: dict[str, Any], folder: Path) -> None:
             table = table.get(k) if isinstance(table, dict) else None
         if isinstance(table, dict) and last in table:
             table[last] = _anchored(table[last], folder)
+
+
+def _drop_other_family_settings(
+    raw: dict[str, Any], file_family: Any, overridden: set[tuple[str, ...]]
+) -> None:
+    """After an override of ``model.family`` to another family than the file's, the file's
+    settings of its own family are dropped (the new family starts from its defaults): the
+    same name may mean another thing in another family (``hidden`` of ``hamel`` and of
+    ``dlnn``), and most do not exist there. The model keys (``path``, ``params``), the bound's
+    settings (the same calibration for every family) and the overrides' own settings stay."""
+    from vimpc.models.base import BOUND_SETTINGS
+
+    model = raw.get("model")
+    if ("model", "family") not in overridden or not isinstance(model, dict):
+        return
+    if model.get("family") == file_family:
+        return
+    keep = {*MODEL_KEYS, *BOUND_SETTINGS}
+    for key in list(model):
+        if key not in keep and ("model", key) not in overridden:
+            del model[key]
 
 
 def _drop_overridden_off(cfg: dict[str, Any], overridden: set[tuple[str, ...]]) -> None:
