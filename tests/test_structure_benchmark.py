@@ -162,3 +162,19 @@ def test_a_configuration_not_begun_is_left_out(sb, folders):
     manifest["configurations"].append({"id": "c01", "overrides": {"model.family": "nominal"}})
     (folders[1] / "sweep.json").write_text(json.dumps(manifest))
     assert [c["family"] for c in sb.read_sweeps([folders[1]])] == ["hamel"]
+
+
+def test_a_mujoco_plant_is_its_own_world_with_its_mjcf_as_the_plant(sb):
+    plant_of, system_of, where = sb.plant_of, sb.system_of, sb.where
+
+    own = {"id": "vimpc/CartPole-v0", "kwargs": {"param_seed": 1}}
+    foreign = {
+        "id": "InvertedPendulum-v5",
+        "kwargs": {"xml_file": "/x/mujoco/cartpole_variant.xml"},
+        "adapter": {"system": "CartPole"},
+    }
+    assert system_of(own) == ("cartpole", "vimpc") and plant_of(own) == 1
+    assert system_of(foreign) == ("cartpole", "mujoco")
+    assert plant_of(foreign) == "cartpole_variant"
+    rows = [{"system": "cartpole", "world": w} for w in ("vimpc", "mujoco")]
+    assert [where(r) for r in rows] == ["cartpole", "cartpole (MuJoCo)"]

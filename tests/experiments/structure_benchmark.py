@@ -163,12 +163,30 @@ def _configuration_folder(sweep: Path, cid: str) -> tuple[Path | None, bool]:
     return None, False
 
 
-def system_of(env_id: str) -> tuple[str, str]:
-    """``(system, world)`` of an env id: ``"vimpc/CartPole-v0"`` -> ``("cartpole", "vimpc")``;
-    any other env (MuJoCo through the adapter) is of the ``mujoco`` world."""
-    world = "vimpc" if env_id.startswith("vimpc/") else "mujoco"
-    name = env_id.split("/")[-1].split(":")[-1]
-    return name.rsplit("-v", 1)[0].lower(), world
+def system_of(env: dict[str, Any]) -> tuple[str, str]:
+    """``(system, world)`` of a resolved ``[env]`` table: ``"vimpc/CartPole-v0"`` ->
+    ``("cartpole", "vimpc")``; a foreign env behind ``[env.adapter]`` (MuJoCo) is of the
+    ``mujoco`` world, its system the adapter's catalog system."""
+    adapter = env.get("adapter")
+    if adapter:
+        return str(adapter["system"]).lower(), "mujoco"
+    name = env["id"].split("/")[-1].split(":")[-1]
+    return name.rsplit("-v", 1)[0].lower(), "vimpc"
+
+
+def where(row: dict[str, Any]) -> str:
+    """The system a row belongs to in the verdict and the figures, its world told apart:
+    ``"cartpole"`` (vimpc's own env), ``"cartpole (MuJoCo)"``."""
+    return row["system"] if row["world"] == "vimpc" else f"{row['system']} (MuJoCo)"
+
+
+def plant_of(env: dict[str, Any]) -> int | str:
+    """The true plant of a resolved ``[env]`` table: vimpc's own env's ``param_seed``, or a
+    MuJoCo env's MJCF file by name (``"cartpole_variant"``)."""
+    kwargs = env.get("kwargs", {})
+    if kwargs.get("xml_file"):
+        return Path(kwargs["xml_file"]).stem
+    return int(kwargs.get("param_seed", 0))
 
 
 def read_configuration(sweep: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -190,7 +208,7 @@ def read_configuration(sweep: Path, entry: dict[str, Any]) -> dict[str, Any] | N
         record = folder / f"episode_{k:03d}.json"
         if record.is_file() and (folder / f"episode_{k:03d}.npz").is_file():
             episodes.append(json.loads(record.read_text())["metrics"])
-    system, world = system_of(cfg["env"]["id"])
+    system, world = system_of(cfg["env"])
     return {
         "sweep": sweep.name.removesuffix(".partial"),
         "id": entry["id"],
@@ -198,7 +216,7 @@ def read_configuration(sweep: Path, entry: dict[str, Any]) -> dict[str, Any] | N
         "world": world,
         "family": cfg["model"]["family"],
         "budget": int(cfg["data"]["trajectories"]),
-        "plant": int(cfg["env"].get("kwargs", {}).get("param_seed", 0)),
+        "plant": plant_of(cfg["env"]),
         "requested": requested,
         "complete": complete,
         "episodes": episodes,
@@ -296,7 +314,7 @@ def table_rows(configurations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
     def order(c: dict[str, Any]):
         family = c["family"]
         rank = FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER)
-        return (c["world"], c["system"], c["budget"], c["plant"], rank, family)
+        return (c["world"], c["system"], c["budget"], str(c["plant"]), rank, family)
 
     return [row_of(c) for c in sorted(configurations, key=order)]
 
@@ -335,7 +353,7 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
     box of the cell."""
     cells: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for r in rows:
-        cells.setdefault((r["system"], r["budget"], r["plant"]), []).append(r)
+        cells.setdefault((where(r), r["budget"], r["plant"]), []).append(r)
     out: dict[tuple[str, str, str], dict[str, int]] = {}
     for (system, _, _), members in cells.items():
         for metric in VERDICT_METRICS:
@@ -358,7 +376,7 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
 def verdict_text(rows: Sequence[dict[str, Any]]) -> str:
     """The summary paragraph, generated from the table's rows."""
     found = verdicts(rows)
-    systems = list(dict.fromkeys(r["system"] for r in rows))
+    systems = list(dict.fromkeys(where(r) for r in rows))
     lines = [
         "## Verdict",
         "",
@@ -369,7 +387,7 @@ def verdict_text(rows: Sequence[dict[str, Any]]) -> str:
         "",
     ]
     for system in systems:
-        mine = [r for r in rows if r["system"] == system]
+        mine = [r for r in rows if where(r) == system]
         if not any(r["family"] in BLACK_BOX for r in mine):
             present = ", ".join(dict.fromkeys(r["family"] for r in mine))
             lines.append(
@@ -430,11 +448,11 @@ def figure(rows: Sequence[dict[str, Any]], system: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mine = [r for r in rows if r["system"] == system]
+    mine = [r for r in rows if where(r) == system]
     budgets = sorted({r["budget"] for r in mine})
     families = [f for f in FAMILY_ORDER if any(r["family"] == f for r in mine)]
     families += sorted({r["family"] for r in mine} - set(families))
-    plants = sorted({r["plant"] for r in mine})
+    plants = sorted({r["plant"] for r in mine}, key=str)
     width = 0.8 / max(len(families), 1)
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), squeeze=False)
     colours = plt.get_cmap("tab10")
@@ -485,14 +503,15 @@ def summarise(folders: Sequence[Path], out: Path, cmd: str) -> list[dict[str, An
     rows = table_rows(configurations)
     out.mkdir(parents=True, exist_ok=True)
     figures = []
-    for system in dict.fromkeys(r["system"] for r in rows):
-        path = out / f"{NAME}_{system}.png"
+    for system in dict.fromkeys(where(r) for r in rows):
+        path = out / f"{NAME}_{system.replace(' (MuJoCo)', '_mujoco')}.png"
         figure(rows, system, path)
         figures.append(path.name)
     sources = ", ".join(f"`{f.name}`" for f in folders)
     intro = (
         f"From the sweep folders {sources}. A row per system, family, data budget "
-        "(training trajectories) and plant (param_seed): each figure with its 95 % interval "
+        "(training trajectories) and plant (param_seed of vimpc's own env, the MJCF file of a "
+        "MuJoCo one): each figure with its 95 % interval "
         "(rates: Wilson over episodes; tracking, closed-loop coverage and solve times over "
         "the period: bootstrap over episodes; prediction errors, energy drift, constraint "
         "residual, failed rollouts and validation coverage: Student t over the fits). "

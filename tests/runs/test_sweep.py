@@ -383,7 +383,10 @@ def test_a_shipped_sweep_is_found_by_name_from_any_folder(tmp_path, monkeypatch,
     from vimpc.scenario.catalog import shipped_sweeps
 
     monkeypatch.chdir(tmp_path)
-    benchmarks = [f"benchmark_{s}" for s in ("cartpole", "fourbar", "pendulum", "rollingdisk")]
+    systems = ("cartpole", "fourbar", "pendulum", "rollingdisk")
+    benchmarks = sorted(
+        [f"benchmark_{s}" for s in systems] + [f"benchmark_mujoco_{s}" for s in systems]
+    )
     assert sorted(shipped_sweeps()) == [*benchmarks, "cartpole_tightening"]
     by_name = read_sweep("cartpole_tightening")
     assert (
