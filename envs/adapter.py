@@ -9,15 +9,15 @@ vimpc's own (observation ``(q, v)`` of a catalog system, ``info["state"]``,
 
     [env]
     id = "InvertedPendulum-v5"
-    kwargs = { xml_file = "mujoco/cartpole.xml", reset_noise_scale = 0.5 }
+    kwargs = { xml_file = "mujoco/cartpole.xml", frame_skip = 5 }
 
     [env.adapter]
     system = "CartPole"                       # the catalog system the nominal model is
-    params = { mc = 1.0, m = 0.3, l = 0.6 }   # written from (its nominal parameters)
-    friction = [0.1, 0.01]                    # nominal viscous friction (optional)
-    observation = [0, { index = 1 }, 2, 3]    # one map per entry of (q, v)
-    action = { scale = [0.01] }               # env action = scale * u + offset
-    limits = { obs_min = [-0.8, "-inf", ...] } # the TRUE safety limits the metrics check
+    params = { mc = 1.0, m = 1.0, l = 0.5 }   # written from (its nominal parameters)
+    friction = [0.0, 0.0]                     # nominal viscous friction (optional)
+    observation = [0, 1, 2, 3]                # one map per entry of (q, v)
+    action = { scale = [0.1] }                # env action = scale * u + offset
+    limits = { obs_min = [-0.7, -inf, -inf, -inf], obs_max = [0.7, inf, inf, inf] }
     terminal = "continue"                     # what the env's "terminated" does
 
 An observation map entry is an index (``2``); a table ``{ index = i, scale = s, offset =
@@ -709,17 +709,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
-
-
-def make_plant(
-    env_id: str, kwargs: Mapping[str, Any], adapter: Any, dt: float | None
-) -> ForeignPlant:
-    """``gymnasium.make(env_id, **kwargs)`` (unwrapped: episodes set their length) seen
-    through the ``[env.adapter]`` table ``adapter``."""
-    spec = AdapterSpec.parse(adapter)
-    if ":" in env_id:  # "module:Id-v0", as gymnasium.make reads it
-        importlib.import_module(env_id.split(":", 1)[0])
-    if env_id.split(":")[-1] not in gymnasium.registry:
-        raise InputError(f"env.id {env_id!r} is not a registered gymnasium environment")
-    env = gymnasium.make(env_id, **dict(kwargs)).unwrapped
-    return ForeignPlant(env, spec, dt, env_id)
