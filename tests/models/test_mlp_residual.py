@@ -205,8 +205,10 @@ def test_with_nominal_data_the_correction_is_near_zero():
 def test_bad_settings_are_refused_naming_the_key():
     # through a scenario: a ConfigError naming the key
     path = "scenarios/cartpole_gpvi_safe.toml"
+    # the switch drops the file's GP settings, but a GP setting given with it is refused
+    scenario.load_scenario(path, ['model.family="mlp_residual"', 'model.conformal_scale="state"'])
     with pytest.raises(ConfigError, match="unknown key 'model.samples'"):
-        scenario.load_scenario(path, ['model.family="mlp_residual"'])  # a GP's setting
+        scenario.load_scenario(path, ['model.family="mlp_residual"', "model.samples=100"])
     path = "scenarios/pendulum_swingup.toml"
     base = [  # the black box has no energy to shape and no residual for "implicit"
         'model.family="mlp_residual"',
