@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import warnings
-from pathlib import Path
 
 import numpy as np
 from _quick import RESULTS, ROOT, add_options, command, parse
