@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import casadi as ca
 import numpy as np
@@ -216,6 +217,25 @@ def fit_posteriors(
         else:
             posteriors.append(Posterior.exact(Z, Y[:, j], hp))
     return posteriors, notes
+
+
+def fitted_state(
+    Z: np.ndarray, Y: np.ndarray, *, restarts: int, iterations: int, seed: int, support: int
+) -> tuple[dict[str, Any], list[str]]:
+    """:func:`fit_posteriors` on ``Z, Y`` and what a GP family keeps of the fit: its
+    ``posteriors_``, ``n_samples_``, the inputs' ``domain_`` (per-column min and max) and
+    ``median_std_`` (each posterior's median latent standard deviation on ``Z``), as
+    attributes by name; and the fit notes."""
+    posteriors, notes = fit_posteriors(
+        Z, Y, restarts=restarts, iterations=iterations, seed=seed, support=support
+    )
+    state = {
+        "posteriors_": posteriors,
+        "n_samples_": len(Z),
+        "domain_": (Z.min(axis=0), Z.max(axis=0)),
+        "median_std_": [float(np.median(np.sqrt(post.var(Z)))) for post in posteriors],
+    }
+    return state, notes
 
 
 # With more samples than this, the starts are screened on this many of them and only the

@@ -32,7 +32,7 @@ import numpy as np
 from vimpc.data.dataset import Dataset
 from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
-from vimpc.models._gp import draw_samples, fit_posteriors, uniform_error_bound, varying_columns
+from vimpc.models._gp import draw_samples, fitted_state, uniform_error_bound, varying_columns
 from vimpc.models.base import SpreadFamily
 from vimpc.models.calibration import Bound
 from vimpc.models.families._residual import NOMINAL_SETTINGS, ExplicitNominal
@@ -87,16 +87,13 @@ class GPResidualModel(SpreadFamily):
         Z = self._nominal.inputs(self.coordinates, X, U)
         keep = varying_columns(Z)
         Z = Z[:, keep]
-        posteriors, notes = fit_posteriors(
+        state, notes = fitted_state(
             Z, targets, restarts=self.restarts, iterations=self.iterations, seed=self.seed,
             support=self.support_points,
         )  # fmt: skip
         self.fit_notes_ += notes
         self.inputs_ = keep
-        self.posteriors_ = posteriors
-        self.n_samples_ = len(Z)
-        self.domain_ = (Z.min(axis=0), Z.max(axis=0))
-        self.median_std_ = [float(np.median(np.sqrt(post.var(Z)))) for post in posteriors]
+        vars(self).update(state)
 
     def _gp_input(self, x, u):
         z = self._nominal.inputs(self.coordinates, x, u)

@@ -46,7 +46,7 @@ from vimpc.integrators import VariationalIntegrator, _newton
 from vimpc.integrators._newton import solve as newton_solve
 from vimpc.integrators._newton import state_scale
 from vimpc.models import _features
-from vimpc.models._gp import draw_samples, fit_posteriors, uniform_error_bound, varying_columns
+from vimpc.models._gp import draw_samples, fitted_state, uniform_error_bound, varying_columns
 from vimpc.models.base import SpreadFamily
 from vimpc.models.calibration import Bound
 from vimpc.models.families.nominal import NominalModel
@@ -169,16 +169,13 @@ class GPVIModel(SpreadFamily):
         prior_velocity = self._prior_velocity(X, U)
         self._refuse_failed(prior_velocity, pick, data, "the prior's")
         targets = Xn[:, nq:] - prior_velocity
-        posteriors, notes = fit_posteriors(
+        state, notes = fitted_state(
             Z, targets, restarts=self.restarts, iterations=self.iterations, seed=self.seed,
             support=self.support_points,
         )  # fmt: skip
         self.fit_notes_ += notes
         self.inputs_ = keep
-        self.posteriors_ = posteriors
-        self.n_samples_ = len(Z)
-        self.domain_ = (Z.min(axis=0), Z.max(axis=0))
-        self.median_std_ = [float(np.median(np.sqrt(post.var(Z)))) for post in posteriors]
+        vars(self).update(state)
         # the positions' one-step residuals on the training pairs: their measurement noise,
         # which the velocity GPs do not see, and the prior's position error
         predicted = self._build().step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))
@@ -321,7 +318,10 @@ class GPVIModel(SpreadFamily):
             gram = ca.mtimes(G, G.T) + _REGULARISATION * ca.DM.eye(s.n_holonomic)
             r = ca.vertcat(
                 Q - q - h * V,
-                e - ca.mtimes(G.T, _newton.linear_solve(gram, ca.mtimes(G, e) - s.function("g")(Q) / h)),
+                e
+                - ca.mtimes(
+                    G.T, _newton.linear_solve(gram, ca.mtimes(G, e) - s.function("g")(Q) / h)
+                ),
             )
             guess = ca.vertcat(q + h * dv, dv)
         else:
