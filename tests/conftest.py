@@ -3,11 +3,19 @@ folder, never in the user's; controllers left at ``jit = "auto"`` run interprete
 (``VIMPC_JIT=none``: compiling every test's own NLP would take longer than the suite), and the
 tests of compiling ask for it by name. A suite started with SIGINT ignored (as a shell
 without job control starts a command in the background) gives Python's handler back to the
-processes the Ctrl-C tests start, which press Ctrl-C as a user in a terminal would."""
+processes the Ctrl-C tests start, which press Ctrl-C as a user in a terminal would.
+
+The suite's BLAS and torch run one thread each (``OMP_NUM_THREADS=1`` unless set, before
+numpy or torch is imported): its problems are small, and on a 2-core machine their threads
+spin against each other and against the suite's worker processes (the LSI and CLNN
+baseline tests: 65 s with the default threads, 25 s with one, on a busy machine)."""
 
 from __future__ import annotations
 
+import os
 import signal
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 
