@@ -225,3 +225,62 @@ def test_a_function_casadi_cannot_generate_is_refused_by_name(tmp_path):
     with pytest.raises(ExportError, match=r"function 'step' calls 'network' \(CallbackInternal\)"):
         export_c(model, folder)
     assert not folder.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_vimpc_export_writes_a_scenarios_model_as_c_and_a_file(tmp_path, capsys):
+    """``vimpc export SCENARIO --c DIR`` (nothing to fit in pendulum_swingup), with ``-o``
+    too; and what the command refuses before any work."""
+    folder, path = tmp_path / "c", tmp_path / "pendulum.vimpc"
+    argv = ["export", "pendulum_swingup", "--quiet", "--c", str(folder), "-o", str(path)]
+    assert cli.main(argv) == 0
+    assert path.is_file() and (folder / "model.h").is_file()
+    assert "wrote" in capsys.readouterr().out
+    assert cli.main(["export", "pendulum_swingup", "--quiet"]) == 2
+    assert "needs -o FILE.vimpc" in capsys.readouterr().err
+    assert cli.main(["export", str(path)]) == 2
+    assert "needs --c DIR" in capsys.readouterr().err
+    assert cli.main(["export", str(path), "--c", str(tmp_path / "d"), "-o", "x.vimpc"]) == 2
+    assert "apply to a scenario" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def _dlnn() -> DiscreteModel:
+    """A 16 x 16 discrete Lagrangian network on the frictionless pendulum (200 epochs on
+    6 excited trajectories, as the family contract's small case): its products call
+    CasADi's BLAS plugins, which the export's blas.c stands in for."""
+    import torch
+
+    torch.set_num_threads(1)
+    env = gymnasium.make("vimpc/Pendulum-v0", dt=0.05, friction=[0.0]).unwrapped
+    rng = np.random.default_rng(0)
+    inputs = np.stack(
+        [
+            make_excitation("random_steps", 20, 1, 0.05, rng, low=[-2.0], high=[2.0])
+            for _ in range(6)
+        ]
+    )
+    from vimpc.data.sampling import halton
+
+    starts = halton((-2.0, -3.0), (2.0, 3.0), 6, seed=0)
+    data = rollout_env(env, 6, 20, inputs, 0, initial_states=starts)
+    settings = {"hidden": [16, 16], "epochs": 200, "lr": 1e-2, "order": 0}
+    return family("dlnn")(env.nominal_system, 0.05, **settings).fit(data).discrete_model()
+
+
+@pytest.mark.slow  # the network's C takes ~7 s to compile
+def test_a_network_lagrangian_links_without_a_blas_and_agrees(tmp_path):
+    model = _dlnn()
+    done = export_c(model, tmp_path / "c")
+    assert "blas.c" in done.files
+    built = subprocess.run(["make", "-C", str(done.folder)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    step = ca.external("step", str(done.folder / "libmodel.so"))
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(N_POINTS):
+        x = np.asarray(ca.DM(model.from_obs(rng.uniform([-1.5, -2.5], [1.5, 2.5])))).reshape(-1)
+        u = rng.uniform(-2.0, 2.0, size=1)
+        a = np.asarray(ca.DM(step(x, u, model.p_default))).reshape(-1)
+        b = np.asarray(ca.DM(model.step(x, u, model.p_default))).reshape(-1)
+        worst = max(worst, float(np.max(np.abs(a - b))))
+    assert worst <= TOL, worst
