@@ -44,6 +44,9 @@ def test_numbers_in_give_ndarrays_of_the_right_shape(model):
     assert model.to_obs(x).shape == (model.nobs,)
     several = model.step(_states(3).T, np.ones((1, 3)), np.full((1, 3), 0.7))
     assert type(several) is np.ndarray and several.shape == (4, 3)
+    column = model.step(x[:, None], [1.0], [0.7])  # a matrix in keeps CasADi's shape
+    assert type(column) is np.ndarray and column.shape == (4, 1)
+    np.testing.assert_array_equal(column[:, 0], out)
     # a DM among the arguments keeps CasADi's DM, with CasADi's column shape
     dm = model.step(ca.DM(x), [1.0], [0.7])
     assert isinstance(dm, ca.DM) and dm.shape == (4, 1)

@@ -10,7 +10,7 @@ in :mod:`vimpc.model_file`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
@@ -64,9 +64,11 @@ class CheckedFunction(ca.Function):
     a hot loop can call ``casadi.Function(f)``, the same function without the check.
 
     NumPy at the edges: numbers given as NumPy arrays, lists or floats (no ``casadi.DM``
-    among them) come back as NumPy arrays: a column as a 1-D array (``(nx,)`` for a step),
-    one number as a 0-d array (``float()`` reads it), a matrix, or the columns of several
-    evaluations, as a 2-D array; several outputs as a tuple of them. A call with a
+    among them) come back as NumPy arrays. Given vectors (1-D arrays, flat lists, floats),
+    a column comes back as a 1-D array (``(nx,)`` for a step) and one number as a 0-d
+    array (``float()`` reads it); given a matrix among the arguments (a column ``(n, 1)``,
+    or the columns of several evaluations), every result keeps CasADi's 2-D shape; a
+    matrix result is 2-D either way; several outputs come as a tuple of them. A call with a
     ``casadi.DM`` among its arguments gets ``DM`` back, symbols get symbols (``MX``/``SX``),
     as CasADi gives them. With ``default`` (the model's ``p_default``) the last argument
     ``p`` may be left out, positionally or by name.
@@ -105,13 +107,15 @@ class CheckedFunction(ca.Function):
         return _numpy(out, self._several(args, kwargs))
 
     def _several(self, args: tuple, kwargs: dict) -> bool:
-        """True when a numeric argument has more than one column (several evaluations)."""
+        """True when a numeric argument is a matrix (a column, or the columns of several
+        evaluations): the results keep CasADi's matrix shape."""
         for value in (*args, *kwargs.values()):
-            try:
-                a = np.asarray(value, dtype=np.float64)
-            except (TypeError, ValueError):
-                continue
-            if a.ndim == 2 and a.shape[1] > 1:
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], Iterable):
+                try:
+                    value = np.asarray(value, dtype=np.float64)
+                except (TypeError, ValueError):
+                    continue
+            if isinstance(value, np.ndarray) and value.ndim == 2:
                 return True
         return False
 
@@ -188,10 +192,19 @@ class CheckedFunction(ca.Function):
         return ", ".join(names)
 
 
+def _checked_with(fn: ca.Function, default: np.ndarray | None) -> bool:
+    """True for a :class:`CheckedFunction` that fills ``p`` with ``default`` (or none)."""
+    if not isinstance(fn, CheckedFunction):
+        return False
+    if fn.default is None or default is None:
+        return fn.default is None and default is None
+    return fn.default.shape == default.shape and bool(np.all(fn.default == default))
+
+
 def _numpy(out: Any, several: bool) -> Any:
     """CasADi's numeric result as NumPy (see :class:`CheckedFunction`)."""
     if isinstance(out, ca.DM):
-        a = np.asarray(out, dtype=np.float64)
+        a = out.full()
         if several or a.shape[1] != 1:
             return a
         return a.reshape(()) if a.shape[0] == 1 else a.reshape(-1)
@@ -499,8 +512,10 @@ class DiscreteModel:
         object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
         for name in FUNCTION_FIELDS:
             fn = getattr(self, name)
-            if fn is not None:  # a checked function of another record: this one's p_default
-                default = self.p_default if ARGUMENTS[name][-1] == "p" else None
+            if fn is None:
+                continue
+            default = self.p_default if ARGUMENTS[name][-1] == "p" else None
+            if not _checked_with(fn, default):  # kept as it is when checked with this default
                 fn = CheckedFunction(
                     ca.Function(fn), f"DiscreteModel.{name}", ARGUMENTS[name], default
                 )

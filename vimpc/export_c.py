@@ -106,7 +106,8 @@ class CExport:
 
 def c_functions(model: DiscreteModel) -> list[ca.Function]:
     """The functions :func:`export_c` writes as C, named as in the module docstring, each with
-    plain dense arguments (a Jacobian takes the function's arguments, no output placeholder)."""
+    dense arguments and results (every entry stored, matrices column-major; a Jacobian takes
+    the function's arguments, no output placeholder)."""
     if not isinstance(model, DiscreteModel):
         raise TypeError(f"model must be a DiscreteModel, got {type(model).__name__}")
     out = []
@@ -117,8 +118,9 @@ def c_functions(model: DiscreteModel) -> list[ca.Function]:
         fn = ca.Function(fn)  # without the numeric argument check
         args = [ca.MX.sym(a, fn.size1_in(i), fn.size2_in(i)) for i, a in enumerate(arguments)]
         (value,) = fn.call(args)
-        out.append(ca.Function(name, args, [value], list(arguments), [result]))
-        jac = [ca.jacobian(value, args[arguments.index(a)]) for a in wrt]
+        # dense outputs: C reads every entry of a result, structural zeros included
+        out.append(ca.Function(name, args, [ca.densify(value)], list(arguments), [result]))
+        jac = [ca.densify(ca.jacobian(value, args[arguments.index(a)])) for a in wrt]
         out.append(
             ca.Function(
                 f"jac_{name}", args, jac, list(arguments), [f"jac_{result}_{a}" for a in wrt]
@@ -184,6 +186,9 @@ def export_c(model: DiscreteModel, folder: str | os.PathLike[str]) -> CExport:
     parent = target.absolute().parent
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(work, 0o777 & ~umask)  # a folder as mkdir makes it, not mkdtemp's 0700
         written = _write(model, functions, work)
         _check_target(target)  # the folder may have appeared meanwhile
         if target.exists():

@@ -14,13 +14,16 @@ the same way on ``--interpreted`` calls. The models: for ``nominal`` the midpoin
 vimpc system (nothing to fit); for a learned family its small case of
 ``tests/models/test_family_contract.py`` (a pendulum, tiny data and settings: a fit of
 seconds; the shipped scenarios' fits have larger models, so larger and slower libraries).
-Writes ``results/benchmarks/export_c.md`` and ``.csv``. ``--quick --out DIR``: the nominal
+``--scenarios NAME ...`` adds shipped scenarios' models as ``vimpc fit`` makes them (a cached
+fit is reused; states from the scenario env's resets). Writes
+``results/benchmarks/export_c.md`` and ``.csv``. ``--quick --out DIR``: the nominal
 pendulum only, 100 calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import subprocess
 import sys
@@ -105,7 +108,32 @@ def _models(families: list[str]):
         yield f"{name} ({case.env_id})", model, case.system, low, high, float(case.input_high[0])
 
 
+def _scenario_models(names: list[str]):
+    """(label, model, None, None, None, input bound) per shipped scenario: its model as
+    ``vimpc fit`` makes it (a cached fit is reused), states from the scenario's env."""
+    from vimpc import pipeline, scenario
+    from vimpc.runs.session import obtain_model
+    from vimpc.scenario.catalog import find_scenario
+
+    for name in names:
+        cfg = scenario.load_scenario(find_scenario(name), [])
+        env = pipeline.build_env(cfg)
+        t0 = time.perf_counter()
+        model = obtain_model(
+            cfg, env, refit=False, progress=False, workers=1, log=lambda *a: None
+        ).model
+        print(f"{name}: model in {time.perf_counter() - t0:.1f} s", flush=True)
+        yield f"{name} ({model.info.get('model', '?')})", model, env, None, None, None
+
+
 def _points(model, system, low, high, umax, n, rng) -> np.ndarray:
+    if umax is None:  # a scenario's env: states it resets to, inputs in its action box
+        env = system
+        obs = np.array([env.reset(seed=int(k))[0] for k in rng.integers(0, 2**31, n)])
+        xs = np.array([np.asarray(ca.DM(model.from_obs(o))).reshape(-1) for o in obs])
+        lo, hi = env.action_space.low, env.action_space.high
+        us = rng.uniform(lo, hi, size=(n, model.nu))
+        return np.hstack([xs, us, np.tile(model.p_default, (n, 1))])
     if low is None:  # the four-bar: states on the loop closure
         xs = np.array([np.concatenate(system.assemble(rng.uniform(-3, 3), rng.uniform(-3, 3)))
                        for _ in range(n)])  # fmt: skip
@@ -169,6 +197,12 @@ def bench(label, model, system, low, high, umax, calls, interpreted, work: Path)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    parser.add_argument(
+        "--scenarios",
+        nargs="*",
+        default=[],
+        help="shipped scenarios whose models (as vimpc fit makes them) are benchmarked too",
+    )
     parser.add_argument("--calls", type=int, default=CALLS, help="timed C calls per model")
     parser.add_argument("--interpreted", type=int, default=INTERPRETED,
                         help="timed CasADi calls per model")  # fmt: skip
@@ -178,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-export-c-") as work:
-        for label, model, system, low, high, umax in _models(args.families):
+        models = itertools.chain(_models(args.families), _scenario_models(args.scenarios))
+        for label, model, system, low, high, umax in models:
             if args.quick and label != "nominal pendulum":
                 continue
             rows.append(
