@@ -57,22 +57,31 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "the fits (fit k collects with data.seed and data.heldout_seed + k * 10^7). Set "
             "data.fits = 1, with those seeds for fit k"
         )
-    out = Path(args.output)
-    if out.suffix != FILE_SUFFIX:
+    c_folder = getattr(args, "c", None)
+    out = None if args.output is None else Path(args.output)
+    if out is None:
+        pass
+    elif out.suffix != FILE_SUFFIX:
         raise ConfigError(f"--output must end in {FILE_SUFFIX}, got {str(out)!r}")
-    if out.is_dir():
+    elif out.is_dir():
         raise ConfigError(f"--output {str(out)!r} is a folder; give a file name ending in .vimpc")
-    if out.exists() and not args.overwrite:
+    elif out.exists() and not args.overwrite:
         raise ConfigError(f"{str(out)!r} exists; choose another path or pass --overwrite")
-    if not out.parent.is_dir():
+    elif not out.parent.is_dir():
         raise ConfigError(f"--output {str(out)!r}: the folder {str(out.parent)!r} does not exist")
-    if not os.access(out.parent, os.W_OK | os.X_OK):
+    elif not os.access(out.parent, os.W_OK | os.X_OK):
         raise ConfigError(f"--output {str(out)!r}: the folder {str(out.parent)!r} is not writable")
     env = pipeline.build_env(cfg)
     source = obtain_model(
         cfg, env, refit=args.refit, progress=not args.quiet, workers=args.workers, log=print
     )
     model = source.model
+    if c_folder is not None:
+        from vimpc.export_c import check_generable
+
+        check_generable(model)  # before anything is written
+        if out is None:
+            return _write_c(model, Path(c_folder))
     try:
         path = save(model, out, overwrite=args.overwrite)
     except FileExistsError:
@@ -90,6 +99,68 @@ def cmd_fit(args: argparse.Namespace) -> int:
     print(
         "use it with model.path in a scenario, vimpc.load_model(path), or read the JSON and "
         "casadi.Function.deserialize"
+    )
+    if c_folder is not None:
+        return _write_c(model, Path(c_folder))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """``vimpc export``: a scenario's model to ``--output`` (.vimpc) and/or ``--c DIR``; a
+    ``.vimpc`` file's model to ``--c DIR``. Everything is checked before any work."""
+    from vimpc.model_file import FILE_SUFFIX, load
+
+    from_file = args.scenario is not None and Path(args.scenario).suffix == FILE_SUFFIX
+    if from_file:
+        refused = [f for f, v in (("--output", args.output), ("--set", args.set)) if v]
+        refused += ["--refit"] if args.refit else []
+        if refused:
+            raise ConfigError(
+                f"{' and '.join(refused)} apply to a scenario, not to the model file "
+                f"{args.scenario!r}; export a model file with --c DIR only"
+            )
+        if args.c is None:
+            raise ConfigError(
+                f"vimpc export {args.scenario} needs --c DIR (the folder of the C sources to "
+                "write); the model is already a .vimpc file"
+            )
+    elif args.output is None and args.c is None:
+        raise ConfigError(
+            "vimpc export needs -o FILE.vimpc (the model file), --c DIR (C sources), or both"
+        )
+    if args.c is not None:
+        _check_c_folder(Path(args.c))
+    if not from_file:
+        return cmd_fit(args)
+    from vimpc.export_c import check_generable
+
+    model = load(args.scenario)
+    check_generable(model)
+    return _write_c(model, Path(args.c))
+
+
+def _check_c_folder(folder: Path) -> None:
+    if folder.is_dir() and any(folder.iterdir()):
+        raise ConfigError(
+            f"--c {str(folder)!r} is a folder that is not empty, and nothing in it is "
+            "overwritten; give a new or empty folder, or remove this one first"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--c {str(folder)!r} is a file; give a new or empty folder")
+    if not folder.absolute().parent.is_dir():
+        raise ConfigError(
+            f"--c {str(folder)!r}: the folder {str(folder.absolute().parent)!r} does not exist"
+        )
+
+
+def _write_c(model, folder: Path) -> int:
+    from vimpc.export_c import export_c
+
+    done = export_c(model, folder)
+    print(
+        f"wrote {done.folder}: {', '.join(done.files)} ({', '.join(done.functions)}); "
+        f"build with make -C {done.folder}, run {done.folder}/example with "
+        f"{model.nx} state entries"
     )
     return 0
 
@@ -293,11 +364,28 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=_cmd_sweep)
     for name, text in (
         ("fit", "collect data, fit the scenario's model and write it to a .vimpc file"),
-        ("export", "the same as fit (for models with nothing to fit: build and write)"),
+        (
+            "export",
+            "write a scenario's model (fitted, or built) to a .vimpc file and/or C99 sources; "
+            "or a .vimpc file's model to C99 sources (--c DIR)",
+        ),
     ):
-        fit = sub.add_parser(name, help=text)
+        fit = sub.add_parser(name, help=text, description=text)
         scenario_args(fit)
-        fit.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
+        if name == "export":
+            fit.add_argument(
+                "-o", "--output", default=None, help="the .vimpc file to write (scenarios only)"
+            )
+            fit.add_argument(
+                "--c",
+                metavar="DIR",
+                default=None,
+                help="write the model's step, residual and bound with their Jacobians as "
+                "self-contained C99 sources (one header, a Makefile, a main.c example) into "
+                "DIR, a new or empty folder",
+            )
+        else:
+            fit.add_argument("-o", "--output", required=True, help="the .vimpc file to write")
         fit.add_argument("--overwrite", action="store_true", help="replace an existing file")
         fit.add_argument(
             "--workers",
@@ -306,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="closed-loop calibration episodes (data.calibration = \"closed_loop\") in "
             "parallel processes (the same model); at most one per episode and per usable core",
         )
-        fit.set_defaults(func=cmd_fit)
+        fit.set_defaults(func=cmd_export if name == "export" else cmd_fit)
     lst = sub.add_parser("list", help="list scenario files and environments")
     lst.add_argument(
         "--dir", default=None, help="folder of scenario files (default: the shipped scenarios)"

@@ -10,7 +10,7 @@ in :mod:`vimpc.model_file`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
@@ -62,23 +62,64 @@ class CheckedFunction(ca.Function):
     :class:`~vimpc.errors.InputError` naming the function, the argument, the size expected
     and the value received. The check costs about 2 us against CasADi's 25 us per call;
     a hot loop can call ``casadi.Function(f)``, the same function without the check.
+
+    NumPy at the edges: numbers given as NumPy arrays, lists or floats (no ``casadi.DM``
+    among them) come back as NumPy arrays. Given vectors (1-D arrays, flat lists, floats),
+    a column comes back as a 1-D array (``(nx,)`` for a step) and one number as a 0-d
+    array (``float()`` reads it); given a matrix among the arguments (a column ``(n, 1)``,
+    or the columns of several evaluations), every result keeps CasADi's 2-D shape; a
+    matrix result is 2-D either way; several outputs come as a tuple of them. A call with a
+    ``casadi.DM`` among its arguments gets ``DM`` back, symbols get symbols (``MX``/``SX``),
+    as CasADi gives them. With ``default`` (the model's ``p_default``) the last argument
+    ``p`` may be left out, positionally or by name.
     """
 
-    def __init__(self, fn: ca.Function, label: str, arguments: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        fn: ca.Function,
+        label: str,
+        arguments: tuple[str, ...],
+        default: np.ndarray | None = None,
+    ) -> None:
         super().__init__(fn)
         self.label = label
         self.arguments = tuple(arguments)
+        self.default = None if default is None else np.asarray(default, dtype=np.float64)
 
     def __reduce__(self):
-        return (CheckedFunction, (ca.Function(self), self.label, self.arguments))
+        return (CheckedFunction, (ca.Function(self), self.label, self.arguments, self.default))
 
     def __copy__(self) -> CheckedFunction:
-        return CheckedFunction(ca.Function(self), self.label, self.arguments)
+        return CheckedFunction(ca.Function(self), self.label, self.arguments, self.default)
 
     def __deepcopy__(self, memo: Any = None) -> CheckedFunction:
         return self.__copy__()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.default is not None:  # p left out: the model's p_default
+            if not kwargs and len(args) == self.n_in() - 1:
+                args = (*args, self.default)
+            elif kwargs and not args and self.name_in(self.n_in() - 1) not in kwargs:
+                kwargs = {**kwargs, self.name_in(self.n_in() - 1): self.default}
+        out = self._call(args, kwargs)
+        if any(isinstance(v, (ca.DM, *_SYMBOLIC)) for v in (*args, *kwargs.values())):
+            return out
+        return _numpy(out, self._several(args, kwargs))
+
+    def _several(self, args: tuple, kwargs: dict) -> bool:
+        """True when a numeric argument is a matrix (a column, or the columns of several
+        evaluations): the results keep CasADi's matrix shape."""
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, (list, tuple)) and value and isinstance(value[0], Iterable):
+                try:
+                    value = np.asarray(value, dtype=np.float64)
+                except (TypeError, ValueError):
+                    continue
+            if isinstance(value, np.ndarray) and value.ndim == 2:
+                return True
+        return False
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         if args and kwargs:
             raise InputError(
                 f"{self.label} takes its arguments by position ({self._signature()}) or by "
@@ -149,6 +190,29 @@ class CheckedFunction(ca.Function):
     def _signature(self) -> str:
         names = self.arguments if len(self.arguments) == self.n_in() else self.name_in()
         return ", ".join(names)
+
+
+def _checked_with(fn: ca.Function, default: np.ndarray | None) -> bool:
+    """True for a :class:`CheckedFunction` that fills ``p`` with ``default`` (or none)."""
+    if not isinstance(fn, CheckedFunction):
+        return False
+    if fn.default is None or default is None:
+        return fn.default is None and default is None
+    return fn.default.shape == default.shape and bool(np.all(fn.default == default))
+
+
+def _numpy(out: Any, several: bool) -> Any:
+    """CasADi's numeric result as NumPy (see :class:`CheckedFunction`)."""
+    if isinstance(out, ca.DM):
+        a = out.full()
+        if several or a.shape[1] != 1:
+            return a
+        return a.reshape(()) if a.shape[0] == 1 else a.reshape(-1)
+    if isinstance(out, dict):
+        return {k: _numpy(v, several) for k, v in out.items()}
+    if isinstance(out, (list, tuple)):
+        return tuple(_numpy(v, several) for v in out)
+    return out
 
 
 def _count(n: int) -> str:
@@ -228,9 +292,7 @@ class BoundInfo:
                 raise InputError(
                     f"BoundInfo.horizon must be None for level = 'step', got {horizon!r}"
                 )
-        elif (
-            isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1
-        ):
+        elif isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
             raise InputError(
                 "BoundInfo.horizon must be a positive int for level = 'horizon' (the number of "
                 f"consecutive steps the bound covers at once), got {horizon!r}"
@@ -450,14 +512,58 @@ class DiscreteModel:
         object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
         for name in FUNCTION_FIELDS:
             fn = getattr(self, name)
-            if fn is not None and not isinstance(fn, CheckedFunction):
-                fn = CheckedFunction(fn, f"DiscreteModel.{name}", ARGUMENTS[name])
+            if fn is None:
+                continue
+            default = self.p_default if ARGUMENTS[name][-1] == "p" else None
+            if not _checked_with(fn, default):  # kept as it is when checked with this default
+                fn = CheckedFunction(
+                    ca.Function(fn), f"DiscreteModel.{name}", ARGUMENTS[name], default
+                )
                 object.__setattr__(self, name, fn)
 
     @property
     def implicit(self) -> bool:
         """True when the model carries the integrator's residual."""
         return self.residual is not None
+
+    def step_many(self, X: Any, U: Any, P: Any = None) -> np.ndarray:
+        """``step`` on many samples at once, rows = samples: ``X`` of shape ``(N, nx)``,
+        ``U`` of shape ``(N, nu)`` (``(N,)`` when ``nu == 1``), ``P`` of shape ``(N, np)``,
+        or one row ``(np,)`` for all, default ``p_default``; returns the ``(N, nx)`` next
+        states. One call of CasADi's ``map`` of the step over the ``N`` columns (serial), so
+        the same numbers as ``N`` calls of ``step``. Raises
+        :class:`~vimpc.errors.InputError` naming an argument of another shape or not
+        finite."""
+        X = _array("DiscreteModel.step_many: X", X, None, "")
+        if X.ndim != 2 or X.shape[1] != self.nx:
+            raise InputError(
+                f"DiscreteModel.step_many: X must have shape (N, {self.nx}) (one row of nx = "
+                f"{self.nx} states per sample), got shape {X.shape}"
+            )
+        n = X.shape[0]
+        U = _array("DiscreteModel.step_many: U", U, None, "")
+        if U.ndim == 1 and self.nu == 1:
+            U = U.reshape(-1, 1)
+        if U.shape != (n, self.nu):
+            raise InputError(
+                f"DiscreteModel.step_many: U must have shape ({n}, {self.nu}) (one row of nu = "
+                f"{self.nu} inputs per row of X), got shape {U.shape}"
+            )
+        if P is None:
+            P = np.tile(self.p_default, (n, 1))
+        else:
+            P = _array("DiscreteModel.step_many: P", P, None, "")
+            if P.ndim == 1 and P.shape == (self.np,):
+                P = np.tile(P, (n, 1))
+            if P.shape != (n, self.np):
+                raise InputError(
+                    f"DiscreteModel.step_many: P must have shape ({n}, {self.np}) or "
+                    f"({self.np},) (parameters per row, or one row for all), got shape {P.shape}"
+                )
+        if n == 0:
+            return np.zeros((0, self.nx))
+        mapped = ca.Function(self.step).map(n)
+        return np.asarray(mapped(X.T, U.T, P.T), dtype=np.float64).reshape(self.nx, n).T
 
     def simulate(self, x0: Any, inputs: Any, p: Any = None) -> np.ndarray:
         """Roll ``step`` forward from ``x0`` under ``inputs`` (shape ``(N, nu)``; ``(N,)``

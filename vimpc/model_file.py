@@ -36,14 +36,15 @@ Newton rootfinder inside a variational step, into one whose derivatives fail wit
 "Duplicate") is stored expanded and inlined into an MX graph around the same inner calls:
 the same operations, so the same numbers, and derivatives work.
 
-C code: CasADi's own code generation works on the functions: ``model.step.generate("step.c")``
-or ``casadi.CodeGenerator("model.c")`` with ``add(model.step)``, ``add(model.step.jacobian())``,
-``add(model.residual)``. This works for steps built on the ``fast_newton`` rootfinder (every
-vimpc variational model: the Newton loop and its dense LU are emitted as plain C, and
-derivatives through it by the implicit function theorem) and for explicit steps. A loaded
-model generates code the same way. Compile with e.g. ``gcc -fPIC -shared -O2 step.c -o
-step.so -lm`` and call through ``casadi.external("step", "./step.so")`` or from C via the
-generated ``step(arg, res, iw, w, mem)`` and ``step_work`` entry points.
+C code: :func:`vimpc.export_c.export_c` (``vimpc export MODEL.vimpc --c DIR``) writes a
+model's ``step``, ``residual`` and ``bound`` with their Jacobians as self-contained C99
+sources with one header, a Makefile and an example ``main.c``. It is CasADi's own code
+generation (``casadi.CodeGenerator`` with ``with_header``), which works for steps built on the
+``fast_newton`` rootfinder (every vimpc variational model: the Newton loop and its dense LU
+are emitted as plain C, and derivatives through it by the implicit function theorem) and for
+explicit steps; a loaded model generates code the same way. The library loads in CasADi with
+``casadi.external("step", "./libmodel.so")``, and C calls the generated ``step(arg, res, iw,
+w, mem)`` and ``step_work`` entry points.
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def test_the_controller_differentiates_the_residual_by_the_models_jacobian():
     rng = np.random.default_rng(8)
     X, Z, U = _stage_points(rng, 2, 1)
     args = (X[:, 0], U[:, 0], Z[:, 0], [])
-    assert np.array_equal(np.asarray(fn(*args)), np.asarray(m.residual(*args)))
+    assert np.array_equal(np.asarray(fn(*args)).reshape(-1), m.residual(*args))
     x = ca.MX.sym("w", 2 * m.nx + m.nu)
     parts = (x[: m.nx], x[m.nx : m.nx + m.nu], x[m.nx + m.nu :], ca.MX(0, 1))
     mine = ca.Function("j", [x], [ca.jacobian(fn(*parts), x)])

@@ -370,7 +370,7 @@ def test_load_gives_one_line_for_what_is_no_model_file(tmp_path, make, message):
             lambda m: m.step([0.0, 0.0], [0.0, 1.0], []),
             "DiscreteModel.step: argument u (input 1) must be 1 number",
         ),
-        (lambda m: m.step([0.0, 0.0], [0.0]), "DiscreteModel.step takes 3 arguments (x, u, p)"),
+        (lambda m: m.step([0.0, 0.0]), "DiscreteModel.step takes 3 arguments (x, u, p)"),
         (lambda m: m.step(x=[0.0, 0.0], v=[0.0]), "DiscreteModel.step got an unknown argument"),
         (
             lambda m: m.residual([0.0, 0.0], [0.0], [0.0], []),
