@@ -1,4 +1,4 @@
-"""examples/casadi_only_mpc.py: an MPC on a .vimpc file with json and casadi alone, run in a
+"""docs/examples/casadi_only_mpc.py: an MPC on a .vimpc file with json and casadi alone, run in a
 process where vimpc cannot be imported."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from vimpc.mechanics import CartPole
 from vimpc.model_file import save
 from vimpc.models import NominalModel
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "casadi_only_mpc.py"
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "casadi_only_mpc.py"
 LIMIT, TARGET, HORIZON = 0.5, 0.48, 15
 #: one step's bound: a constant per entry, growing with the input
 E0 = np.array([0.002, 0.004, 0.02, 0.04])

@@ -4,7 +4,7 @@ functions with ``casadi.Function.deserialize``, the problem solved by ``casadi.O
 Nothing of vimpc is imported: this is what any CasADi program can do with a model file
 (``vimpc export SCENARIO -o model.vimpc``, or ``vimpc.save_model``). Run::
 
-    python examples/casadi_only_mpc.py model.vimpc --state s --limit 1.0 --target 0.9
+    python docs/examples/casadi_only_mpc.py model.vimpc --state s --limit 1.0 --target 0.9
 
 The problem (single shooting on the model's ``step``, so every predicted state is the
 model's step of the one before, evaluated by the same function):
