@@ -4,8 +4,10 @@ MLP residual) swing the pole up under do-mpc's MPC, the true plant in do-mpc's S
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
+from pathlib import Path
 
 import casadi as ca
 import numpy as np
@@ -18,8 +20,8 @@ with warnings.catch_warnings():
     )
 
 import gymnasium as gym  # noqa: E402
-
 import vimpc_envs  # noqa: E402, F401
+
 from vimpc.adapters import DompcModel, dompc_model  # noqa: E402
 from vimpc.errors import InputError  # noqa: E402
 from vimpc.mechanics import CartPole  # noqa: E402
@@ -49,22 +51,21 @@ FITS = {
 ENV_KWARGS = dict(perturbation=0.1, param_seed=0, s_max=RAIL, friction=[0.3, 0.1])
 
 
+@functools.cache
+def _fit(name: str):
+    """The scenario's model family fitted on the small data of ``FITS[name]``."""
+    cfg = load_scenario(Path(__file__).resolve().parents[2] / SCENARIO, FITS[name])
+    return build_model(cfg, build_env(cfg))
+
+
 @pytest.fixture(scope="module", params=sorted(FITS))
 def learned(request):
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / SCENARIO
-    cfg = load_scenario(path, FITS[request.param])
-    return build_model(cfg, build_env(cfg))
+    return _fit(request.param)
 
 
 @pytest.fixture(scope="module")
 def gp_vi():
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / SCENARIO
-    cfg = load_scenario(path, FITS["gp_vi"])
-    return build_model(cfg, build_env(cfg))
+    return _fit("gp_vi")
 
 
 def _simulator(adapter: DompcModel, dt: float):
@@ -100,8 +101,13 @@ def _mpc(adapter: DompcModel, dt: float, horizon: int = 17, soft: bool = True):
     mpc.settings.t_step = dt
     mpc.settings.store_full_solution = True
     mpc.settings.nlpsol_opts.update(
-        {"ipopt.print_level": 0, "ipopt.sb": "yes", "print_time": 0, "ipopt.max_iter": 100,
-         "ipopt.tol": 1e-4}  # fmt: skip
+        {
+            "ipopt.print_level": 0,
+            "ipopt.sb": "yes",
+            "print_time": 0,
+            "ipopt.max_iter": 100,
+            "ipopt.tol": 1e-4,
+        }
     )
     x, force = adapter.model.x, adapter.model.u["force"]
 
@@ -120,7 +126,7 @@ def _mpc(adapter: DompcModel, dt: float, horizon: int = 17, soft: bool = True):
     return mpc
 
 
-def _plan(mpc, adapter: DompcModel):
+def _plan(mpc):
     """The last solve's predicted states (do-mpc's, margins included) and inputs."""
     n = mpc.settings.n_horizon
     X = np.array([np.asarray(mpc.opt_x_num["_x", k, 0, -1]).reshape(-1) for k in range(n + 1)])
@@ -144,7 +150,7 @@ def _swing_up(model, steps: int, seed: int = 1):
     x = obs
     for _ in range(steps):
         u = mpc.make_step(adapter.x0(x))
-        plans.append(_plan(mpc, adapter))
+        plans.append(_plan(mpc))
         x = np.asarray(sim.make_step(u)).reshape(-1)
         env_obs, *_ = env.step(np.asarray(u).reshape(-1))
         env_gap = max(env_gap, float(np.max(np.abs(env_obs - x))))
@@ -189,24 +195,54 @@ def test_the_nlp_predicts_with_the_models_step(gp_vi):
     mpc.x0 = adapter.x0(x0)
     mpc.set_initial_guess()
     mpc.make_step(adapter.x0(x0))
-    X, U = _plan(mpc, adapter)
+    X, U = _plan(mpc)
     g = np.asarray(mpc.opt_g_num).reshape(-1)
     nx, n_cons = adapter.nx, 2  # s_upper, s_lower
     for k in range(10):
         block = g[nx + k * (nx + n_cons) :][:nx]
-        expected = np.concatenate([gp_vi.step(X[k, :4], U[k]), [X[k, 4] + gp_vi.bound(X[k, :4], U[k])[0]]])
+        expected = np.concatenate(
+            [gp_vi.step(X[k, :4], U[k]), [X[k, 4] + gp_vi.bound(X[k, :4], U[k])[0]]]
+        )
         np.testing.assert_allclose(block, expected - X[k + 1], rtol=0, atol=1e-12)
 
 
-def test_parameters_fixed_or_dompc_parameters():
-    model = NominalModel(CartPole(), 0.05, integrator="midpoint").discrete_model()
+def _gain_model():
+    """x_next = x + dt (v, gain u): a double integrator whose input gain is a parameter."""
+    from vimpc.dynamics import DiscreteModel
+
+    x, u, p = ca.MX.sym("x", 2), ca.MX.sym("u", 1), ca.MX.sym("p", 1)
+    step = ca.Function("step", [x, u, p], [x + 0.1 * ca.vertcat(x[1], p * u)])
+    obs = ca.MX.sym("obs", 2)
+    same = ca.Function("same", [obs], [obs])
+    return DiscreteModel(
+        dt=0.1, nx=2, nu=1, np=1, nobs=2, step=step, from_obs=same, to_obs=same,
+        state_names=("y", "y_dot"), input_names=("f",), param_names=("gain",),
+        p_default=np.array([2.0]),
+    )  # fmt: skip
+
+
+def test_parameters_are_fixed_at_p_default_or_dompc_parameters():
+    model = _gain_model()
+    x, u = np.array([0.5, -1.0]), np.array([3.0])
     fixed = dompc_model(model)
-    assert fixed.model.n_p == 0 or list(fixed.model.p.keys()) == ["default"]
-    assert fixed.model.n_x == model.nx and fixed.margin_names == ()
-    x, u = np.array([0.1, 2.0, 0.3, -1.0]), np.array([4.0])
+    assert "gain" not in fixed.model.p.keys() and fixed.margin_names == ()
     sim = _simulator(fixed, model.dt)
     sim.x0 = x
-    np.testing.assert_allclose(np.asarray(sim.make_step(u.reshape(1, 1))).reshape(-1), model.step(x, u), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(
+        np.asarray(sim.make_step(u.reshape(1, 1))).ravel(), model.step(x, u)
+    )
+    free = dompc_model(model, parameters="dompc")
+    assert [n for n in free.model.p.keys() if n != "default"] == ["gain"]
+    sim = do_mpc.simulator.Simulator(free.model)
+    sim.settings.t_step = model.dt
+    template = sim.get_p_template()
+    template["gain"] = 5.0
+    sim.set_p_fun(lambda t: template)
+    sim.setup()
+    sim.x0 = x
+    np.testing.assert_array_equal(
+        np.asarray(sim.make_step(u.reshape(1, 1))).ravel(), model.step(x, u, [5.0])
+    )
 
 
 def test_bad_input_is_refused_by_name(gp_vi):
@@ -216,9 +252,13 @@ def test_bad_input_is_refused_by_name(gp_vi):
         dompc_model(gp_vi, tighten={"s": (-1, 1)}, margin="tube")
     with pytest.raises(InputError, match="parameters must be one of"):
         dompc_model(gp_vi, parameters="free")
-    with pytest.raises(InputError, match="tighten names states of the model, got 'x'; its states are s, theta"):
+    with pytest.raises(
+        InputError, match="tighten names states of the model, got 'x'; its states are s, theta"
+    ):
         dompc_model(gp_vi, tighten={"x": (-1, 1)})
-    with pytest.raises(InputError, match=r"tighten\['s'\] must have lower < upper, got \(1.0, -1.0\)"):
+    with pytest.raises(
+        InputError, match=r"tighten\['s'\] must have lower < upper, got \(1.0, -1.0\)"
+    ):
         dompc_model(gp_vi, tighten={"s": (1, -1)})
     with pytest.raises(InputError, match=r"tighten\['s'\] must be a pair"):
         dompc_model(gp_vi, tighten={"s": 0.7})
@@ -243,7 +283,8 @@ def test_bad_input_is_refused_by_name(gp_vi):
     with pytest.raises(TypeError, match="unexpected keyword argument 'sofd'"):
         adapter.constrain(mpc, sofd=True)
     with pytest.raises(InputError, match="no limits to tighten"):
-        dompc_model(gp_vi).constrain(do_mpc.controller.MPC(dompc_model(gp_vi).model))
+        plain = dompc_model(gp_vi)
+        plain.constrain(do_mpc.controller.MPC(plain.model))
     adapter.constrain(mpc)
     with pytest.raises(InputError, match="already added"):
         adapter.constrain(mpc)
