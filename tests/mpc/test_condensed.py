@@ -367,6 +367,52 @@ def test_without_a_time_budget_an_unfinished_warm_solve_is_handed_over():
         x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
 
 
+@pytest.mark.parametrize("allowed", [1, 3, 6])
+def test_warm_max_iter_bounds_a_warm_calls_iterations_and_never_hands_over(allowed):
+    """With ``warm_max_iter = n`` a warm call's condensed tries and descent together take at
+    most ``n`` iterations (counted, so the same on any computer), the first try at most
+    ``ceil(0.4 n)``; an unfinished call goes to the descent, never to ``condensed_start``;
+    and the calls that converge within it return the unlimited solver's plan."""
+    model = NominalModel(CartPole(), 0.05).discrete_model()
+    cost = Cost(Q=[10, 20, 0.1, 0.1], R=[0.01], reference=[0, np.pi, 0, 0], periodic=(1,))
+    bounds = Constraints(u_min=[-20.0], u_max=[20.0])
+    options = dict(transcription="implicit", tol=1e-8, max_iter=100)
+    free = MPC(model, 20, cost, bounds, solver="condensed", **options)
+    capped = MPC(model, 20, cost, bounds, solver="condensed", warm_max_iter=allowed, **options)
+    cond = capped._solving.condensed
+    counted: list[tuple[str, int | None, int]] = []
+    for name in ("solve", "descend"):
+        method = getattr(cond, name)
+
+        def spy(*args, _method=method, _name=name, **kwargs):
+            found = _method(*args, **kwargs)
+            counted.append((_name, args[-1], cond.stats()["iter_count"]))
+            return found
+
+        setattr(cond, name, spy)
+    x = np.array([0.0, 0.3, 0.0, 0.0])
+    for ctrl in (free, capped):
+        ctrl.start(x)
+    descended = 0
+    for _ in range(12):
+        counted.clear()
+        want, got = free(x), capped(x)
+        assert not got.handed_over
+        assert counted and sum(n for _, _, n in counted) <= allowed
+        assert counted[0][0] == "solve" and counted[0][1] == int(np.ceil(0.4 * allowed))
+        descended += got.descended
+        if got.descended:  # the rest of the iterations, after the tries' (no tube here)
+            assert counted[-1][0] == "descend"
+            assert counted[-1][1] == allowed - sum(n for m, _, n in counted if m == "solve")
+            assert got.status.name in ("SOLVED", "ITERATION_LIMIT")
+        elif got.status.ok:  # converged in a try: the unlimited solver's plan
+            np.testing.assert_allclose(got.u_plan, want.u_plan, atol=1e-6)
+        x = np.asarray(model.step(x, want.u, model.p_default)).ravel()
+    # the swing-up's warm solves take 7-83 iterations unlimited: every call after the first
+    # is stopped, and descends where iterations are left after the first try
+    assert descended == (0 if allowed == 1 else 11)
+
+
 def test_a_descent_iterate_with_slack_gives_the_fallback_input():
     """With a time budget and both tries made to fail, the descent's unconverged iterate is
     the call's plan (ITERATION_LIMIT) where its soft rows hold without slack; the same

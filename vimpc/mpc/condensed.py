@@ -25,7 +25,8 @@ the model's step equations within :data:`RESIDUAL_TOL` and the holonomic constra
 :data:`CONSTRAINT_TOL` at every predicted state; once the step is small
 (:data:`CHECK_STEP`) the test first evaluates the residual alone, without its Jacobian. A
 time budget stops it before an iteration that would end past it (by the longest iteration
-so far).
+so far); an iteration budget (the controller's ``warm_max_iter``), after that many
+iterations, the same on every computer.
 
 Warm starts only: the previous plan shifted by one stage. The controller solves a cold
 start (no plan) with its ``condensed_start`` solver, and a warm solve that does not
@@ -33,7 +34,8 @@ converge within ``max_iter`` iterations (or meets a non-finite value, a singular
 or a QP that fails) too, from the same guess (with a tube, after a second try with the
 last solved call's margins: ``MPC._condensed_step``); where that solver does not finish it
 either, the call gives the fallback input and the next call is a cold start. With a time
-budget such a solve goes instead, in the rest of the budget, to :meth:`CondensedSQP.descend`:
+or an iteration budget such a solve goes instead, in the rest of the budget, to
+:meth:`CondensedSQP.descend`:
 the same QP in single shooting (every iterate's states simulated by the model's step) with
 Levenberg–Marquardt damping and a ratio test on a merit, so that no iterate is worse than
 its start; its last iterate is the call's plan where the tightened rows hold without slack,
@@ -72,6 +74,8 @@ CONSTRAINT_TOL = 1e-11
 CHECK_STEP = 1e-4
 #: the status of a solve stopped by its time budget
 BUDGET_STATUS = "time budget"
+#: the status of a solve stopped by its iteration budget (the controller's warm_max_iter)
+ITERATION_BUDGET_STATUS = "iteration budget"
 #: the status of :meth:`CondensedSQP.descend`'s last accepted iterate, unconverged
 DESCENT_STATUS = "the descent's last accepted iterate"
 #: the descent's merit weighs the rows' violation by this many times the slacks' largest
@@ -355,6 +359,7 @@ class CondensedSQP:
         u_prev: np.ndarray,
         p: np.ndarray,
         budget: float = np.inf,
+        iterations: int | None = None,
     ) -> tuple[np.ndarray, float, np.ndarray] | None:
         """From the guess ``w`` (the NLP's variables: the previous plan shifted, the measured
         initial state in it), the NLP's parameters ``P`` and variable bounds, the references
@@ -362,7 +367,8 @@ class CondensedSQP:
         ``p``: ``(w, cost, the NLP's constraint values g)``, or None when it did not converge
         (:meth:`stats` says why). No iteration begins that would end past ``budget``
         seconds from the call, by the longest one so far (its status then
-        :data:`BUDGET_STATUS`)."""
+        :data:`BUDGET_STATUS`), nor after ``iterations`` steps (at most ``max_iter``; its
+        status then :data:`ITERATION_BUDGET_STATUS`)."""
         start = time.perf_counter()
         L = self.layout
         w = self._assembled(np.array(w, dtype=np.float64).reshape(-1))
@@ -370,9 +376,10 @@ class CondensedSQP:
         lbw, ubw = np.asarray(lbw, np.float64).reshape(-1), np.asarray(ubw, np.float64).reshape(-1)
         args = (u_prev, refs, p)
         du = dx = np.inf
+        limit = self.max_iter if iterations is None else min(self.max_iter, iterations)
         status = f"no convergence in {self.max_iter} iterations"
         evaluations, longest, begun = 0, 0.0, start
-        for it in range(self.max_iter + 1):
+        for it in range(limit + 1):
             now = time.perf_counter()
             longest = max(longest, now - begun) if it else 0.0
             if it and now + longest > start + budget:  # the first iteration always runs
@@ -392,7 +399,8 @@ class CondensedSQP:
                 break
             if du <= self.tol and self._converged(r, phi):
                 return self._done(w, P, f, it, start, evaluations)
-            if it == self.max_iter:
+            if it == limit:
+                status = status if limit == self.max_iter else ITERATION_BUDGET_STATUS
                 break
             try:
                 dX, dU, dS, _ = self._step(w, P, lbw, ubw, out)
@@ -425,6 +433,7 @@ class CondensedSQP:
         u_prev: np.ndarray,
         p: np.ndarray,
         budget: float = np.inf,
+        iterations: int | None = None,
     ) -> tuple[np.ndarray, float, np.ndarray] | None:
         """The same problem as :meth:`solve` (the same arguments) by single shooting: every
         iterate's states are the model's ``step`` from the measured state under its inputs,
@@ -440,7 +449,8 @@ class CondensedSQP:
         :attr:`last_iterate`, and the shifted plan): it starts
         from the one whose inputs simulate to the lowest merit, of those evaluated within
         ``budget`` (the first always). Returns ``(w, cost, g)``
-        (:meth:`solve`'s) when converged, and otherwise, when stopped by ``budget`` or
+        (:meth:`solve`'s) when converged, and otherwise, when stopped by ``budget``,
+        ``iterations`` (at most ``max_iter``; the guesses' evaluations not counted) or
         ``max_iter``, the last accepted iterate (its ``stats()``: ``success`` false, the
         status :data:`DESCENT_STATUS`; in both, the merits of the start and of every
         accepted iterate in ``merits``); None where no guess's inputs simulate (a
@@ -475,7 +485,8 @@ class CondensedSQP:
         w, out, rows, merit = min(evaluated, key=lambda e: e[3])
         merits, damping, evaluations = [merit], 0.0, len(evaluated)
         begun, tried = start, 0
-        for it in range(self.max_iter):
+        limit = self.max_iter if iterations is None else min(self.max_iter, iterations)
+        for it in range(limit):
             now = time.perf_counter()
             longest = max(longest, now - begun) if it else longest
             if now + longest > start + budget:

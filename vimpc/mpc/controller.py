@@ -29,8 +29,9 @@ Args:
         step, and every predicted state solves the model's step equations to 1e-8 and
         its holonomic constraints to 1e-11; cold starts are ``condensed_start``'s, to
         ``min(tol, 1e-6)``, and so is a warm solve it does not finish, unless a
-        ``time_budget`` is set: that solve then gets the fallback input, its next call
-        starting from the plan shifted).
+        ``time_budget`` or ``warm_max_iter`` is set: that solve then gets its
+        single-shooting descent's last iterate where that meets the constraints, else the
+        fallback input, its next call starting from the plan shifted).
     transcription: ``"implicit"`` (the model's residual as equality
         constraints; no Newton loop inside the NLP's functions) or ``"step"``
         (multiple shooting on ``model.step``). Default ``"auto"`` (``None`` too):
@@ -50,8 +51,8 @@ Args:
         Gauss–Newton Hessian (Levenberg–Marquardt; default 0).
     condensed_start: for ``condensed``: the solver of a call without a plan to start
         from (an episode's first plan, :meth:`start`, or a call after a solve it did not
-        finish either) and, without a time budget, of the warm solves the condensed SQP
-        does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
+        finish either) and, without a time or an iteration budget (``warm_max_iter``),
+        of the warm solves the condensed SQP does not finish: ``"sqpmethod"`` (default, with ``qpsol``), ``"fatrop"`` or
         ``"ipopt"``.
     warm_barrier: for ``fatrop``/``ipopt``: the barrier parameter ``mu_init`` at which a
         solve from the previous plan starts (fatrop's ``bound_push`` then at most
@@ -63,10 +64,12 @@ Args:
         walking back to a plan it already had; a small start saves them where the plan
         changes little between samples, and fails more solves where it changes much
         (``results/benchmarks/warm_barrier.md``).
-    warm_max_iter: for ``fatrop``/``ipopt``: the iteration limit of a solve from the
-        previous plan; the first plan (:meth:`start`) and a solve from scratch keep
-        ``max_iter``. The bound on a real-time solve for fatrop, which has no time limit
-        (``time_budget``): a solve it stops is ``ITERATION_LIMIT`` where the iterate
+    warm_max_iter: for ``fatrop``/``ipopt``/``condensed``: the iteration limit of a solve
+        from the previous plan; the first plan (:meth:`start`) and a solve from scratch
+        keep ``max_iter``. The bound on a real-time solve that is the same on every
+        computer (fatrop has no time limit, ``time_budget``). ``condensed``: the
+        iterations of a warm call's tries and descent together, shared as a time budget
+        is (:data:`~vimpc.mpc.solving.TRY_SHARE`). ``fatrop``/``ipopt``: a solve it stops is ``ITERATION_LIMIT`` where the iterate
         meets the constraints (the iterate is used), else ``FAILED``: the fallback
         input, and the next call continues the stopped solve from its last iterate
         (moved on by a stage), within the same limit; a continuation that fails too

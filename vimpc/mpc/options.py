@@ -35,7 +35,7 @@ SOLVER_OPTIONS = {
     **dict.fromkeys(RTI_OPTIONS, ("rti",)),
     "condensed_start": ("condensed",),
     "warm_barrier": INTERIOR_POINT,
-    "warm_max_iter": INTERIOR_POINT,
+    "warm_max_iter": (*INTERIOR_POINT, "condensed"),
 }
 #: every option that only some solvers read, the SQP presets' among them, and its readers
 OPTION_READERS = {**SOLVER_OPTIONS, **dict.fromkeys(SQP_OPTIONS, SQP_SOLVERS)}
@@ -56,9 +56,9 @@ SETTINGS: dict[str, Setting] = {
         "sqpmethod",
         "NLP solver; `condensed`: Gauss–Newton SQP condensed onto the inputs and slacks "
         "(implicit transcription; cold starts by `condensed_start`, and a warm solve it does "
-        "not finish too, unless `time_budget` is set: then its single-shooting descent in "
-        "the rest of the budget, whose last iterate is used, else the fallback input; `tol` "
-        "its step [input units])",
+        "not finish too, unless `time_budget` or `warm_max_iter` is set: then its "
+        "single-shooting descent in the rest of the budget, whose last iterate is used, else "
+        "the fallback input; `tol` its step [input units])",
         choices=SOLVERS,
     ),
     "transcription": Setting(
@@ -99,8 +99,8 @@ SETTINGS: dict[str, Setting] = {
         "sqpmethod",
         "`condensed` only: the solver, to convergence (tol at most 1e-6), of a call without a "
         "plan to start from (an episode's first plan, made before its clock, or a call after "
-        "a solve neither solver finished) and, without `time_budget`, of the warm solves "
-        "`condensed` does not finish",
+        "a solve neither solver finished) and, without `time_budget` and `warm_max_iter`, of "
+        "the warm solves `condensed` does not finish",
         choices=CONDENSED_STARTS,
         acts=(Acts("solver", OPTION_READERS["condensed_start"]),),
     ),
@@ -128,13 +128,17 @@ SETTINGS: dict[str, Setting] = {
     "warm_max_iter": Setting(
         int,
         None,
-        "`fatrop`/`ipopt` only: the iteration limit of a solve from the previous plan (an "
-        "episode's first plan and a solve from scratch keep `max_iter`): the bound on a "
-        "real-time solve for fatrop, which has no time limit. A solve stopped there uses "
-        "its iterate where that meets the constraints (`ITERATION_LIMIT`), else applies the "
-        "fallback input (`FAILED`) and the next call continues it from its last iterate "
-        "within the same limit (a continuation that fails too: the next solve from scratch, "
-        "at `max_iter`). Not set: `max_iter`",
+        "`fatrop`/`ipopt`/`condensed` only: the iteration limit of a solve from the "
+        "previous plan (an episode's first plan and a solve from scratch keep `max_iter`): "
+        "the bound on a real-time solve that is the same on every computer (fatrop has no "
+        "time limit). A solve stopped there uses its iterate where that meets the "
+        "constraints (`ITERATION_LIMIT`), else applies the fallback input (`FAILED`) and the "
+        "next call continues it from its last iterate within the same limit (a continuation "
+        "that fails too: the next solve from scratch, at `max_iter`). `condensed`: the "
+        "iterations of a warm call's tries and single-shooting descent together, shared as "
+        "`time_budget` is (40 % to the first try, up to 80 % with the second), the descent's "
+        "last iterate used where it meets the constraints; its warm solves then never go to "
+        "`condensed_start`. Not set: `max_iter`",
         rule=POSITIVE,
         acts=(Acts("solver", OPTION_READERS["warm_max_iter"]),),
     ),

@@ -16,6 +16,7 @@ it is given.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -49,8 +50,9 @@ MPC = Any
 
 #: constraint violation up to which an unconverged iterate is still used
 FEASIBILITY_TOL = 1e-6
-#: ``solver = "condensed"`` with a time budget: the share of it each of a warm call's
-#: condensed SQP tries may take before the single-shooting descent takes the rest
+#: ``solver = "condensed"`` with a time budget (or ``warm_max_iter``): the share of it each
+#: of a warm call's condensed SQP tries may take before the single-shooting descent takes
+#: the rest
 TRY_SHARE = 0.4
 
 
@@ -538,45 +540,61 @@ class Condensed(Solver):
         call's solution where it meets the NLP's rows with no slack (``ITERATION_LIMIT``,
         else the fallback input), the call's ``descended``. Returns the solution (or None)
         and the margins ``(tube, tube_inputs)`` of the second try where it solved, else
-        None."""
+        None. ``warm_max_iter`` shares the call's iterations as the time budget shares its
+        time (the first try up to ``ceil(TRY_SHARE n)``, both up to ``ceil(2 TRY_SHARE n)``,
+        the descent the rest), and with it too such a solve never goes to
+        ``condensed_start``."""
         from vimpc.mpc.tightening import shifted
 
         cond, L = self.condensed, ctl._layout
         self.stepper = cond
         started = time.perf_counter()
         budget = np.inf if self.time_budget is None or ctl._unhurried else self.time_budget
+        allowed = None if ctl._unhurried else self.checked["warm_max_iter"]
+        used = 0  # iterations of the tries, against warm_max_iter
         guess = np.asarray(args["x0"], dtype=np.float64).reshape(-1)
         if not ctl._current:  # shifted: the last state extrapolated linearly, not repeated
             guess[L.x[-1]] = 2 * ctl._w0[L.x[-1]] - ctl._w0[L.x[-2]]
 
-        def solve(P, lbx, ubx, left: float):
-            return cond.solve(guess.copy(), P, lbx, ubx, refs.T, ctl._u_prev, p, left)
+        def share(k: int) -> int | None:  # the iterations up to the end of try k (1, 2)
+            return None if allowed is None else min(allowed, math.ceil(k * TRY_SHARE * allowed))
 
-        found = solve(args["p"], args["lbx"], args["ubx"], budget * TRY_SHARE)
+        def solve(P, lbx, ubx, left: float, iterations: int | None):
+            nonlocal used
+            found = cond.solve(guess.copy(), P, lbx, ubx, refs.T, ctl._u_prev, p, left, iterations)
+            if allowed is not None:
+                used += cond.stats()["iter_count"]
+            return found
+
+        found = solve(args["p"], args["lbx"], args["ubx"], budget * TRY_SHARE, share(1))
         kept, starts = None, []  # the descent's: the tries' last iterates, then the guess
         if found is None:
             starts.append(cond.last_iterate)
         left = 2 * TRY_SHARE * budget - (time.perf_counter() - started)
+        tries = None if allowed is None else share(2) - used
         tight = ctl._tightening
-        if found is None and tight.solved is not None and left > 0:
+        if found is None and tight.solved is not None and left > 0 and tries != 0:
             tube, tube_inputs = tight.solved
             if not ctl._current:
                 tube, tube_inputs = shifted(tube, tube_inputs)
             bounds = tight.tightened_bounds(tube_inputs)
-            found = solve(tight.with_margins(P_given, tube, tube_inputs), *bounds, left)
+            found = solve(tight.with_margins(P_given, tube, tube_inputs), *bounds, left, tries)
             kept = None if found is None else (tube, tube_inputs)
             if found is None:
                 starts.append(cond.last_iterate)
-        if found is None and self.time_budget is None:  # no deadline: the cold-start solver
+        if found is None and self.time_budget is None and allowed is None:
+            # no budget: the cold-start solver
             self.stepper = self.solver
             given = {k: v for k, v in args.items() if k not in ("lam_g0", "lam_x0")}
             return self.solver(**given), None
         left = budget - (time.perf_counter() - started)
-        if found is None and left > 0:  # the rest of the budget: the single-shooting descent
+        rest = None if allowed is None else allowed - used
+        if found is None and left > 0 and (rest is None or rest > 0):
+            # the rest of the budget: the single-shooting descent
             self.descended = True
             found = cond.descend(
                 [*starts, guess], args["p"], args["lbx"], args["ubx"], refs.T, ctl._u_prev, p,
-                left,
+                left, rest,
             )  # fmt: skip
         if found is None:
             return None, None
