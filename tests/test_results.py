@@ -31,26 +31,50 @@ def test_committed_readme_is_what_the_records_generate():
     )
 
 
-def test_the_project_readme_quotes_the_papers_results_as_the_records_give_them():
-    text = (ROOT / "README.md").read_text()
-    assert results.PAPERS_BEGIN in text
-    assert text == results.project_readme(ROOT), (
-        "README.md's table of the papers' results differs from the records: run "
-        "`python -m vimpc.results --write`"
-    )
+def test_the_project_pages_quote_the_papers_results_as_the_records_give_them():
+    """The documentation's results page holds the table of the papers' results, and every
+    page (README.md, docs/) is what the records and claims render."""
+    rendered = results.project_pages(ROOT)
+    assert results.PAPERS_BEGIN in rendered[Path("docs/results/index.md")]
+    for page, text in rendered.items():
+        assert (ROOT / page).read_text() == text, (
+            f"{page}'s generated blocks differ from the records and claims: run "
+            "`python -m vimpc.results --write`"
+        )
 
 
-def test_the_project_readme_quotes_its_figures_from_the_claims():
-    """Every section of results/claims.toml has its block in README.md, and each block is
-    what the claims render from their tables (with the tables' states)."""
-    text = (ROOT / "README.md").read_text()
+def test_the_project_pages_quote_their_figures_from_the_claims():
+    """Every section of results/claims.toml has its one block on a page (README.md or
+    docs/), and each block is what the claims render from their tables (with the tables'
+    states)."""
+    texts = {p: (ROOT / p).read_text() for p in results.pages(ROOT)}
     sections = {c.section for c in results.load_claims(ROOT)}
     assert sections >= {"safety", "tubes", "conformal", "solvers", "benchmarks", "models"}
     for section in sections:
-        assert results.claims_begin(section) in text and results.claims_end(section) in text
-    assert text == results.project_readme(ROOT), (
-        "README.md's claims differ from their tables: run `python -m vimpc.results --write`"
+        holders = [p for p, t in texts.items() if results.claims_begin(section) in t]
+        assert len(holders) == 1, f"claims section {section!r} has blocks on {holders}"
+        assert results.claims_end(section) in texts[holders[0]]
+    assert texts == results.project_pages(ROOT), (
+        "the pages' claims differ from their tables: run `python -m vimpc.results --write`"
     )
+
+
+def test_a_claim_renders_into_a_documentation_page(tmp_path, monkeypatch):
+    """A section's block may stand on a page under docs/ instead of README.md; a second
+    block of the same section anywhere is refused."""
+    root, _ = _claims_repo(tmp_path, monkeypatch, _claim("v {value:.3f}", 'where = { label = "a" }'),
+                           readme_sections=())  # fmt: skip
+    (root / "docs" / "concepts").mkdir(parents=True)
+    page = root / "docs" / "concepts" / "p.md"
+    page.write_text(f"# P\n\n{results.claims_begin('s')}\nold\n{results.claims_end('s')}\n")
+    rendered = results.project_pages(root)
+    assert "- v 0.123 (`results/x/t.md`, fresh)\n" in rendered[Path("docs/concepts/p.md")]
+    assert "old" not in rendered[Path("docs/concepts/p.md")]
+    assert results.main(["--root", str(root), "--write"]) == 0
+    assert "- v 0.123 (`results/x/t.md`, fresh)" in page.read_text()
+    (root / "README.md").write_text(f"{results.claims_begin('s')}\n{results.claims_end('s')}\n")
+    with pytest.raises(results.ClaimError, match="'s' appears twice: in README.md and docs/"):
+        results.project_pages(root)
 
 
 def _claims_repo(tmp_path, monkeypatch, claims: str, readme_sections=("s",)):
@@ -119,7 +143,7 @@ def test_a_selector_must_match_exactly_one_row(tmp_path, monkeypatch, where, mes
         (_claim("v", 'where = { label = "a" }'), ("s", "other"),
          'has a block for claims section "other", but results/claims.toml has no claim'),
         (_claim("v", 'where = { label = "a" }', section="elsewhere"), ("s",),
-         'README.md has no block for section "elsewhere"'),
+         'no page \\(README.md, or a page under docs/\\) has a block for section "elsewhere"'),
     ],
 )  # fmt: skip
 def test_a_claim_that_cannot_be_rendered_is_refused(tmp_path, monkeypatch, claims, sections,

@@ -31,6 +31,9 @@ RESULTS = ROOT / "results"
 EXTRA = {"bench_dompc": ["--without-dompc"]}
 # quick modes too slow for the default suite (pytest -m slow runs them), with the reason
 SLOW: dict[str, str] = {
+    "docs_screenshots": "~30 s (the quick documentation site built and opened in headless "
+    "Chromium, which only Debian's chromium package provides); tests/test_docs.py builds the "
+    "site in the default suite",
     "bench_ray_fault": "~25 s (a local sweep and a sweep on its own Ray cluster, twelve model "
     "fits); the same kill-and-compare path runs on the module's cluster in "
     "test_ray_backend.py::test_a_sweep_with_a_killed_worker_completes_with_the_local_results",

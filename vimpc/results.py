@@ -6,14 +6,15 @@ names from the files as they are now and says ``fresh``, ``stale`` (which source
 ``stale (unverified)`` (a record written after the fact, its sources never hashed) or
 ``stale (marked)`` (a record that says why it no longer holds); a result file that no
 record covers is listed as ``no record``. ``--write`` regenerates the generated part of
-``results/README.md`` from the records, and the table of the papers' results in the
-project's ``README.md`` (a row per paper's figure: its tables, verdict and state). It
-also renders the project README's measured figures: each block between
-``<!-- BEGIN claims: NAME ... -->`` and ``<!-- END claims: NAME -->`` is a bullet list of the
-claims of ``results/claims.toml`` whose ``section`` is ``NAME``, each a sentence whose
-placeholders are filled from one row of a committed table (selected by its label columns),
-followed by the table and its state. ``tests/test_results.py`` checks that both
-committed READMEs are what it writes.
+``results/README.md`` from the records, and the generated blocks of the project's pages
+(``README.md`` and the documentation's Markdown pages under ``docs/``): the table of the
+papers' results (a row per paper's figure: its tables, verdict and state) where a page has
+its markers, and the measured figures: each block between ``<!-- BEGIN claims: NAME ... -->``
+and ``<!-- END claims: NAME -->`` is a bullet list of the claims of ``results/claims.toml``
+whose ``section`` is ``NAME``, each a sentence whose placeholders are filled from one row
+of a committed table (selected by its label columns), followed by the table and its state.
+Each section has its one block on one of those pages. ``tests/test_results.py`` checks that
+the committed pages are what it writes.
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ PAPERS_BEGIN = (
     "records in results/; do not edit by hand -->"
 )
 PAPERS_END = "<!-- END papers' results -->"
-#: the claims the project README's generated blocks quote, relative to the repository
+#: the claims the project's generated blocks quote, relative to the repository
 CLAIMS = Path("results") / "claims.toml"
+#: the project's pages that may hold generated blocks, besides README.md: the
+#: documentation's Markdown pages, relative to the repository
+DOCS = Path("docs")
+README = Path("README.md")
 #: a block of claims in the project README starts with this line (``NAME`` its section)
 CLAIMS_BEGIN = re.compile(r"<!-- BEGIN claims: ([A-Za-z0-9_-]+)[^\n]*?-->")
 #: the order of a group's states, best first: a group of tables is as fresh as its worst
@@ -249,16 +254,48 @@ def readme(root: Path, current: str | None = None) -> str:
     return _replaced(current, BEGIN, END, generated(root, statuses, uncovered))
 
 
+def pages(root: Path) -> list[Path]:
+    """The project's pages that may hold generated blocks, relative to ``root``: README.md
+    and every Markdown page under docs/ (those that exist)."""
+    found = [README] if (root / README).is_file() else []
+    if (root / DOCS).is_dir():
+        found += sorted(p.relative_to(root) for p in (root / DOCS).rglob("*.md"))
+    return found
+
+
+def project_pages(root: Path, current: dict[Path, str] | None = None) -> dict[Path, str]:
+    """Every page of :func:`pages` (and of ``current``, a page's text by its path relative
+    to ``root``, read from disk where not given) with its table of the papers' results
+    rewritten from the records and its blocks of claims from ``results/claims.toml`` (only
+    where a page has the markers: its prose is not generated). Each claim section has its
+    one block on one of the pages."""
+    texts = {p: (root / p).read_text() for p in pages(root)}
+    texts.update(current or {})
+    table = None
+    found: dict[str, Path] = {}
+    for path, text in texts.items():
+        for m in CLAIMS_BEGIN.finditer(text):
+            if m.group(1) in found:
+                raise ClaimError(
+                    f"the block of claims {m.group(1)!r} appears twice: in "
+                    f"{found[m.group(1)].as_posix()} and {path.as_posix()}; expected one block"
+                )
+            found[m.group(1)] = path
+    blocks = claim_blocks(root, found) if found or load_claims(root) else {}
+    out = {}
+    for path, text in texts.items():
+        if PAPERS_BEGIN in text and PAPERS_END in text:
+            table = papers(root, scan(root)[0]) if table is None else table
+            text = _replaced(text, PAPERS_BEGIN, PAPERS_END, table)
+        out[path] = _with_claims(text, blocks, path)
+    return out
+
+
 def project_readme(root: Path, current: str | None = None) -> str:
-    """The project's README.md with its table of the papers' results rewritten from the
-    records and its blocks of claims from ``results/claims.toml`` (only where the README
-    has the markers: its prose is not generated)."""
-    path = root / "README.md"
-    if current is None:
-        current = path.read_text() if path.is_file() else ""
-    if PAPERS_BEGIN in current and PAPERS_END in current:
-        current = _replaced(current, PAPERS_BEGIN, PAPERS_END, papers(root, scan(root)[0]))
-    return _with_claims(root, current)
+    """The project's README.md as :func:`project_pages` writes it (``current``: its text,
+    else the file's; the other pages are read from disk)."""
+    given = None if current is None else {README: current}
+    return project_pages(root, given).get(README, "")
 
 
 class ClaimError(VimpcError):
@@ -440,43 +477,43 @@ def render_claim(claim: Claim, root: Path, states: dict[Path, str] | None = None
     return f"{''.join(out)} (`{table.relative_to(root).as_posix()}`, {state})"
 
 
-def claim_blocks(root: Path, sections: Sequence[str]) -> dict[str, str]:
-    """The bullet list of each of ``sections`` (the README's blocks), from the claims; a
-    section with no claims, or a claim whose section has no block, is an error."""
+def claim_blocks(root: Path, sections: Sequence[str] | dict[str, Path]) -> dict[str, str]:
+    """The bullet list of each of ``sections`` (the pages' blocks; a mapping gives the page
+    of each), from the claims; a section with no claims, or a claim whose section has no
+    block, is an error."""
     claims = load_claims(root)
-    homeless = [c for c in claims if c.section not in sections]
+    where = sections if isinstance(sections, dict) else dict.fromkeys(sections, README)
+    homeless = [c for c in claims if c.section not in where]
     if homeless:
         raise ClaimError(
-            f"{homeless[0].name}: README.md has no block for section "
-            f'"{homeless[0].section}"; expected {claims_begin(homeless[0].section)!r}'
+            f"{homeless[0].name}: no page (README.md, or a page under {DOCS.as_posix()}/) has "
+            f'a block for section "{homeless[0].section}"; expected '
+            f"{claims_begin(homeless[0].section)!r} on one of them"
         )
     states: dict[Path, str] = {}
     blocks = {}
-    for section in sections:
+    for section, page in where.items():
         lines = [f"- {render_claim(c, root, states)}" for c in claims if c.section == section]
         if not lines:
             raise ClaimError(
-                f'README.md has a block for claims section "{section}", but '
+                f'{page.as_posix()} has a block for claims section "{section}", but '
                 f'{CLAIMS.as_posix()} has no claim with section = "{section}"'
             )
         blocks[section] = "\n".join(lines) + "\n"
     return blocks
 
 
-def _with_claims(root: Path, current: str) -> str:
-    """``current`` with each block of claims rewritten (its markers in the canonical form)."""
+def _with_claims(current: str, blocks: dict[str, str], page: Path) -> str:
+    """``current`` (the text of ``page``) with each block of claims rewritten from
+    ``blocks`` (its markers in the canonical form)."""
     found = list(CLAIMS_BEGIN.finditer(current))
-    sections = [m.group(1) for m in found]
-    if len(set(sections)) != len(sections):
-        raise ClaimError(f"README.md has a block of claims twice: {sections}")
-    blocks = claim_blocks(root, sections) if found or load_claims(root) else {}
     out, at = [], 0
     for m in found:
         section = m.group(1)
         end = current.find(claims_end(section), m.end())
         if end < 0:
             raise ClaimError(
-                f"README.md: the block of claims {section!r} has no end; expected "
+                f"{page.as_posix()}: the block of claims {section!r} has no end; expected "
                 f"{claims_end(section)!r}"
             )
         out.append(current[at : m.start()])
@@ -490,7 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vimpc.results", description=__doc__)
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository")
     parser.add_argument(
-        "--write", action="store_true", help="rewrite results/README.md's generated table"
+        "--write",
+        action="store_true",
+        help="rewrite results/README.md's generated table and the pages' generated blocks",
     )
     args = parser.parse_args(argv)
     root = args.root.resolve()
@@ -500,17 +539,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report(root, statuses, uncovered))
     if args.write:
         try:
-            project = project_readme(root) if (root / "README.md").is_file() else None
+            project = project_pages(root)
         except ClaimError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         path = root / "results" / "README.md"
         path.write_text(readme(root))
         print(f"wrote {path}")
-        path = root / "README.md"
-        if project is not None and project != path.read_text():
-            path.write_text(project)
-            print(f"wrote {path}'s table of the papers' results and its claims")
+        for name, text in project.items():
+            path = root / name
+            if text != path.read_text():
+                path.write_text(text)
+                print(f"wrote {path}'s generated blocks (the papers' results, the claims)")
     return 0
 
 
