@@ -36,7 +36,7 @@ import numpy as np
 from _common import OUT, ROOT, add_options, parse, write_results
 
 FAMILIES = ("nominal", "gp_vi", "gp_residual", "mlp_residual", "lsi", "dlnn", "lnn", "clnn",
-            "hamel")  # fmt: skip
+            "chnn", "hamel")  # fmt: skip
 CALLS, INTERPRETED = 10_000, 2_000
 
 BENCH_C = r"""#define _POSIX_C_SOURCE 199309L
