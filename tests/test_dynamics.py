@@ -47,18 +47,27 @@ def _record(**changes) -> BoundInfo:
         ({"delta": "0.1"}, r"BoundInfo.delta must be .*got '0.1'"),
         ({"level": "steps"}, r"BoundInfo.level must be one of \('step', 'horizon'\).*'steps'"),
         ({"horizon": 5}, r"BoundInfo.horizon must be None for level = 'step', got 5"),
-        ({"level": "horizon"}, r"BoundInfo.horizon must be a positive int for level = "
-                               r"'horizon'.*got None"),  # fmt: skip
+        (
+            {"level": "horizon"},
+            r"BoundInfo.horizon must be a positive int for level = "
+            r"'horizon'.*got None",
+        ),  # fmt: skip
         ({"level": "horizon", "horizon": 0}, r"BoundInfo.horizon must be a positive int.*got 0"),
         ({"level": "horizon", "horizon": 2.0}, r"BoundInfo.horizon must be a positive int.*2.0"),
         ({"level": "horizon", "horizon": True}, r"BoundInfo.horizon .*got True"),
         ({"method": ""}, r"BoundInfo.method must be a non-empty str .*got ''"),
         ({"method": None}, r"BoundInfo.method must be a non-empty str .*got None"),
-        ({"calibrated_on": "held-out"}, r"BoundInfo.calibrated_on must be one of \('heldout', "
-                                        r"'closed_loop', 'training', 'assumed'\), got 'held-out'"),  # fmt: skip
+        (
+            {"calibrated_on": "held-out"},
+            r"BoundInfo.calibrated_on must be one of \('heldout', "
+            r"'closed_loop', 'training', 'assumed'\), got 'held-out'",
+        ),  # fmt: skip
         ({"extra": [1, 2]}, r"BoundInfo.extra must be a mapping .*got list"),
-        ({"extra": {"delta": 0.2}}, r"BoundInfo.extra must not repeat the record's fields, got "
-                                    r"the keys \['delta'\]"),  # fmt: skip
+        (
+            {"extra": {"delta": 0.2}},
+            r"BoundInfo.extra must not repeat the record's fields, got "
+            r"the keys \['delta'\]",
+        ),  # fmt: skip
         ({"extra": {"q": object()}}, r"BoundInfo.extra\['q'\] must hold JSON values .*object"),
         ({"extra": {"q": [1.0, float("nan")]}}, r"BoundInfo.extra\['q'\]\[1\] must hold finite"),
         ({"extra": {"q": {1: 2}}}, r"BoundInfo.extra\['q'\] must have str keys, got 1"),
@@ -182,8 +191,11 @@ def _resealed(doc: dict) -> dict:
     ("edit", "message"),
     [
         (lambda r: r.update(level="steps"), r"its bound's record: BoundInfo.level must be one of"),
-        (lambda r: r.pop("extra"), r"its bound's record: 'bound_info' must be null or an object "
-                                   r"with the keys"),  # fmt: skip
+        (
+            lambda r: r.pop("extra"),
+            r"its bound's record: 'bound_info' must be null or an object "
+            r"with the keys",
+        ),  # fmt: skip
         (lambda r: r.update(delta=0.3), r"DiscreteModel.delta = 0.2 differs from its bound"),
     ],
 )
@@ -208,9 +220,9 @@ def test_a_format_2_file_loads_with_the_record_the_same_fit_gives_now(tmp_path):
     assert (record.delta, record.level, record.horizon) == (0.2, "horizon", 5)
     assert (record.method, record.calibrated_on) == ("conformal", "heldout")
     assert record.extra["quantile"] == described["quantile"]
-    assert record.extra["predicted_quantile"]["windows"] == described["predicted_quantile"][
-        "windows"
-    ]
+    assert (
+        record.extra["predicted_quantile"]["windows"] == described["predicted_quantile"]["windows"]
+    )
     assert record.extra["description"] == described["method"]
     assert "bound" not in old.info and old.delta == 0.2
     assert bound_steps(old) == 5

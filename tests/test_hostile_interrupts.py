@@ -230,10 +230,21 @@ def test_a_count_too_large_for_the_memory_limit_is_a_message_not_a_traceback(tmp
         resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
 
     done = subprocess.run(
-        [sys.executable, "-m", "vimpc.cli", "run",
-         os.path.join(root, "scenarios", "pendulum_swingup.toml"), "--out", str(tmp_path),
-         "--set", "episodes.count=1000000000", "--set", "episodes.steps=3", "--no-plots",
-         "--quiet"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "vimpc.cli",
+            "run",
+            os.path.join(root, "scenarios", "pendulum_swingup.toml"),
+            "--out",
+            str(tmp_path),
+            "--set",
+            "episodes.count=1000000000",
+            "--set",
+            "episodes.steps=3",
+            "--no-plots",
+            "--quiet",
+        ],  # fmt: skip
         cwd=root,
         capture_output=True,
         text=True,

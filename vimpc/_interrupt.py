@@ -116,7 +116,9 @@ def _is_command() -> bool:
     if name in ("vimpc", "vimpc.exe", "vimpc-script.py"):
         return True
     argv = list(getattr(sys, "orig_argv", ()))
-    return any(a == "-m" and b in ("vimpc.cli", "vimpc") for a, b in zip(argv, argv[1:], strict=False))
+    return any(
+        a == "-m" and b in ("vimpc.cli", "vimpc") for a, b in zip(argv, argv[1:], strict=False)
+    )
 
 
 def _unraisable(hook):

@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--workers",
             type=int,
             default=1,
-            help="closed-loop calibration episodes (data.calibration = \"closed_loop\") in "
+            help='closed-loop calibration episodes (data.calibration = "closed_loop") in '
             "parallel processes (the same model); at most one per episode and per usable core",
         )
         fit.set_defaults(func=cmd_export if name == "export" else cmd_fit)

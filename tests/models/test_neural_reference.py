@@ -51,6 +51,4 @@ def test_fit_exports_the_reference(case, fixture):
                                        equal_nan=True, err_msg=name)  # fmt: skip
     _close(json.loads(str(got[f"{case}/info"])), json.loads(str(fixture[f"{case}/info"])),
            f"{case}.info")  # fmt: skip
-    assert json.loads(str(got[f"{case}/warnings"])) == json.loads(
-        str(fixture[f"{case}/warnings"])
-    )
+    assert json.loads(str(got[f"{case}/warnings"])) == json.loads(str(fixture[f"{case}/warnings"]))

@@ -146,6 +146,7 @@ def test_workers_give_the_same_episodes_as_a_serial_run(fitted):
     for (a, ma), (b, mb) in zip(serial, parallel, strict=True):
         for name in ("states", "inputs", "obs", "tube", "plan_obs"):
             assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), name
+
         # wall-clock figures (solve and call times, late calls) depend on the machine's load
         def measured(m):
             return {k: v for k, v in m.items() if "time" not in k and "late" not in k}

@@ -396,7 +396,9 @@ def stage_equations(system, rows, m: np.ndarray, B: np.ndarray, D: np.ndarray, h
         e_q = Md * w0 - Md * v01 - 0.5 * h * g + f
         e_v = Md * w1 - Md * v01 + 0.5 * h * g - f
         C0, C1 = Gk(q0), Gk(q1)
-        Y0 = _newton.linear_solve(ca.mtimes(C0, C0.T), ca.horzcat(ca.mtimes(C0, e_q) - phik(q1) / h, C0))
+        Y0 = _newton.linear_solve(
+            ca.mtimes(C0, C0.T), ca.horzcat(ca.mtimes(C0, e_q) - phik(q1) / h, C0)
+        )
         Y1 = _newton.linear_solve(ca.mtimes(C1, C1.T), ca.horzcat(ca.mtimes(C1, e_v - w1), C1))
         lam0, A0, mu1, A1 = Y0[:, 0], Y0[:, 1:], Y1[:, 0], Y1[:, 1:]
         r_q = e_q - ca.mtimes(C0.T, lam0)

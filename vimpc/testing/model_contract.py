@@ -245,8 +245,10 @@ class DiscreteModelContract:
                         f"({' '.join(str(exc).split())[:200]}); it must give NaN or a vimpc "
                         "error naming the cause"
                     ) from exc
-                if finite or name == "residual" or (
-                    name == "bound" and not self.bound_nan_at_nonfinite
+                if (
+                    finite
+                    or name == "residual"
+                    or (name == "bound" and not self.bound_nan_at_nonfinite)
                 ):
                     continue
                 assert not np.all(np.isfinite(y)), (

@@ -517,7 +517,9 @@ class _ConstrainedNetwork(NeuralFamily):
                     ca.horzcat(G, ca.MX.zeros(k, n)), ca.horzcat(K, ca.mtimes(G, ca.diag(minv)))
                 )
                 JDt = ca.horzcat(D[:, n:], -D[:, :n]).T
-                rhs = rhs - ca.mtimes(JDt, _newton.linear_solve(ca.mtimes(D, JDt), ca.mtimes(D, rhs)))
+                rhs = rhs - ca.mtimes(
+                    JDt, _newton.linear_solve(ca.mtimes(D, JDt), ca.mtimes(D, rhs))
+                )
             out = rhs
         return ca.Function("vector_field", [y, u], [out], ["y", "u"], ["y_dot"])
 
