@@ -66,6 +66,9 @@ def chromium() -> str:
 
 
 def build_site(target: Path, quick: bool) -> float:
+    """``mkdocs build --strict`` of the site (quick: ``VIMPC_DOCS_QUICK=1``) into ``target``;
+    the wall time in seconds. A failed build raises :class:`RuntimeError` with mkdocs's
+    messages (tests/test_docs.py builds with this too)."""
     env = {
         **os.environ,
         "VIMPC_DOCS_QUICK": "1" if quick else "0",
@@ -78,7 +81,7 @@ def build_site(target: Path, quick: bool) -> float:
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:
-        raise SystemExit(f"mkdocs build --strict failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"mkdocs build --strict failed:\n{done.stderr[-6000:]}")
     return time.perf_counter() - start
 
 
