@@ -99,6 +99,10 @@ def test_the_rows_and_their_intervals(sb, folders):
     half = 4.302652729911275 * 0.002 / math.sqrt(3)
     assert (gp["one_step_lo"], gp["one_step_hi"]) == pytest.approx((0.012 - half, 0.012 + half))
     assert gp["energy_drift"] == pytest.approx(2e-3)
+    # drifts 1, 2, 3 (x 1e-3): the t interval's lower end (2 - 2.48) would be negative, and
+    # is cut at 0 (a drift is nonnegative); its upper end stays
+    half = 4.302652729911275 * 1e-3 / math.sqrt(3)
+    assert gp["energy_drift_lo"] == 0.0 and gp["energy_drift_hi"] == pytest.approx(2e-3 + half)
     assert math.isnan(rows[0]["energy_drift"])  # no long rollouts recorded
     # bootstrap over episodes: the mean of 0.5 (1 + 0.01 k), inside its interval
     assert gp["tracking"] == pytest.approx(0.5 * (1 + 0.01 * 9.5))

@@ -29,6 +29,8 @@ of how many) and the fits that have a fit summary. Figures and their 95 % interv
   largest holonomic, else nonholonomic, residual of the nominal system along those rollouts;
   empty for an unconstrained system), ``rollout_failed`` (the share of rollouts that
   failed), ``coverage_validation`` (the bound's coverage of the validation transitions).
+  These intervals are cut to the figure's range (:data:`NONNEGATIVE`: errors at 0, shares
+  at 0 and 1).
 
 The verdict paragraph under the table is generated from its rows: in each system, data
 budget and plant, every structure-preserving family (:data:`STRUCTURE`) is compared per
@@ -121,6 +123,18 @@ def bootstrap(values: Iterable[float]) -> tuple[float, float, float]:
         return (math.nan, math.nan, math.nan)
     low, high = bootstrap_interval(v)
     return (float(np.mean(v)), low, high)
+
+
+#: the figures over the fits that cannot leave ``[0, top]``: their Student t interval (symmetric,
+#: so with three fits of very different errors its lower end can fall below 0) is cut there
+NONNEGATIVE = {
+    "one_step": math.inf,
+    "multi_step": math.inf,
+    "energy_drift": math.inf,
+    "constraint_residual": math.inf,
+    "rollout_failed": 1.0,
+    "coverage_validation": 1.0,
+}
 
 
 def t_interval(values: Iterable[float]) -> tuple[float, float, float]:
@@ -299,9 +313,9 @@ def row_of(c: dict[str, Any]) -> dict[str, Any]:
         "coverage_validation",
     ):
         figures[key] = t_interval(_fit_figure(f, key) for f in c["fits"])
-    for key in ("rollout_failed", "coverage_validation"):  # shares: within [0, 1]
+    for key, top in NONNEGATIVE.items():  # the t interval cut to the figure's range
         value, low, high = figures[key]
-        figures[key] = (value, max(low, 0.0), min(high, 1.0)) if np.isfinite(low) else figures[key]
+        figures[key] = (value, max(low, 0.0), min(high, top)) if np.isfinite(low) else figures[key]
     for key in METRICS:
         value, low, high = figures[key]
         row[key], row[f"{key}_lo"], row[f"{key}_hi"] = value, low, high
@@ -514,7 +528,8 @@ def summarise(folders: Sequence[Path], out: Path, cmd: str) -> list[dict[str, An
         "MuJoCo one): each figure with its 95 % interval "
         "(rates: Wilson over episodes; tracking, closed-loop coverage and solve times over "
         "the period: bootstrap over episodes; prediction errors, energy drift, constraint "
-        "residual, failed rollouts and validation coverage: Student t over the fits). "
+        "residual, failed rollouts and validation coverage: Student t over the fits, cut at "
+        "0 and, for the shares, at 1). "
         "The definitions are in the script's docstring."
     )
     headers = {m: METRICS[m][0] for m in METRICS}
