@@ -426,3 +426,32 @@ def test_checking_many_configurations_shows_progress(tmp_path, monkeypatch, caps
     assert "checking configurations" in capsys.readouterr().err
     read_sweep(_sweep_file(tmp_path, text), progress=False)
     assert "checking configurations" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_sweep_fits_and_runs_its_configurations_a_batch_at_a_time(tmp_path, monkeypatch, workers):
+    """As many configurations as workers are fitted, then run, before the next batch's
+    models are obtained: a long sweep finishes configurations as it goes."""
+    from vimpc.runs import backends
+
+    events: list[tuple[str, tuple[str, ...]]] = []
+    obtain, run = sweep.obtain_models_first, backends.LocalBackend.run_configurations
+
+    def obtaining(stage, cid, *args, **kwargs):
+        events.append(("fit", (cid,)))
+        return obtain(stage, cid, *args, **kwargs)
+
+    def running(self, tasks, *args, **kwargs):
+        events.append(("run", tuple(t.id for t in tasks)))
+        return run(self, tasks, *args, **kwargs)
+
+    monkeypatch.setattr(sweep, "obtain_models_first", obtaining)
+    monkeypatch.setattr(backends.LocalBackend, "run_configurations", running)
+    assert _sweep(tmp_path, _sweep_file(tmp_path, GRID), "--workers", str(workers)) == 0
+    if workers == 1:
+        assert events == [
+            ("fit", ("c00",)), ("run", ("c00",)), ("fit", ("c01",)), ("run", ("c01",))
+        ]  # fmt: skip
+    else:
+        assert events == [("fit", ("c00",)), ("fit", ("c01",)), ("run", ("c00", "c01"))]
+    assert (tmp_path / "out" / "horizons" / "summary.csv").is_file()

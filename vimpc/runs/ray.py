@@ -593,7 +593,7 @@ def fit_sweep(
                 continue
             key = pipeline.cache_key(fit_cfg)
             target = pipeline.cache_dir() / f"{fit_cfg.scenario.name}-{key}.vimpc"
-            if target.exists() and not refit:
+            if target.exists() and (not refit or key in refitted):  # --refit: once a sweep
                 continue
             wanted.setdefault(str(target), (fit_cfg, key))
             users.setdefault(str(target), []).append(cid)

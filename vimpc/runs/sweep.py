@@ -34,12 +34,15 @@ missing or failed), and per configuration ``<id>/``: a ``vimpc run`` folder (see
 stops the runs, keeps their finished episodes and leaves the ``.partial`` name;
 ``vimpc sweep --resume FOLDER`` runs only what is missing.
 
-The models of the configurations are obtained first, in the sweep's process one at a time
+The configurations go in their order, in batches of at least as many configurations and as
+many distinct fits as there are workers: first the batch's models are obtained, in the sweep's process one at a time
 (configurations that share a fit reuse the cached one; with ``--backend ray`` the distinct
-fits the cache lacks first run at once as Ray tasks). Then the configurations' runs go to
-a backend (:class:`vimpc.runs.backends.Backend`): local worker processes run one
-configuration each at a time, its episodes in turn; Ray makes every missing episode a Ray
-task and keeps each in its run folder here (:mod:`vimpc.runs.ray`).
+fits the cache lacks first run at once as Ray tasks), then its runs go to a backend
+(:class:`vimpc.runs.backends.Backend`): local worker processes run one configuration each
+at a time, its episodes in turn; Ray makes every missing episode a Ray task and keeps each
+in its run folder here (:mod:`vimpc.runs.ray`). So a long sweep finishes configurations as
+it goes, from the first, rather than fitting every model before any episode: what a stop
+leaves is whole configurations, and a summary of the folder can be read at any time.
 """
 
 from __future__ import annotations
@@ -572,32 +575,34 @@ def _session(backend, options: Options, final: Path, stage: Path, manifest, conf
             bar.set_postfix(failed=len(failures), **kept)
             _record(stage, manifest, failures)
 
-        # the models first, here and one at a time: configurations that share a fit (other
-        # seeds, controller settings) reuse the cached one instead of fitting it at once
-        # in several workers
         refitted: set[str] = set()
-        fresh: set[str] = set()
-        fresh, failed = backend.fit_models(stage, todo, options.refit, refitted, options.workers)
-        for cid, error in failed.items():
-            done(Outcome(cid, None, error))
-        for cid in todo:
-            if cid in failures:
-                continue
-            outcome = obtain_models_first(stage, cid, options.refit, refitted, fresh)
-            if outcome.error is not None:
-                done(outcome)
-        tasks = [
-            Task(
-                id=cid,
-                stage=str(stage / (cid + PARTIAL)),
-                log=str(stage / f"{cid}.log"),
-                refit=False,
-                plots=options.plots,
+        for batch in _batches(stage, todo, workers):
+            # the batch's models first, here and one at a time: configurations that share a
+            # fit (other seeds, controller settings) reuse the cached one instead of fitting
+            # it at once in several workers
+            fresh, failed = backend.fit_models(
+                stage, batch, options.refit, refitted, options.workers
             )
-            for cid in todo
-            if cid not in failures
-        ]
-        backend.run_configurations(tasks, workers, done, session, episode_kept)
+            for cid, error in failed.items():
+                done(Outcome(cid, None, error))
+            for cid in batch:
+                if cid in failures:
+                    continue
+                outcome = obtain_models_first(stage, cid, options.refit, refitted, fresh)
+                if outcome.error is not None:
+                    done(outcome)
+            tasks = [
+                Task(
+                    id=cid,
+                    stage=str(stage / (cid + PARTIAL)),
+                    log=str(stage / f"{cid}.log"),
+                    refit=False,
+                    plots=options.plots,
+                )
+                for cid in batch
+                if cid not in failures
+            ]
+            backend.run_configurations(tasks, workers, done, session, episode_kept)
         bar.close()
         if failures:
             session["ended"] = f"{len(failures)} configurations failed"
@@ -646,6 +651,27 @@ def _session(backend, options: Options, final: Path, stage: Path, manifest, conf
     print((final / SUMMARY_MD).read_text(encoding="utf-8"), end="")
     print(f"results: {final}")
     return SweepResult(final, rows, {}, 0)
+
+
+def _batches(stage: Path, todo: Sequence[str], workers: int) -> list[list[str]]:
+    """``todo`` in order, cut into batches that are each fitted, then run, before the next:
+    each holds at least ``workers`` (at least one) configurations and as many models of
+    different settings (fit cache keys), so that its fits too can run ``workers`` at once
+    (configurations that differ only in their episodes share a fit)."""
+    from vimpc import pipeline, scenario
+
+    size = max(1, workers)
+    batches: list[list[str]] = []
+    batch: list[str] = []
+    keys: set[str] = set()
+    for cid in todo:
+        cfg = scenario.load_scenario(stage / (cid + PARTIAL) / store.CONFIG)
+        keys |= {pipeline.cache_key(pipeline.fit_config(cfg, k)) for k in range(cfg.data.fits)}
+        batch.append(cid)
+        if len(batch) >= size and len(keys) >= size:
+            batches.append(batch)
+            batch, keys = [], set()
+    return [*batches, batch] if batch else batches
 
 
 def _record(stage: Path, manifest: dict[str, Any], failures: dict[str, str]) -> None:
