@@ -488,7 +488,6 @@ def figure(rows: Sequence[dict[str, Any]], system: str, path: Path) -> None:
                 ax.errorbar(
                     x, y, yerr=np.maximum(err, 0), fmt=markers[j % len(markers)],
                     color=colours(i % 10), capsize=2, ms=4,
-                    label=f"{family}, plant {plant}" if metric == FIGURE_METRICS[0] else None,
                 )  # fmt: skip
         ax.set_xticks(range(len(budgets)), [str(b) for b in budgets])
         ax.set_xlabel("training trajectories (data budget)")
@@ -498,10 +497,21 @@ def figure(rows: Sequence[dict[str, Any]], system: str, path: Path) -> None:
             if finite:
                 ax.set_yscale("log")
         ax.grid(alpha=0.3)
-    fig.legend(loc="lower center", ncol=min(len(families) * len(plants), 7), fontsize=8)
+    # one legend entry per family (its colour) and per plant (its marker), not per pair
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], color=colours(i % 10), marker="o", linestyle="", label=family)
+        for i, family in enumerate(families)
+    ] + [
+        Line2D([], [], color="0.3", marker=markers[j % len(markers)], linestyle="",
+               label=f"plant {plant}")
+        for j, plant in enumerate(plants)
+    ]  # fmt: skip
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=9)
     fig.suptitle(f"structure benchmark, {system}: 95 % intervals (Wilson, bootstrap, t)")
-    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
-    fig.savefig(path, dpi=110)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
