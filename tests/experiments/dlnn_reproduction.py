@@ -471,8 +471,11 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
                 f"{med['rmse_prediction']:.3g} / {med['rmse_test']:.3g}; diverged {div}, "
                 f"{div_t}; {med['epochs']:.0f} epochs, {med['train_s']:.0f} s"
             )
+    drawn = sorted({r["system"] for r, _ in records})  # the figures of figures() below
+    figure_files = [f"{s}_{kind}.png" for s in drawn for kind in ("trajectories", "conservation")]
     write_table(folder, "models", "DLNN, SymDLNN and LNN: prediction and conservation",
-                cmd, intro, rows, after="\n".join(lines) + "\n")  # fmt: skip
+                cmd, intro, rows, after="\n".join(lines) + "\n",
+                outputs=[*figure_files, "records"])  # fmt: skip
     reverdict(records)
     sym = [{k: r.get(k, "") for k in SYM_COLUMNS} for r, _ in records
            if r["model"] == "SymDLNN"]  # fmt: skip
