@@ -198,6 +198,31 @@ def test_bench_dompc_quick_with_dompc(tmp_path, monkeypatch):
     assert _rows(tmp_path / "dompc.md") == {"vimpc": 3, "do-mpc": 2 * 2}
 
 
+@pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
+def test_gp_vi_samples_figure_from_its_table_is_the_runs_figure(tmp_path, monkeypatch):
+    """``--plot-from`` draws from the CSV alone the figure the run drew from its rows, and
+    refuses a CSV that is not this script's table."""
+    import json
+
+    from vimpc.errors import InputError
+
+    script = FOLDERS[1] / "gp_vi_samples.py"
+    run, redrawn = tmp_path / "run", tmp_path / "redrawn"
+    _run_quick(script, run, monkeypatch, [])
+    table = run / "samples.csv"
+    names = _run_quick(script, redrawn, monkeypatch, ["--plot-from", str(table)])
+    assert names == ["samples.png", "samples.png.provenance.json"]
+    assert (redrawn / "samples.png").read_bytes() == (run / "samples.png").read_bytes()
+    record = json.loads((redrawn / "samples.png.provenance.json").read_text())
+    assert f"--plot-from {table}" in record["command"]
+    other = tmp_path / "other.csv"
+    other.write_text("system,model\npendulum,x\n")
+    with pytest.raises(InputError, match="--plot-from .*other.csv: expected a samples.csv"):
+        _module(script, monkeypatch).main(
+            ["--quick", "--out", str(tmp_path / "x"), "--plot-from", str(other)]
+        )
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::vimpc.errors.FitWarning")
 def test_bench_lsi_quick_compiled(tmp_path, monkeypatch):

@@ -88,6 +88,8 @@ warnings.filterwarnings("ignore", message=".*the data have no inputs", category=
 CART_W_TOL, CART_COS, CART_M_TOL, KEPLER_ANGLE = 0.01, 0.9999, 0.01, 5.0
 ROTATION = np.array([0.0, 1.0, -1.0, 0.0]) / np.sqrt(2.0)  # vec M, row-major: (y, -x)
 NEWTON_TOL, NEWTON_ITERS = 1e-12, 30
+#: the conservation figures' symlog axes are linear within +-LINTHRESH (in the quantity's unit)
+LINTHRESH = 1e-3
 
 
 def setup(name: str, quick: bool):
@@ -469,8 +471,11 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
                 f"{med['rmse_prediction']:.3g} / {med['rmse_test']:.3g}; diverged {div}, "
                 f"{div_t}; {med['epochs']:.0f} epochs, {med['train_s']:.0f} s"
             )
+    drawn = sorted({r["system"] for r, _ in records})  # the figures of figures() below
+    figure_files = [f"{s}_{kind}.png" for s in drawn for kind in ("trajectories", "conservation")]
     write_table(folder, "models", "DLNN, SymDLNN and LNN: prediction and conservation",
-                cmd, intro, rows, after="\n".join(lines) + "\n")  # fmt: skip
+                cmd, intro, rows, after="\n".join(lines) + "\n",
+                outputs=[*figure_files, "records"])  # fmt: skip
     reverdict(records)
     sym = [{k: r.get(k, "") for k in SYM_COLUMNS} for r, _ in records
            if r["model"] == "SymDLNN"]  # fmt: skip
@@ -571,13 +576,13 @@ def figures(folder: Path, records) -> None:
                     for r, a in these:
                         ax.plot(a[f"{tag}pred"][:, 0], a[f"{tag}pred"][:, 1], "--",
                                 color=colours[r["model"]], label=r["model"])  # fmt: skip
-                    ax.set(xlabel="x", ylabel="y", aspect="equal")
+                    ax.set(xlabel="x [m]", ylabel="y [m]", aspect="equal")
                 else:
                     for r, a in these:
                         e = np.linalg.norm(a[f"{tag}pred"] - a[f"{tag}truth"], axis=1)
                         ax.semilogy(t, e, color=colours[r["model"]], label=r["model"])
                     ax.axvline(t[steps], color="grey", lw=0.5)
-                    ax.set(xlabel="t [s]", ylabel="|q - q_true|")
+                    ax.set(xlabel="t [s]", ylabel="|q - q_true| [m]")
                 ax.set_title(("training start", "test start")[j])
                 ax.legend(fontsize=7)
         fig.suptitle(f"{s}: trajectories (seed {seed}; vertical line: end of the training data)")
@@ -599,16 +604,23 @@ def figures(folder: Path, records) -> None:
         axes[0, 0].plot(tc, a0["energy_ref"] - a0["energy_ref"][0], "k", lw=1, label="truth")
         axes[1, 0].plot(tc, a0["momentum_ref"] - a0["momentum_ref"][0], "k", lw=1,
                         label="truth")  # fmt: skip
-        mom = "p_s" if s == "cart" else "angular momentum"
+        mom, unit = ("p_s", "kg m/s") if s == "cart" else ("angular momentum", "kg m^2/s")
         titles = ("true energy on the predicted motion", "learned energy / scale (BEA for DLNN)",
-                  f"true {mom} on the predicted motion", "learned Noether quantity I / scale")  # fmt: skip
-        for ax, title in zip(axes.ravel(), titles, strict=True):
+                  f"true {mom} on the predicted motion",
+                  "learned Noether quantity I / scale\n(units of the goal generator's: "
+                  f"{'translation in s' if s == 'cart' else 'rotation'})")  # fmt: skip
+        units = ("J", "J", unit, unit)
+        lin = f"{LINTHRESH:.0e}".replace("e-0", "e-")  # 1e-3
+        for ax, title, u in zip(axes.ravel(), titles, units, strict=True):
             ax.axvline(t[steps], color="grey", lw=0.5)
-            ax.set(title=title, xlabel="t [s]", ylabel="change from k = 1 (symlog)")
-            ax.set_yscale("symlog", linthresh=1e-3)  # a diverging model spans decades
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-        fig.suptitle(f"{s}: energy and momentum (seed {seed}, training start)")
+            # a diverging model spans decades: symlog, linear within +-LINTHRESH
+            ax.set_yscale("symlog", linthresh=LINTHRESH)
+            ax.axhspan(-LINTHRESH, LINTHRESH, color="0.9", lw=0, zorder=0,
+                       label=f"symlog: linear within \u00b1{lin} {u}")  # fmt: skip
+            ax.set(title=title, xlabel="t [s]", ylabel=f"change from k = 1 [{u}] (symlog)")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{s}: energy and momentum (seed {seed}, training start; vertical line: "
+                     "end of the training data)")  # fmt: skip
         fig.tight_layout()
         FigureCanvasAgg(fig).print_png(folder / f"{s}_conservation.png")
 

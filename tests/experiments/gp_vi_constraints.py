@@ -4,8 +4,8 @@ Section 4.1 of the paper: a GP-VI without a prior model (eq. 10 with the project
 trained on one 2 s trajectory of the frictionless double pendulum (links m = 1 kg, l = 1 m)
 released at rest from (theta1, theta2) = (pi/2, 0), and its constraint residual is compared
 with explicit Euler on the true system, both at dt = 0.01 s. Here
-``GPVIModel(DoublePendulum().maximal(), 0.01, prior="zero", samples=n, seed=0)`` for n = 10,
-20 and 50: 12 states (x, y, phi of each link and their rates), 4 joint constraints
+``GPVIModel(DoublePendulum().maximal(), 0.01, prior="zero", samples=n, seed=s)`` for n = 10,
+20 and 50 and the sample draws s = 0 and 1 (``--seeds``): 12 states (x, y, phi of each link and their rates), 4 joint constraints
 ``g(q) = 0``, its step a Newton solve of the projection's KKT conditions. The baselines,
 explicit Euler and RK4, integrate the index-1 DAE (constraints differentiated twice), as in
 ``structure_preservation.py``.
@@ -62,6 +62,7 @@ THETA0 = np.array([np.pi / 2, 0.0])  # the paper's start: first link horizontal,
 SAMPLES = (10, 20, 50)
 COLOURS = {"explicit Euler": "black", "RK4": "grey"}
 GP_COLOURS = ("tab:blue", "tab:red", "tab:green")
+SEED_STYLES = ("-", "--", ":", "-.")  # the figure's line style per sample draw
 QUICK_FIT = {"restarts": 1, "iterations": 5}  # --quick: the GP-VI's hyperparameter search
 
 
@@ -219,7 +220,10 @@ def step_time(maximal, step, x0: np.ndarray, short: int = SHORT) -> float:
     return 1e3 * (time.perf_counter() - began) / short
 
 
-def row(name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-", *, sizes=None):
+def row(
+    name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-", *, sizes=None,
+    seed="-",
+):  # fmt: skip
     short, long = sizes or (SHORT, LONG)
     run = rollout(maximal, step, x0, long)
     res, E = run.res, run.E
@@ -229,6 +233,7 @@ def row(name, maximal, step, x0, E0, swing, samples="-", fit_time="-", floor="-"
     return (
         {
             "model": name,
+            "seed": seed,
             "training pairs": samples,
             "fit time [s]": fit_time,
             "step time [ms]": step_time(maximal, step, x0, short),
@@ -252,8 +257,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--short", type=int, default=SHORT, help="steps of the '10 s' columns")
     parser.add_argument("--long", type=int, default=LONG, help="steps of the whole run")
     parser.add_argument("--samples", type=int, nargs="+", default=list(SAMPLES))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="GP-VI sample draws")
     add_options(parser, OUT)
-    args = parse(parser, argv, OUT, quick={"short": 20, "long": 100, "samples": [10]})
+    args = parse(parser, argv, OUT, quick={"short": 20, "long": 100, "samples": [10], "seeds": [0]})
     out, short, long, sizes = args.out, args.short, args.long, (args.short, args.long)
     fit = QUICK_FIT if args.quick else {}
     out.mkdir(parents=True, exist_ok=True)
@@ -275,19 +281,23 @@ def main(argv: list[str] | None = None) -> None:
         step = ExplicitIntegrator(maximal, method).step_function(H)
         r, runs[name] = row(name, maximal, step, x0, E0, swing, sizes=sizes)
         rows.append(r)
-    for samples in args.samples:
-        family = GPVIModel(
-            DoublePendulum().maximal(), H, prior="zero", samples=samples, seed=0, **fit
-        )
-        family.fit(data)
-        name = f"GP-VI, {samples} samples"
-        r, runs[name] = row(
-            name, maximal, family.discrete_model().step, x0, E0, swing, samples,
-            family.fit_time_, regularisation_floor(family, maximal, x0, short), sizes=sizes,
-        )  # fmt: skip
-        rows.append(r)
-        if runs[name].failed is not None:
-            stalls[name] = stalled_newton(family, maximal, runs[name].last)
+    styles = {name: (colour, "-") for name, colour in COLOURS.items()}
+    for s, seed in enumerate(args.seeds):
+        for n, samples in enumerate(args.samples):
+            family = GPVIModel(
+                DoublePendulum().maximal(), H, prior="zero", samples=samples, seed=seed, **fit
+            )
+            family.fit(data)
+            name = f"GP-VI, {samples} samples, seed {seed}"
+            r, runs[name] = row(
+                name, maximal, family.discrete_model().step, x0, E0, swing, samples,
+                family.fit_time_, regularisation_floor(family, maximal, x0, short), sizes=sizes,
+                seed=seed,
+            )  # fmt: skip
+            rows.append(r)
+            styles[name] = (GP_COLOURS[n % len(GP_COLOURS)], SEED_STYLES[s % len(SEED_STYLES)])
+            if runs[name].failed is not None:
+                stalls[name] = stalled_newton(family, maximal, runs[name].last)
     total = time.perf_counter() - began
 
     euler, rk4 = rows[0], rows[1]
@@ -303,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         d = stalls[r["model"]]
         failures.append(
-            f"with {r['training pairs']} samples the projection's Newton raised at step "
+            f"with {r['training pairs']} samples (seed {r['seed']}) the projection's Newton raised at step "
             f"{r['failed at step']}, after "
             f"max |g| = {r['max |g|, 100 min [m]']:.1e} m up to there. By then a link had "
             f"spun to |phi| = {d['phi']:.1f} rad (the training data span |phi| <= "
@@ -326,8 +336,10 @@ def main(argv: list[str] | None = None) -> None:
         "min). Training data: one 2 s trajectory of the true double pendulum from the same "
         f"state (midpoint VI in joint coordinates, substep {FINE} s, sampled every {H} s, 200 "
         f"transitions, mapped to maximal coordinates: max |g| = {data_res:.1e} m); each GP-VI "
-        '(`GPVIModel(DoublePendulum().maximal(), 0.01, prior="zero", samples=n, seed=0)`, the '
-        "paper's eq. 10 with the projection 10e and no prior) draws n of them. "
+        '(`GPVIModel(DoublePendulum().maximal(), 0.01, prior="zero", samples=n, seed=s)`, the '
+        "paper's eq. 10 with the projection 10e and no prior) draws n of them, "
+        f"n = {', '.join(map(str, args.samples))}, sample draws s = "
+        f"{', '.join(map(str, args.seeds))}. "
         "**Reading.** Explicit Euler on the index-1 DAE drifts off the constraints as in the "
         f"paper's Fig. 1b: max |g| = {euler['max |g|, 10 s [m]']:.2f} m within 10 s and "
         f"{euler['final |g| [m]']:.1e} m after 100 min (its energy grows without bound); RK4 "
@@ -368,22 +380,19 @@ def main(argv: list[str] | None = None) -> None:
     fig = Figure(figsize=(10, 3.8))
     FigureCanvasAgg(fig)
     short_ax, long_ax = fig.subplots(1, 2)
-    colours = {
-        **COLOURS,
-        **{f"GP-VI, {n} samples": c for n, c in zip(args.samples, GP_COLOURS, strict=False)},
-    }
     for name, run in runs.items():
-        res = run.res
+        res, (colour, style) = run.res, styles[name]
         t = np.arange(min(len(res), short + 1)) * H
         short_ax.plot(
-            t, np.maximum(res[: len(t)], 1e-17), color=colours[name], linewidth=1, label=name
+            t, np.maximum(res[: len(t)], 1e-17), color=colour, ls=style, linewidth=1, label=name
         )
         # the whole run: the largest |g| in each of 400 log-spaced time bins (the envelope)
         edges = np.unique(np.geomspace(1, len(res), 400).astype(int))
         envelope = np.maximum.reduceat(res, edges[:-1])
-        long_ax.plot(edges[1:] * H, np.maximum(envelope, 1e-17), color=colours[name], linewidth=1)
+        long_ax.plot(edges[1:] * H, np.maximum(envelope, 1e-17), color=colour, ls=style,
+                     linewidth=1)  # fmt: skip
         if run.failed is not None:  # where the run stopped
-            long_ax.plot(run.failed * H, res[-1], "x", color=colours[name], markersize=8)
+            long_ax.plot(run.failed * H, res[-1], "x", color=colour, markersize=8)
     for ax in (short_ax, long_ax):
         ax.axhline(TARGET, color="tab:purple", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")
@@ -394,7 +403,9 @@ def main(argv: list[str] | None = None) -> None:
     long_ax.set_xscale("log")
     long_ax.set_ylabel("max |g(q)| per log-spaced bin [m]")
     long_ax.set_title(f"{long * H / 60:.0f} min", fontsize=10)
-    fig.legend(loc="upper center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, 1.04))
+    entries = len(runs) + 1  # and the target
+    fig.legend(loc="upper center", ncol=min(entries, 5), fontsize=8,
+               bbox_to_anchor=(0.5, 1.04 + 0.045 * ((entries - 1) // 5)))  # fmt: skip
     fig.tight_layout()
     fig.savefig(out / "constraints.png", dpi=110, bbox_inches="tight")
     print(table)

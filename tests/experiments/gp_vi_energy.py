@@ -48,7 +48,9 @@ SHORT, LONG = 1_000, 600_000  # 10 s and 100 min
 STOP = 1e3  # a run stops once its relative energy error passes this (or is not finite)
 CHUNK = 10_000
 X0 = np.array([np.pi / 2, 0.0])  # released from horizontal at rest: E0 = 0
-FIGURE_RUNS = ("explicit Euler", "GP-VI, 10 samples, seed 0", "GP-VI, 20 samples, seed 0")
+#: the figure: colour by the number of samples, line style by the sample draw (seed)
+COLOURS = {10: "tab:blue", 20: "tab:red"}
+SEED_STYLES = ("-", "--", ":", "-.")
 QUICK_FIT = {"restarts": 1, "iterations": 5}  # --quick: the GP-VIs' hyperparameter search
 
 
@@ -246,15 +248,20 @@ def main(argv: list[str] | None = None) -> None:
     fig = Figure(figsize=(10, 3.8))
     FigureCanvasAgg(fig)
     short_ax, long_ax = fig.subplots(1, 2)
-    colours = {"explicit Euler": "black", FIGURE_RUNS[1]: "tab:blue", FIGURE_RUNS[2]: "tab:red"}
-    for name in FIGURE_RUNS:
+    styles = {"explicit Euler": ("black", "-")}
+    for r in gp:  # every sample draw of the table
+        styles[r["model"]] = (
+            COLOURS[r["training pairs"]], SEED_STYLES[args.seeds.index(r["seed"]) % len(SEED_STYLES)]
+        )  # fmt: skip
+    for name, (colour, style) in styles.items():
         err = series[name]
         t = np.arange(short + 1) * H
-        short_ax.plot(t, err[: short + 1], color=colours[name], linewidth=1, label=name)
+        short_ax.plot(t, err[: short + 1], color=colour, ls=style, linewidth=1, label=name)
         # 100 min: the largest |err| in each of 400 log-spaced time bins (the envelope)
         edges = np.unique(np.geomspace(1, len(err), 400).astype(int))
         envelope = np.maximum.reduceat(np.abs(err), edges[:-1])
-        long_ax.plot(edges[1:] * H, np.maximum(envelope, 1e-17), color=colours[name], linewidth=1)
+        long_ax.plot(edges[1:] * H, np.maximum(envelope, 1e-17), color=colour, ls=style,
+                     linewidth=1)  # fmt: skip
     short_ax.axhline(0.0, color="grey", linewidth=0.5)
     short_ax.set_xlabel("time [s]")
     short_ax.set_ylabel("(E - E0) / (m g l / 2)")
@@ -264,7 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     long_ax.set_xlabel("time [s]")
     long_ax.set_ylabel("max |E - E0| / (m g l / 2) per log-spaced bin")
     long_ax.set_title("100 min", fontsize=10)
-    fig.legend(loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.04))
+    fig.legend(loc="upper center", ncol=min(len(styles), 3), fontsize=8,
+               bbox_to_anchor=(0.5, 1.04 + 0.045 * ((len(styles) - 1) // 3)))  # fmt: skip
     fig.tight_layout()
     fig.savefig(out / "energy.png", dpi=110, bbox_inches="tight")
     print(table)

@@ -3,6 +3,7 @@
     python tests/experiments/gp_vi_samples.py [--repeats 7] [--restarts 1] [--first 0]
     python tests/experiments/gp_vi_samples.py --replot   # table and figure again, no fits
     python tests/experiments/gp_vi_samples.py --first 3 --repeats 2 --append   # more of them
+    python tests/experiments/gp_vi_samples.py --plot-from results/gp_vi/samples.csv  # figure
 
 For each dataset realisation ``r`` (``--first`` .. ``--first + --repeats - 1``) and system,
 the true system is the catalog system with masses and inertias scaled by ``U(0.9, 1.1)``
@@ -36,7 +37,10 @@ A system is one line of ``SYSTEMS`` (in ``_gp_vi_systems.py``, with the metric) 
 curve one line of ``CASES``. Every fit's result is kept in ``$VIMPC_CACHE/gp_vi_samples_records.json`` (outside the repository) for
 ``--replot``.
 
-Writes ``results/gp_vi/{samples.csv, samples.md, samples.png}``. ``--quick --out DIR``: a
+Writes ``results/gp_vi/{samples.csv, samples.md, samples.png}``. ``--plot-from CSV`` draws
+``samples.png`` alone from a table this script wrote (its medians and 10th/90th percentiles,
+the numbers of the table exactly) and writes the figure's record
+``samples.png.provenance.json`` with that command; no fit, no table. ``--quick --out DIR``: a
 smoke test into ``DIR`` (its records there too, not in the cache): one realisation, the
 curves, sizes, data and fits of ``QUICK`` (one of each kind of curve: a prior in minimal
 coordinates, the first-order prior with sin/cos inputs, maximal coordinates on a true
@@ -70,7 +74,8 @@ from _gp_vi_systems import (
     windows_of,
 )
 from _quick import add_options, parse
-from _tables import write_table
+from _quick import command as command_line
+from _tables import record, write_table
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -356,6 +361,7 @@ def plot(rows: list[dict[str, Any]], path: Path, plan: Plan = FULL) -> None:
     colours = {"minimal": "C0", "sincos": "C3", "maximal": "C2"}
     styles = {"midpoint": ("-", "o"), "first_order": (":", "s"), "zero": ("-", "o")}
     baseline_style = {"nominal midpoint": "k", "nominal first_order": "0.55"}
+    legends = []
     for ax, name in zip(axes, names, strict=True):
         mine = [r for r in rows if r["system"] == name]
         for r in [r for r in mine if r["model"] in baseline_style]:
@@ -376,18 +382,47 @@ def plot(rows: list[dict[str, Any]], path: Path, plan: Plan = FULL) -> None:
             )  # fmt: skip
             ax.plot(
                 n, [r["median_mse"] for r in curve], linestyle=line, marker=marker,
-                markersize=3.5, color=colour, label=f"{coordinates}, prior {prior}",
+                markersize=3.5, color=colour, label=f"{coordinates}, prior {prior}: median",
             )  # fmt: skip
+        counts = sorted({int(r["realisations"]) for r in mine if r["model"] == "gp_vi"})
+        if counts:  # one entry for the bands: each is its curve's colour
+            shown = "/".join(str(c) for c in counts)
+            ax.fill_between([], [], [], color="0.6", alpha=0.4, linewidth=0,
+                            label=f"band: 10th-90th percentile over {shown} realisations")  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("training samples")
         free = all(prior == "zero" for system, _, prior in plan.cases if system == name)
         ax.set_title(SYSTEMS[name].label + (" (no prior)" if free else ""))
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7)
+        # below the axes, off the bands; left out of tight_layout, kept in savefig's box
+        legends.append(ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2)))
+        legends[-1].set_in_layout(False)
     axes[0].set_ylabel(f"{HORIZON}-step position MSE [rad², m²]")
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight", bbox_extra_artists=legends)
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``samples.csv`` this script wrote, with the columns :func:`plot` reads
+    as numbers (``-`` stays ``-``)."""
+    import csv
+
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    needed = {"system", "model", "coordinates", "prior", "samples", "realisations",
+              "median_mse", "p10_mse", "p90_mse"}  # fmt: skip
+    if not rows or not needed <= set(rows[0]):
+        raise InputError(
+            f"--plot-from {path}: expected a samples.csv written by this script, with the "
+            f"columns {', '.join(sorted(needed))}; got {', '.join(rows[0]) if rows else 'no rows'}"
+        )
+    for r in rows:
+        r["samples"] = int(r["samples"]) if r["samples"] != "-" else "-"
+        r["realisations"] = int(r["realisations"])
+        for k in ("median_mse", "p10_mse", "p90_mse"):
+            r[k] = float(r[k])
+    return rows
 
 
 def _command(repeats: int, first: int, restarts: int) -> str:
@@ -413,9 +448,22 @@ def main(argv: list[str] | None = None) -> None:
         "just before --first, with the same --restarts): the table of all of them, the "
         "same as one run over them (each realisation has its own seeds)",
     )  # fmt: skip
+    parser.add_argument(
+        "--plot-from", type=Path, default=None, metavar="CSV",
+        help="only draw samples.png (and its record) from this table, e.g. "
+        "results/gp_vi/samples.csv: no fits, no table",
+    )  # fmt: skip
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"repeats": 1})
     out, plan = args.out, QUICK if args.quick else FULL
+    if args.plot_from is not None:
+        if not args.plot_from.is_file():
+            parser.error(f"--plot-from {args.plot_from}: no such file; give a samples.csv")
+        out.mkdir(parents=True, exist_ok=True)
+        plot(read_table(args.plot_from), out / "samples.png", plan)
+        record(out / "samples.png", command_line(__file__, args.argv))
+        print(f"wrote {out / 'samples.png'} from {args.plot_from}")
+        return
     this = _command(args.repeats, args.first, args.restarts) + (" --append" if args.append else "")
     # every fit's result, outside the repository, so the outputs can be rewritten without
     # fitting again (a quick run's in its --out)

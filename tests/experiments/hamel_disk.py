@@ -303,7 +303,10 @@ def figures(
                 ax.plot(t, pred[:, j], "--", lw=1, label=f"{name} (Hamel ODE, RK4)")
             ax.set_title(f"p{j + 1}, {where}", fontsize=9)
             ax.set_xlabel("t [s]")
-    axes[0, 0].legend(fontsize=7)
+            # p1 is nearly constant: an offset above the axis would sit on the title
+            ax.ticklabel_format(axis="y", useOffset=False)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     fig.savefig(folder / f"{table}_momenta.png", dpi=110)
     # per fit: held-out RMS and momentum error over time
     fig = Figure(figsize=(11, 3.8), layout="constrained")
