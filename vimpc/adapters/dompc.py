@@ -296,6 +296,8 @@ def _takes_sx(model: DiscreteModel) -> bool:
         if model.bound is not None:
             ca.Function(model.bound)(x, u, p)
     except (NotImplementedError, RuntimeError):
+        # a step with MX-only nodes (a Newton rootfinder, a called network): do-mpc's
+        # symbols must then be MX, which is what returning False chooses
         return False
     return True
 
