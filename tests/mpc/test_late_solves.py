@@ -285,6 +285,19 @@ def test_none_unsets_a_scenarios_time_budget(tmp_path):
         scenario.load_scenario(path, ['controller.time_budget="never"'])
 
 
+
+def test_none_unsets_a_scenarios_warm_max_iter(tmp_path):
+    """``--set controller.warm_max_iter="none"`` takes a scenario's iteration budget of warm
+    solves away (they then run to ``max_iter``), another word is refused."""
+    path = tmp_path / "budget.toml"
+    text = SCENARIO.replace("horizon = 5", 'horizon = 5\nsolver = "fatrop"\nwarm_max_iter = 7')
+    path.write_text(text, encoding="utf-8")
+    assert scenario.load_scenario(path)["controller"]["warm_max_iter"] == 7
+    unset = scenario.load_scenario(path, ['controller.warm_max_iter="none"'])
+    assert unset["controller"].get("warm_max_iter") is None
+    with pytest.raises(ConfigError, match="controller.warm_max_iter must be an integer"):
+        scenario.load_scenario(path, ['controller.warm_max_iter="never"'])
+
 # -- the first plan, before the clock --------------------------------------------------------
 
 #: 40 stages to the top from 0.75 rad below it: a cold start takes several iterations

@@ -138,8 +138,9 @@ SETTINGS: dict[str, Setting] = {
         "iterations of a warm call's tries and single-shooting descent together, shared as "
         "`time_budget` is (40 % to the first try, up to 80 % with the second), the descent's "
         "last iterate used where it meets the constraints; its warm solves then never go to "
-        "`condensed_start`. Not set: `max_iter`",
+        "`condensed_start`. Not set (`none`): `max_iter`",
         rule=POSITIVE,
+        unset="none",
         acts=(Acts("solver", OPTION_READERS["warm_max_iter"]),),
     ),
     "max_iter": Setting(int, 50, "iteration budget per solve", rule=POSITIVE),
