@@ -285,7 +285,6 @@ def test_none_unsets_a_scenarios_time_budget(tmp_path):
         scenario.load_scenario(path, ['controller.time_budget="never"'])
 
 
-
 def test_none_unsets_a_scenarios_warm_max_iter(tmp_path):
     """``--set controller.warm_max_iter="none"`` takes a scenario's iteration budget of warm
     solves away (they then run to ``max_iter``), another word is refused."""
@@ -297,6 +296,7 @@ def test_none_unsets_a_scenarios_warm_max_iter(tmp_path):
     assert unset["controller"].get("warm_max_iter") is None
     with pytest.raises(ConfigError, match="controller.warm_max_iter must be an integer"):
         scenario.load_scenario(path, ['controller.warm_max_iter="never"'])
+
 
 # -- the first plan, before the clock --------------------------------------------------------
 
