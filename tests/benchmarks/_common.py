@@ -129,6 +129,22 @@ class TimedController:
         return result
 
 
+class RecordedController:
+    """The controller, keeping ``record(result, stats)`` of each call (its ``MPCResult``
+    and ``solver_stats()`` after it) in ``calls``; everything else is the controller's."""
+
+    def __init__(self, ctrl: Any, record: Any) -> None:
+        self.ctrl, self.record, self.calls = ctrl, record, []
+
+    def __getattr__(self, name):
+        return getattr(self.ctrl, name)
+
+    def __call__(self, obs, t=0.0, *args, **kwargs):
+        result = self.ctrl(obs, t, *args, **kwargs)
+        self.calls.append(self.record(result, self.ctrl.solver_stats()))
+        return result
+
+
 def _fmt(value: Any, spec: str) -> str:
     if isinstance(value, float):
         return format(value, spec) if np.isfinite(value) else str(value)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import OUT, ROOT, add_options, ms_stats, parse, write_results
+from _common import OUT, ROOT, RecordedController, add_options, ms_stats, parse, write_results
 
 from vimpc.closedloop import episode_metrics, run_episode
 from vimpc.pipeline import build_controller, build_env, obtain_model, success_test
@@ -69,20 +69,9 @@ def _per_solve(stats: dict) -> dict[str, float]:
     return out
 
 
-class _Recorded:
-    """The controller, recording its solver's statistics after each call."""
-
-    def __init__(self, ctrl) -> None:
-        self.ctrl, self.calls = ctrl, []
-
-    def __getattr__(self, name):
-        return getattr(self.ctrl, name)
-
-    def __call__(self, obs, t=0.0, *args, **kwargs):
-        result = self.ctrl(obs, t, *args, **kwargs)
-        stats = self.ctrl.solver_stats()
-        self.calls.append((stats.get("iter_count", np.nan), _per_solve(stats)))
-        return result
+def _recorded(result, stats: dict) -> tuple:
+    """A call's iterations and its NLP functions' wall times."""
+    return stats.get("iter_count", np.nan), _per_solve(stats)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,7 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         rows = ROWS
     ctrls = {
-        row: _Recorded(build_controller(load_scenario(SCENARIO, [*sets, *o]), model, env))
+        row: RecordedController(
+            build_controller(load_scenario(SCENARIO, [*sets, *o]), model, env), _recorded
+        )
         for row, o in rows.items()
     }
     runs: dict[str, list] = {row: [] for row in ROWS}

@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from _common import OUT, ROOT, add_options, parse, write_results
+from _common import OUT, ROOT, RecordedController, add_options, parse, write_results
 
 from vimpc.closedloop import run_episode
 from vimpc.pipeline import build_controller, build_env, obtain_model
@@ -55,20 +55,9 @@ QUICK_SETS = [
 ]
 
 
-class _Recorded:
-    """The controller, recording each call's result and fatrop's timers after it."""
-
-    def __init__(self, ctrl) -> None:
-        self.ctrl, self.calls = ctrl, []
-
-    def __getattr__(self, name):
-        return getattr(self.ctrl, name)
-
-    def __call__(self, obs, t=0.0, *args, **kwargs):
-        result = self.ctrl(obs, t, *args, **kwargs)
-        timers = dict(self.ctrl.solver_stats().get("fatrop", {}))
-        self.calls.append((result, timers))
-        return result
+def _fatrop_timers(result, stats: dict) -> tuple:
+    """A call's result and fatrop's timers of its solve."""
+    return result, dict(stats.get("fatrop", {}))
 
 
 def _row(name: str, dt: float, calls: list, steps: list[int], early: int) -> dict:
@@ -123,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--scenarios: {name} does not use fatrop")
         env = build_env(cfg)
         model = obtain_model(cfg, env, log=lambda text: None).model
-        ctrl = _Recorded(build_controller(cfg, model, env))
+        ctrl = RecordedController(build_controller(cfg, model, env), _fatrop_timers)
         n_steps = 3 if args.quick else cfg["episodes"]["steps"]
         steps: list[int] = []
         for seed in args.seeds:
