@@ -1,7 +1,7 @@
 """Where a fatrop controller's call goes: fatrop's own timers per solve (the Lagrangian's
 Hessian, the constraints' Jacobian, the other function evaluations, its search directions,
-its initialisation) and the call's work around the solve (the tube, Python), with the
-iterations by phase of the episode.
+its initialisation) and the call's work around the solve (the tube; the rest: Python and
+conversions), with the iterations by phase of the episode.
 
 Run from the repository root::
 
@@ -15,9 +15,10 @@ seed. Per call: the wall time of the whole call (``MPCResult.call_time``), of th
 (``solve_time``), fatrop's iterations and its timers (``solver_stats()["fatrop"]``:
 ``eval_hess_time``, ``eval_jac_time``, ``compute_sd_time``, ``initialization_time``, the
 constraint, gradient and objective evaluations together, and the rest of its
-``time_total``). Medians and p95 over the calls, pooled over the seeds; the iterations'
-median and p95 over the episode's first ``--early`` steps (the approach) and the rest,
-and the share of the period's sixth: how far the call's p95 is from ``dt / 6``. Times are
+``time_total``), the tube's (``MPCResult.tube_time``: its compiled function along the
+guess and the margins) and the rest of the call outside the solve. Medians and p95 over the
+calls, pooled over the seeds; the iterations' median and p95 over the episode's first
+``--early`` steps (the approach) and the rest, and the share of the period's sixth: how far the call's p95 is from ``dt / 6``. Times are
 this machine's under its load (the load average is in the header); the shares between the
 parts are what the table is for.
 
@@ -71,7 +72,8 @@ def _row(name: str, dt: float, calls: list, steps: list[int], early: int) -> dic
     }
     total = np.array([float(t.get("time_total", np.nan)) for _, t in calls]) * 1e3
     parts["fatrop_rest"] = total - sum(parts.values())
-    parts["around_solve"] = call - solve
+    parts["tube"] = np.array([r.tube_time for r, _ in calls]) * 1e3
+    parts["rest_of_call"] = call - solve - parts["tube"]
     row = {
         "scenario": name,
         "dt_ms": 1e3 * dt,
@@ -139,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         ("search_direction", "search directions"),
         ("initialization", "initialisation"),
         ("fatrop_rest", "fatrop's rest"),
-        ("around_solve", "around the solve (tube, Python)"),
+        ("tube", "the tube (its compiled function along the guess, the margins)"),
+        ("rest_of_call", "the rest of the call (Python, conversions)"),
     ):
         columns += [
             (f"{key}_shown", f"{label}: median / p95 [ms]", ""),
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         ("iterations_late_p95", "iterations, later: p95", ".0f"),
     ]
     for r in rows:  # one column per part: "median / p95"
-        for key in (*TIMERS, "fatrop_rest", "around_solve"):
+        for key in (*TIMERS, "fatrop_rest", "tube", "rest_of_call"):
             r[f"{key}_shown"] = f"{r[f'{key}_median_ms']:.3g} / {r[f'{key}_p95_ms']:.3g}"
     write_results(
         "fatrop_breakdown",
