@@ -18,9 +18,9 @@ constraint, gradient and objective evaluations together, and the rest of its
 ``time_total``), the tube's (``MPCResult.tube_time``: its compiled function along the
 guess and the margins) and the rest of the call outside the solve. Medians and p95 over the
 calls, pooled over the seeds; the iterations' median and p95 over the episode's first
-``--early`` steps (the approach) and the rest, and the share of the period's sixth: how far the call's p95 is from ``dt / 6``. Times are
-this machine's under its load (the load average is in the header); the shares between the
-parts are what the table is for.
+``--early`` steps (the approach) and the rest, and the share of the period's sixth: how far
+the call's p95 is from ``dt / 6``. Times are this machine's under its load (the load average
+is in the header); the shares between the parts are what the table is for.
 
 ``--quick --out DIR``: a smoke test into ``DIR``: one seed of 3 steps of
 ``rollingdisk_hamel_parking``, its network fitted for one epoch on a few trajectories,
