@@ -131,6 +131,15 @@ def test_conformal_bound_covers_fresh_trajectories():
     assert coverage <= 1 - delta + 0.05  # and the bound is not trivially wide
 
 
+def _released_pendulum(h: float) -> np.ndarray:
+    """2 s of the true frictionless pendulum released from rest at pi/2 (midpoint VI,
+    1e-4 s substeps), sampled every ``h``: the states ``(201, 2)``."""
+    x0 = np.array([np.pi / 2, 0.0])
+    fine = VariationalIntegrator(Pendulum(), "midpoint").step_function(1e-4)
+    xs = np.asarray(fine.mapaccum(20_000)(x0, np.zeros((1, 20_000)), np.zeros((0, 20_000)))).T
+    return np.vstack([x0, xs])[:: round(h / 1e-4)]
+
+
 def test_gp_vi_energy_error_bounded_by_dissipation():
     # results/gp_vi/energy: without a prior model (eq. 10, minimal coordinates) the GP-VI's
     # energy error stays bounded over 100 min while explicit Euler's grows to 419, but the
@@ -139,9 +148,7 @@ def test_gp_vi_energy_error_bounded_by_dissipation():
     system, h, n = Pendulum(), 0.01, 20_000
     x0 = np.array([np.pi / 2, 0.0])  # E0 = 0
     scale = system.params["m"] * system.params["g"] * system.params["l"] / 2
-    fine = VariationalIntegrator(system, "midpoint").step_function(1e-4)
-    xs = np.asarray(fine.mapaccum(20_000)(x0, np.zeros((1, 20_000)), np.zeros((0, 20_000)))).T
-    xs = np.vstack([x0, xs])[::100]  # 2 s of the true pendulum every 0.01 s
+    xs = _released_pendulum(h)  # 2 s of the true pendulum every 0.01 s
     data = Dataset(
         t=np.arange(201)[None] * h, obs=xs[None], states=xs[None],
         inputs=np.zeros((1, 200, 1)), dt=h, metadata={"system": system.name},
@@ -175,10 +182,8 @@ def test_gp_vi_on_difference_quotients_keeps_the_energy():
     # Here draws 11-13, 200 s, the energy at the step's midpoint (q_k - h w_k / 2, w_k).
     system, h, n = Pendulum(), 0.01, 20_000
     scale = system.params["m"] * system.params["g"] * system.params["l"] / 2
-    fine = VariationalIntegrator(system, "midpoint").step_function(1e-4)
     x0 = np.array([np.pi / 2, 0.0])  # E0 = 0
-    xs = np.asarray(fine.mapaccum(20_000)(x0, np.zeros((1, 20_000)), np.zeros((0, 20_000)))).T
-    q = np.concatenate([[x0[0]], xs[:, 0]])[::100]  # 2 s of positions every 0.01 s
+    q = _released_pendulum(h)[:, 0]  # 2 s of positions every 0.01 s
     ws = np.column_stack([q[1:], np.diff(q) / h])
     data = Dataset(
         t=np.arange(1, 201)[None] * h, obs=ws[None], states=ws[None],
