@@ -38,6 +38,7 @@ from vimpc.models.calibration import (
     choose_scale,
     conformal_rank,
     horizon_coverage,
+    log_state_scale,
     residual_scale,
     risk_control_quantile,
     state_scale,
@@ -318,6 +319,86 @@ def test_state_dependent_bound_is_narrower_at_equal_coverage():
     assert np.all(at_equal["state"] < 0.85 * at_equal["constant"]), at_equal
 
 
+def power_law_data(rng: np.random.Generator, n: int, v_scale: float = 2.0) -> Dataset:
+    """One-step transitions whose error's spread grows faster than a line in the speed:
+    ``sigma_j = A_j exp(B_j |v| + C_j v^2 + D_j |u|)``."""
+    x0 = rng.normal(size=(n, 2)) * [1.0, v_scale]
+    u = rng.normal(size=(n, 1))
+    v = np.abs(x0[:, 1:2])
+    std = LOG_A * np.exp(LOG_B * v + LOG_C * v**2 + LOG_D * np.abs(u))
+    x1 = GAIN * x0 + u + std * rng.normal(size=(n, 2))
+    obs = np.stack([x0, x1], axis=1)
+    return Dataset(t=np.tile([0.0, DT], (n, 1)), obs=obs, states=obs, inputs=u[:, None], dt=DT)
+
+
+LOG_A, LOG_B = np.array([1e-3, 3e-3]), np.array([0.1, 0.4])
+LOG_C, LOG_D = np.array([0.3, 0.05]), np.array([0.0, 0.5])
+# E log|z| for a standard normal z: -(Euler's gamma + log 2) / 2
+E_LOG_ABS_NORMAL = -(0.5772156649015329 + math.log(2.0)) / 2
+
+
+def test_log_state_scale_recovers_a_power_law_spread():
+    # log|e_j| = log sigma_j + log|z|: least squares on (1, |v|, v^2, |u|) estimates
+    # (log A_j + E log|z|, B_j, C_j, D_j)
+    rng = np.random.default_rng(16)
+    model = tiny_model()
+    data = power_law_data(rng, 40_000)
+    function, record = log_state_scale(model, data)
+    np.testing.assert_allclose(record["log_intercept"], np.log(LOG_A) + E_LOG_ABS_NORMAL, atol=0.05)
+    np.testing.assert_allclose(np.ravel(record["per_abs_velocity"]), LOG_B, atol=0.05)
+    np.testing.assert_allclose(np.ravel(record["per_squared_velocity"]), LOG_C, atol=0.02)
+    np.testing.assert_allclose(np.ravel(record["per_abs_input"]), LOG_D, atol=0.03)
+    # the function is exp(w . phi) with |v| and |u| clipped at the data's largest values
+    v_max, u_max = record["abs_velocity_clipped_at"][0], record["abs_input_clipped_at"][0]
+    assert v_max == pytest.approx(np.abs(data.obs[:, 0, 1]).max(), rel=1e-12)
+    X = np.array([[0.0, 0.0], [0.3, -1.5], [0.0, 3 * v_max], [0.0, -3 * v_max]])
+    U = np.array([[0.0], [0.7], [-2 * u_max], [3 * u_max]])
+    av, au = np.minimum(np.abs(X[:, 1:2]), v_max), np.minimum(np.abs(U), u_max)
+    w = [np.array(record[k]).reshape(2, -1) for k in ("per_abs_velocity", "per_squared_velocity")]
+    expected = np.exp(
+        np.array(record["log_intercept"])
+        + av * w[0][:, 0]
+        + av**2 * w[1][:, 0]
+        + au * np.array(record["per_abs_input"])[:, 0]
+    )
+    got = np.asarray(function.map(4)(X.T, U.T, np.zeros((0, 4)))).T
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert np.array_equal(got[2], got[3])  # no extrapolation past the data's box
+    # with a spread g, the fit is of log(|e| / g) and the scale is g times the correction:
+    # a constant g only shifts the intercepts by -log g, and the scale is the same
+    g = ca.Function(
+        "g", [ca.MX.sym("x", 2), ca.MX.sym("u", 1), ca.MX.sym("p", 0)], [ca.DM([2.0, 0.5])]
+    )
+    with_g, record_g = log_state_scale(model, data, g)
+    assert record_g["kind"].startswith("spread *")
+    np.testing.assert_allclose(
+        record_g["log_intercept"], np.array(record["log_intercept"]) - np.log([2.0, 0.5])
+    )
+    np.testing.assert_allclose(
+        np.asarray(with_g.map(4)(X.T, U.T, np.zeros((0, 4)))).T, got, rtol=1e-9
+    )
+
+
+def test_log_state_bound_is_narrower_than_the_affine_one_for_errors_growing_like_v_squared():
+    # calibrated alike, both cover 90 % of fresh transitions; the affine scale cannot follow
+    # exp(C v^2), so its typical bound is further above the typical error
+    rng = np.random.default_rng(17)
+    model = tiny_model()
+    train, cal, test = (power_law_data(rng, m, v_scale=3.0) for m in (4000, 4000, 40_000))
+    X, U = test.obs[:, 0], test.inputs[:, 0]
+    errors = np.abs(one_step_errors(model, test))
+    tightness = {}
+    for name, (function, record) in (
+        ("state", state_scale(model, train)),
+        ("log_state", log_state_scale(model, train)),
+    ):
+        bounded = calibrate(model, cal, 0.1, spread=function, shape=record).apply(model)
+        assert coverage(bounded, test) == pytest.approx(0.9, abs=0.015)
+        b = bound_values(bounded, X, U)
+        tightness[name] = np.median(b, axis=0) / np.median(errors, axis=0)
+    assert np.all(tightness["log_state"] < 0.8 * tightness["state"]), tightness
+
+
 def test_choose_scale_measures_the_width_at_equal_coverage_on_training_data():
     rng = np.random.default_rng(14)
     model = tiny_model()
@@ -347,7 +428,7 @@ def test_a_family_with_the_auto_scale_records_its_choice():
     family = NominalModel(Pendulum(), DT, bound="conformal", delta=0.1, conformal_scale="auto")
     info = family.fit(train, cal).discrete_model().bound_info.extra
     ratios = info["width_vs_constant_on_training"]
-    assert set(ratios) == {"constant", "state"} and ratios["constant"] == 1.0
+    assert set(ratios) == {"constant", "state", "log_state"} and ratios["constant"] == 1.0
     assert info["scale_chosen"] == min(ratios, key=ratios.get)
     # the same bound as asking for the chosen scale by name
     family.recalibrate(train, cal, conformal_scale=info["scale_chosen"])

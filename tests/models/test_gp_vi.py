@@ -436,6 +436,35 @@ def test_recalibrating_changes_the_bound_and_not_the_fit():
         GPVIModel(_pendulum_data()[0].nominal_system, DT).recalibrate(delta=0.1)
 
 
+def test_the_log_state_bound_is_the_spread_times_its_recorded_power_law():
+    env, train, calibration, test = _pendulum_data()
+    family_ = GPVIModel(
+        env.nominal_system,
+        DT,
+        samples=64,
+        restarts=1,
+        bound="conformal",
+        conformal_scale="log_state",
+    ).fit(train, calibration)
+    model = family_.discrete_model()
+    record = model.bound_info.extra
+    shape = record["scale"]
+    assert shape["kind"].startswith("spread *")
+    X, U, _ = test.pairs("obs")
+    P = np.zeros((0, len(X)))
+    got = np.asarray(model.bound.map(len(X))(X.T, U.T, P)).T
+    spread = np.asarray(family_._spread().map(len(X))(X.T, U.T, P)).T
+    av = np.minimum(np.abs(X[:, 1:2]), shape["abs_velocity_clipped_at"])
+    au = np.minimum(np.abs(U), shape["abs_input_clipped_at"])
+    log = (
+        np.array(shape["log_intercept"])
+        + av * np.ravel(shape["per_abs_velocity"])
+        + av**2 * np.ravel(shape["per_squared_velocity"])
+        + au * np.ravel(shape["per_abs_input"])
+    )
+    np.testing.assert_allclose(got, record["quantile"] * spread * np.exp(log), rtol=1e-10)
+
+
 def test_the_theorem1_bound_covers_held_out_transitions_more_often_than_promised():
     _, train, _, test = _pendulum_data()
     model = _fitted(samples=128, bound="theorem1", delta=0.05).discrete_model()

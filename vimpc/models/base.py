@@ -45,6 +45,7 @@ from vimpc.models.calibration import (
     Bound,
     calibrate,
     choose_scale,
+    log_state_scale,
     residual_scale,
     state_scale,
 )
@@ -70,9 +71,10 @@ BOUND_SETTINGS: dict[str, Setting] = {
         "constant",
         "bound shape: per-entry RMS of the training errors, the family's state-dependent "
         "spread, `state`: max(a + b abs(v) + c abs(u), floor) per entry, fitted on the "
-        "training errors, or `auto`: the narrowest of these at equal coverage on the "
-        "training data",
-        choices=("constant", "spread", "state", "auto"),
+        "training errors, `log_state`: the spread (or 1) times exp(w0 + w1 abs(v) + w2 v^2 "
+        "+ w3 abs(u)) per entry, w fitted to the log of the training errors, or `auto`: "
+        "the narrowest of these at equal coverage on the training data",
+        choices=("constant", "spread", "state", "log_state", "auto"),
         acts=(Acts("bound", ("conformal",)),),
     ),
     "bound_level": Setting(
@@ -275,7 +277,7 @@ class ModelFamily(abc.ABC):
                 f"{type(self).__name__} with bound = 'conformal' needs held-out "
                 f"calibration data: {call}"
             )
-        if self.conformal_scale in ("constant", "state", "auto") and data is None:
+        if self.conformal_scale in ("constant", "state", "log_state", "auto") and data is None:
             raise InputError(
                 f"conformal_scale = {self.conformal_scale!r} sets the bound's shape from the "
                 f"training errors: {call} needs training data"
@@ -293,17 +295,26 @@ class ModelFamily(abc.ABC):
         horizon = self.bound_horizon if self.bound_level == "horizon" else None
         if kind == "auto":
             state, record = state_scale(model, data)
-            candidates = {"constant": (residual_scale(model, data), None), "state": (None, state)}
-            if isinstance(self, SpreadFamily):
-                candidates["spread"] = (None, self._spread())
+            own = self._spread() if isinstance(self, SpreadFamily) else None
+            log_state, log_record = log_state_scale(model, data, own)
+            candidates = {
+                "constant": (residual_scale(model, data), None),
+                "state": (None, state),
+                "log_state": (None, log_state),
+            }
+            if own is not None:
+                candidates["spread"] = (None, own)
             kind, ratios = choose_scale(model, data, self.delta, candidates, horizon=horizon)
             figures = {"scale_chosen": kind, "width_vs_constant_on_training": ratios}
             scale, spread = candidates[kind]
-            shape = record if kind == "state" else None
+            shape = {"state": record, "log_state": log_record}.get(kind)
         elif kind == "spread":
             spread = self._spread()
         elif kind == "state":
             spread, shape = state_scale(model, data)
+        elif kind == "log_state":
+            own = self._spread() if isinstance(self, SpreadFamily) else None
+            spread, shape = log_state_scale(model, data, own)
         else:
             scale = residual_scale(model, data)
         level = {"figures": figures}

@@ -59,8 +59,10 @@ Two refinements (:func:`calibrate`'s ``level`` and :func:`state_scale`):
   c_j . |u|, floor_j)``, an affine function of the absolute velocities (the observation's
   second half) and inputs per state entry, fitted by non-negative least squares to the
   absolute training errors and floored at :data:`STATE_SCALE_FLOOR` times the entry's
-  mean absolute training error; a CasADi function, so the bound stays one of
-  ``(x, u, p)``. Any scale fixed before the calibration data keeps the guarantee; a
+  mean absolute training error; or (:func:`log_state_scale`) ``s_j(x, u) = g_j(x, u)
+  exp(w_j . [1, |v|, v^2, |u|])``, the family's spread ``g`` (or 1) times a power-law
+  correction fitted by least squares to the log of the absolute training errors over
+  ``g``; a CasADi function, so the bound stays one of ``(x, u, p)``. Any scale fixed before the calibration data keeps the guarantee; a
   better shape gives a narrower bound at the same coverage, and :func:`choose_scale`
   measures which one on the training data.
 
@@ -424,6 +426,75 @@ def state_scale(model: DiscreteModel, data: Dataset) -> tuple[ca.Function, dict[
         "per_abs_input": coef[:, 1 + nv :].tolist(),
         "floor": floor.tolist(),
         "floor_fraction_of_mean_abs_error": STATE_SCALE_FLOOR,
+    }
+    return function, record
+
+
+def log_state_scale(
+    model: DiscreteModel, data: Dataset, spread: ca.Function | None = None
+) -> tuple[ca.Function, dict[str, Any]]:
+    """The multiplicative state-dependent scale ``s_j(x, u) = g_j(x, u) exp(w_j . phi(x, u))``
+    fitted on the training transitions ``data`` (module docstring), and its record.
+
+    ``g`` is ``spread`` (a family's own spread, such as a GP's posterior standard
+    deviation) or 1; ``phi = [1, |v|, v^2, |u|]`` with ``|v|`` and ``|u|`` clipped, entry
+    by entry, to the largest value in ``data`` (the scale does not extrapolate past the
+    data: outside their box it keeps its value at the box's edge). Each entry's ``w_j``
+    minimises the squared difference of ``w_j . phi`` to ``log(|e_j| / g_j)`` (least
+    squares on the log of the absolute errors: for errors ``sigma_j(x, u) z`` with a fixed
+    distribution of ``z`` it estimates ``log sigma_j`` up to a constant shared by the
+    entries, so the entries' scores stay balanced and the error's growth with speed and
+    input is followed by a power law, not a line). An absolute error below ``1e-9`` of the
+    entry's mean absolute error is raised to it before the log (an exact prediction has no
+    log).
+
+    Raises:
+        InputError: the model's step failed (NaN) on some of the transitions, named; an
+            observation of odd size (no velocities to read); a spread that is not > 0 on
+            the training data.
+    """
+    velocities = _velocity_entries(model)
+    errors = np.abs(_training_errors(model, data))
+    X, U, _ = transitions(model, data)
+    g = (
+        np.ones_like(errors)
+        if spread is None
+        else _scale_values(model, None, spread, X, U, "training")
+    )
+    m = len(U)
+    obs = np.asarray(model.to_obs.map(m)(X.T), dtype=np.float64).reshape(-1, m).T
+    v_max = np.abs(obs[:, velocities]).max(axis=0)
+    u_max = np.abs(np.asarray(U, dtype=np.float64)).max(axis=0)
+
+    av = np.minimum(np.abs(obs[:, velocities]), v_max)
+    au = np.minimum(np.abs(np.asarray(U, dtype=np.float64)), u_max)
+    F = np.hstack([np.ones((m, 1)), av, av**2, au])
+    tiny = 1e-9 * np.maximum(errors.mean(axis=0), 1e-300)
+    target = np.log(np.maximum(errors, tiny) / g)
+    w, *_ = np.linalg.lstsq(F, target, rcond=None)  # (features, nx)
+    x = ca.MX.sym("x", model.nx)
+    u = ca.MX.sym("u", model.nu)
+    p = ca.MX.sym("p", model.np)
+    v = model.to_obs(x)[velocities.start : velocities.stop]
+    cv, cu = ca.fmin(ca.fabs(v), ca.DM(v_max)), ca.fmin(ca.fabs(u), ca.DM(u_max))
+    features = ca.vertcat(1.0, cv, cv**2, cu)
+    s = ca.exp(ca.mtimes(ca.DM(w.T), features))
+    if spread is not None:
+        s = s * spread(x, u, p)
+    function = ca.Function("log_state_scale", [x, u, p], [s], ["x", "u", "p"], ["s"])
+    nv = velocities.stop - velocities.start
+    record = {
+        "kind": (
+            ("spread" if spread is not None else "1")
+            + " * exp(w0 + w1.|v| + w2.v^2 + w3.|u|) per entry, w fitted to the log of the "
+            "training errors"
+        ),
+        "log_intercept": w[0].tolist(),
+        "per_abs_velocity": w[1 : 1 + nv].T.tolist(),
+        "per_squared_velocity": w[1 + nv : 1 + 2 * nv].T.tolist(),
+        "per_abs_input": w[1 + 2 * nv :].T.tolist(),
+        "abs_velocity_clipped_at": v_max.tolist(),
+        "abs_input_clipped_at": u_max.tolist(),
     }
     return function, record
 
