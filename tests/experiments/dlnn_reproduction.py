@@ -17,9 +17,10 @@ Models: 3x128 softplus (the authors' notebooks), the family's defaults otherwise
 3e-3 with a cosine schedule, degeneracy weight 1 and c = 0.01), ``--cart-epochs`` /
 ``--kepler-epochs`` epochs (the authors ran 100,000) capped at ``--budget`` seconds of
 training per model (the cap, when hit, is in the table's ``stopped`` column); SymDLNN: one
-generator from the family's random unit-norm initialisation (seeded; not the authors'
-near-answer start), warm-up a quarter of the epochs, symmetry weight 1 (2 on noisy Kepler,
-as the authors).
+generator from the family's random unit-norm initialisation (seeded; ``--xi-init answer``
+or ``authors``: from the answer itself, or from the authors' near-answer start), warm-up a
+quarter of the epochs (``--warmup-share``), symmetry weight 1 (2 on noisy Kepler, as the
+authors).
 
 Predictions are the authors': from the true ``(q0, q1)``, Newton on the discrete
 Euler-Lagrange equations ``D2 L_d(q_{k-1}, q_k) + D1 L_d(q_k, q_{k+1}) = 0`` (LNN: ``L_d`` is
@@ -87,6 +88,17 @@ warnings.filterwarnings("ignore", message=".*the data have no inputs", category=
 #: vec(M) within 5 degrees of the rotation generator
 CART_W_TOL, CART_COS, CART_M_TOL, KEPLER_ANGLE = 0.01, 0.9999, 0.01, 5.0
 ROTATION = np.array([0.0, 1.0, -1.0, 0.0]) / np.sqrt(2.0)  # vec M, row-major: (y, -x)
+# SymDLNN's starts (--xi-init), (w, vec M) in the data's coordinates: the answer itself, and
+# the authors' (their notebooks: the cart from (1.5, 0.5, -0.1, 0.1, -0.1, 0.1), Kepler and
+# noisy Kepler from 0.1 added to every entry of the rotation generator)
+_R = 1.0 / np.sqrt(2.0)
+STARTS = {
+    "answer": {"cart": [1.0, 0.0, 0.0, 0.0, 0.0, 0.0], "kepler": [0.0, 0.0, 0.0, _R, -_R, 0.0]},
+    "authors": {
+        "cart": [1.5, 0.5, -0.1, 0.1, -0.1, 0.1],
+        "kepler": [0.1, 0.1, 0.1, 0.1 + _R, 0.1 - _R, 0.1],
+    },
+}
 NEWTON_TOL, NEWTON_ITERS = 1e-12, 30
 #: the conservation figures' symlog axes are linear within +-LINTHRESH (in the quantity's unit)
 LINTHRESH = 1e-3
@@ -234,7 +246,10 @@ def fit_one(system_name: str, model_name: str, seed: int, args) -> tuple[dict, d
         model = DLNNModel(system, h, order=0, **common)
     else:
         points = {} if args.symmetry_points is None else {"symmetry_points": args.symmetry_points}
-        model = DLNNModel(system, h, order=0, symmetries=1, warmup=max(1, epochs // 4),
+        if args.xi_init != "random":
+            points["symmetry_init"] = STARTS[args.xi_init][system_name.split("_")[0]]
+        warmup = min(max(1, round(epochs * args.warmup_share)), epochs - 1)
+        model = DLNNModel(system, h, order=0, symmetries=1, warmup=warmup,
                           symmetry_weight=weight, **points, **common)  # fmt: skip
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -296,7 +311,8 @@ def fit_one(system_name: str, model_name: str, seed: int, args) -> tuple[dict, d
         out["xi_centred"] = np.asarray(model._xi)
         row.update(found=g["found"], status=g["status"], ratio=g["ratio"],
                    degradation=g["degradation"], dimension=g["dimension"],
-                   xi_init=init_generator(seed, n).round(4).tolist(),
+                   xi_init=(init_generator(seed, n) if args.xi_init == "random"
+                            else np.asarray(points["symmetry_init"])).round(4).tolist(),
                    xi=gen.round(5).tolist(), **generator_goal(system_name, gen, n))  # fmt: skip
         if g["found"]:
             I_fn = model.conserved_quantity()
@@ -522,8 +538,8 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
             "degrees (`w_error` = |w|). The authors: cart (0.997, 0.080, 1.5e-3, -1.3e-3, "
             "-7.8e-6, -3.6e-5) from (1.5, 0.5, -0.1, 0.1, -0.1, 0.1); Kepler (0.057, 0.077, "
             "0.074, 0.814, -0.568, -0.019), noisy (0.064, 0.079, 0.047, 0.814, -0.569, 0.005), "
-            "both from near the answer. `xi_init`: the family's random start (about the "
-            "data's mean position). `old_found`: the earlier test, on the data pairs alone "
+            "both from near the answer. `xi_init`: the start (the family's random one, about "
+            "the data's mean position; or --xi-init's, in the data's coordinates). `old_found`: the earlier test, on the data pairs alone "
             f"(`ratio_data` <= SYMMETRY_RATIO = {SYMMETRY_RATIO}, `degradation` <= "
             f"FIT_DEGRADATION = {FIT_DEGRADATION}). `status` / `found`: the family's verdict "
             "recomputed from the stored network (vimpc.models.families.dlnn.symmetry_verdict): "
@@ -635,6 +651,12 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", nargs="+", type=int, default=[128, 128, 128])
     ap.add_argument("--symmetry-points", type=int, default=None,
                     help="SymDLNN's symmetry_points (default: the family's)")  # fmt: skip
+    ap.add_argument("--xi-init", choices=("random", *STARTS), default="random",
+                    help="SymDLNN's start: the family's random one, the answer, or the "
+                         "authors'")  # fmt: skip
+    ap.add_argument("--warmup-share", type=float, default=0.25,
+                    help="share of the epochs before the symmetry terms (the authors: 5000 "
+                         "of 100000)")  # fmt: skip
     ap.add_argument("--budget", type=float, default=300.0,
                     help="training seconds per model (the family's time_budget)")  # fmt: skip
     ap.add_argument("--report-only", action="store_true",

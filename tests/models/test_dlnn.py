@@ -380,6 +380,22 @@ def test_symmetry_discovery_finds_the_cart_translation():
     assert np.all(np.abs(sym["M"]) < 0.05), sym
 
 
+def test_the_generators_start_where_symmetry_init_puts_them():
+    # in the data's coordinates, as given: with a learning rate too small to move it, the
+    # trained generator (converted back from the data's centre) is the start, normalised
+    s = CartPendulum()
+    x0s = halton([-1.0, np.pi - 0.8, -1.0, -1.0], [1.0, np.pi + 0.8, 1.0, 1.0], 6, seed=3)
+    data = _forced_rollouts(s, x0s, 10, 3.0, seed=3)
+    start = [1.5, 0.5, -0.1, 0.1, -0.1, 0.1]
+    m = _quiet(DLNNModel(s, DT, hidden=[8], epochs=3, warmup=1, lr=1e-12, symmetries=1,
+                         symmetry_init=start), data)  # fmt: skip
+    xi = np.asarray(m._xi[0])
+    w_c, M = xi[:2], xi[2:].reshape(2, 2)
+    got = np.concatenate([w_c - M @ m._centre, M.ravel()])
+    np.testing.assert_allclose(got, start, atol=1e-9)
+    assert np.linalg.norm(m._centre) > 0.1  # the conversion mattered
+
+
 def test_a_symmetry_the_data_do_not_have_is_said_absent():
     # the same rotor with gravity (a pendulum) has no affine symmetry in its angle: the
     # generator is absent, warned of, recorded as such, and has no conserved quantity
@@ -556,6 +572,8 @@ def test_bad_settings_and_data_are_refused_by_name():
         DLNNModel(s, DT, symmetries=3)
     with pytest.raises(InputError, match="warmup = 500 must be between 1 and epochs - 1 = 99"):
         DLNNModel(s, DT, symmetries=1, epochs=100)
+    with pytest.raises(InputError, match=r"symmetry_init must hold .* = 2 numbers.*got 3"):
+        DLNNModel(s, DT, symmetries=1, symmetry_init=[1.0, 0.0, 0.0])
     with pytest.raises(InputError, match="hidden"):
         DLNNModel(s, DT, hidden=[])
     with pytest.raises(InputError, match="hidden\\[1\\]"):

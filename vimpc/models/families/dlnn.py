@@ -308,6 +308,13 @@ class DLNNModel(NetworkFamily):
             rule=NONNEGATIVE,
         ),
         "symmetry_weight": Setting(float, 1.0, "weight of the symmetry terms", rule=POSITIVE),
+        "symmetry_init": Setting(
+            list, None,
+            "the generators' start: K (n + n^2) numbers, each generator's (w, vec M) "
+            "row-major in the data's coordinates (the motion q -> M q + w), as given (not "
+            "normalised); not set: random unit vectors (seed + 2)",
+            items=float, unset="random",
+        ),
         "warmup": Setting(
             int, 500, "network-only epochs before the symmetry terms switch on",
             rule=NONNEGATIVE,
@@ -331,6 +338,14 @@ class DLNNModel(NetworkFamily):
             raise InputError(
                 f"symmetries must be at most n + n^2 = {n + n * n} (the affine group's "
                 f"generators in {n} coordinates), got {self.symmetries}"
+            )
+        if self.symmetry_init is not None and len(self.symmetry_init) != self.symmetries * (
+            n + n * n
+        ):
+            raise InputError(
+                f"symmetry_init must hold symmetries * (n + n^2) = {self.symmetries} * "
+                f"{n + n * n} = {self.symmetries * (n + n * n)} numbers (each generator's w, "
+                f"then M row-major), got {len(self.symmetry_init)}"
             )
         if self.symmetries and not 0 < self.warmup < self.epochs:
             raise InputError(
@@ -422,13 +437,13 @@ class DLNNModel(NetworkFamily):
                 return float(torch.sqrt(torch.mean(torch.sum(r**2, 1)) / size))
 
             self.del_relative_warmup_ = relative_del()
+            self._centre = Q.reshape(-1, n).mean(0)
             xi = self._init_generators()
             lo, hi = Q.reshape(-1, n).min(0), Q.reshape(-1, n).max(0)
             steps = (Q[:, 1:] - Q[:, :-1]).reshape(-1, n)
             dlo, dhi = steps.min(0), steps.max(0)
             gen = torch.Generator().manual_seed(self.seed + 1)
             box = [torch.from_numpy(a) for a in (lo, hi, dlo, dhi)]
-            self._centre = Q.reshape(-1, n).mean(0)
             centre = torch.from_numpy(self._centre)
 
             def symmetry_loss(idx):
@@ -466,6 +481,12 @@ class DLNNModel(NetworkFamily):
         import torch
 
         n, k = self.system.nq, self.symmetries
+        if self.symmetry_init is not None:
+            # M q + w = M (q - centre) + (w + M centre): trained about the data's mean
+            given = np.asarray(self.symmetry_init, dtype=np.float64).reshape(k, n + n * n)
+            w, M = given[:, :n], given[:, n:].reshape(k, n, n)
+            centred = np.hstack([w + M @ self._centre, M.reshape(k, -1)])
+            return torch.from_numpy(centred).requires_grad_(True)
         gen = torch.Generator().manual_seed(self.seed + 2)
         xi = torch.randn(k, n + n * n, generator=gen, dtype=torch.float64)
         xi = xi / torch.linalg.norm(xi, dim=1, keepdim=True)
