@@ -396,6 +396,39 @@ def test_the_generators_start_where_symmetry_init_puts_them():
     assert np.linalg.norm(m._centre) > 0.1  # the conversion mattered
 
 
+def test_a_stopped_symmetry_fit_resumes_to_the_uninterrupted_one(tmp_path, monkeypatch):
+    # both phases checkpointed in a checkpoints block; a stop in the symmetry phase (whose
+    # loss draws fresh pairs) resumes to the same network and generator
+    from vimpc.models._training import checkpoints
+
+    s = CartPendulum()
+    x0s = halton([-1.0, np.pi - 0.8, -1.0, -1.0], [1.0, np.pi + 0.8, 1.0, 1.0], 6, seed=3)
+    data = _forced_rollouts(s, x0s, 10, 3.0, seed=3)
+    settings = dict(hidden=[8], epochs=12, warmup=4, lr=1e-2, symmetries=1)
+    whole = _quiet(DLNNModel(s, DT, **settings), data)
+    real, calls = nl.input_derivatives, {"n": 0}
+
+    def stopping(*args, **kwargs):
+        calls["n"] += 1
+        if (
+            calls["n"] == 16
+        ):  # the symmetry phase's 6th epoch (4 warm-up calls, 1 between, 2 an epoch)
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nl, "input_derivatives", stopping)
+    with checkpoints(tmp_path, "cart", every=3), pytest.raises(KeyboardInterrupt):
+        _quiet(DLNNModel(s, DT, **settings), data)
+    monkeypatch.setattr(nl, "input_derivatives", real)
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["cart-0.pt", "cart-1.pt"]
+    with checkpoints(tmp_path, "cart", every=3):
+        resumed = _quiet(DLNNModel(s, DT, **settings), data)
+    np.testing.assert_array_equal(resumed._xi, whole._xi)
+    for (W, b), (W2, b2) in zip(resumed.network_.layers, whole.network_.layers, strict=True):
+        np.testing.assert_array_equal(W, W2)
+        np.testing.assert_array_equal(b, b2)
+
+
 def test_a_symmetry_the_data_do_not_have_is_said_absent():
     # the same rotor with gravity (a pendulum) has no affine symmetry in its angle: the
     # generator is absent, warned of, recorded as such, and has no conserved quantity

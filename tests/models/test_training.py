@@ -222,3 +222,84 @@ def test_loss_must_be_a_scalar_tensor():
     w = torch.ones(2, dtype=torch.float64, requires_grad=True)
     with pytest.raises(InputError, match="loss_fn must return a scalar tensor"):
         train(lambda: w**2, [w], epochs=2, progress=False)
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def _noisy_problem(stop_at=None):
+    """The MLP problem with a loss that also draws from its own generator (as a symmetry
+    term drawing fresh points does), validation and a cosine schedule; ``stop_at``: raise
+    at that epoch's first loss, as a stopped process would."""
+    net, base = _mlp_problem()
+    draws = torch.Generator().manual_seed(7)
+    calls = {"n": 0}
+
+    def loss(idx):
+        calls["n"] += 1
+        if stop_at is not None and calls["n"] > (stop_at - 1) * 5:  # 5 minibatches an epoch
+            raise _Stop
+        return base(idx) + 1e-3 * torch.rand(1, generator=draws, dtype=torch.float64)[0]
+
+    settings = dict(lr=1e-2, epochs=30, batch_size=8, n_samples=40, schedule="cosine",
+                    validation=lambda: base(), seed=2, progress=False, generators=(draws,))  # fmt: skip
+    return net, loss, settings
+
+
+def _weights(net):
+    return torch.cat([p.detach().ravel() for p in net.parameters()])
+
+
+def test_a_stopped_training_resumes_to_the_uninterrupted_result(tmp_path):
+    net, loss, settings = _noisy_problem()
+    whole = train(loss, net, **settings)
+    path = tmp_path / "fit.pt"
+    net2, loss2, settings2 = _noisy_problem(stop_at=14)
+    with pytest.raises(_Stop):
+        train(loss2, net2, checkpoint=path, checkpoint_every=5, **settings2)
+    assert path.exists() and torch.load(path, weights_only=True)["losses"].__len__() == 10
+    net3, loss3, settings3 = _noisy_problem()  # a fresh process, resumed at epoch 11
+    resumed = train(loss3, net3, checkpoint=path, checkpoint_every=5, **settings3)
+    assert torch.equal(_weights(net3), _weights(net))
+    assert resumed.loss == whole.loss and resumed.validation == whole.validation
+    assert resumed.best_epoch == whole.best_epoch and resumed.epochs == 30
+    # a finished checkpoint gives the finished result without a step
+    net4, loss4, settings4 = _noisy_problem(stop_at=1)
+    again = train(loss4, net4, checkpoint=path, **settings4)
+    assert torch.equal(_weights(net4), _weights(net)) and again.loss == whole.loss
+
+
+def test_a_checkpoint_of_another_training_is_refused_and_kept(tmp_path):
+    path = tmp_path / "fit.pt"
+    net, loss, settings = _noisy_problem()
+    train(loss, net, checkpoint=path, **{**settings, "epochs": 3})
+    before = path.read_bytes()
+    net, loss, settings = _noisy_problem()
+    with pytest.raises(InputError, match=r"fit\.pt.*another training \(epochs: 3 there, 30 here"):
+        train(loss, net, checkpoint=path, **settings)
+    other, loss_other, settings = _noisy_problem()
+    with torch.no_grad():
+        next(other.parameters()).add_(1.0)
+    with pytest.raises(InputError, match="other initial parameters"):
+        train(loss_other, other, checkpoint=path, **{**settings, "epochs": 3})
+    assert path.read_bytes() == before
+    path.write_text("not a checkpoint")
+    with pytest.raises(InputError, match="cannot be read"):
+        train(loss, net, checkpoint=path, **settings)
+
+
+def test_a_checkpoints_block_numbers_the_calls_of_a_fit(tmp_path):
+    from vimpc.models._training import checkpoints
+
+    with checkpoints(tmp_path, "cart-seed0"):
+        for _ in range(2):
+            net, loss, settings = _noisy_problem()
+            train(loss, net, **{**settings, "epochs": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cart-seed0-0.pt", "cart-seed0-1.pt"]
+    with pytest.raises(InputError, match="key must be"):
+        with checkpoints(tmp_path, "a/b"):
+            pass

@@ -4,14 +4,27 @@
 epochs, stops on convergence, on validation patience, on a wall-clock budget or after
 the last epoch, says which in the returned :class:`TrainingRecord`, and leaves the
 parameters at their best validation loss.
+
+A long training can be stopped and resumed: with a checkpoint file (``checkpoint``, or
+every call inside :func:`checkpoints`) ``train`` saves its whole state (parameters,
+optimizer, schedule, random generators, losses, best validation) every
+``checkpoint_every`` epochs and at the end, and a later call with the same settings and
+the same initial parameters continues from it, to the same parameters an uninterrupted
+run reaches. A file written by other settings or another start is refused, never
+overwritten.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
 import math
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from vimpc.errors import InputError, SolverError
 
@@ -36,6 +49,53 @@ class TrainingRecord:
     best_validation: float | None
     best_epoch: int | None
     wall_time_s: float
+
+
+#: the folder, key and call count of the enclosing :func:`checkpoints` block
+_CHECKPOINTS: contextvars.ContextVar = contextvars.ContextVar("checkpoints", default=None)
+
+
+@contextlib.contextmanager
+def checkpoints(folder: str | os.PathLike, key: str, every: int = 100) -> Iterator[Path]:
+    """Checkpoint every :func:`train` call inside the block (the ones that name no file
+    of their own) to ``folder/<key>-<k>.pt`` every ``every`` epochs, ``k`` counting the
+    calls from 0, so that a fit of several phases resumes phase by phase. ``key`` names
+    the fit (its data and settings): two fits under one key would resume each other's
+    files, and are refused only where their settings or initial parameters differ."""
+    if not isinstance(key, str) or not key or any(c in key for c in "/\\"):
+        raise InputError(f"key must be a non-empty string without path separators, got {key!r}")
+    _integer("every", every)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    token = _CHECKPOINTS.set([folder, key, 0, every])
+    try:
+        yield folder
+    finally:
+        _CHECKPOINTS.reset(token)
+
+
+def _block_checkpoint() -> tuple[Path, int] | None:
+    block = _CHECKPOINTS.get()
+    if block is None:
+        return None
+    folder, key, count, every = block
+    block[2] = count + 1
+    return folder / f"{key}-{count}.pt", every
+
+
+def _digest(tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _save(path: Path, state: dict) -> None:
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # a stop mid-write leaves the previous checkpoint whole
 
 
 def _number(name, value, *, positive=False, allow_none=False):
@@ -100,6 +160,9 @@ def train(
     lbfgs_iterations: int = 20,
     seed: int = 0,
     progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 100,
+    generators: Sequence = (),
 ) -> TrainingRecord:
     """Minimise ``loss_fn`` over ``parameters``.
 
@@ -124,9 +187,17 @@ def train(
             ``tol * max(1, |loss|)`` over an epoch.
         time_budget_s: stop ("budget") at the end of the first epoch past this wall time.
         progress: show a tqdm bar with the current losses.
+        checkpoint: a file to save the training's state to every ``checkpoint_every``
+            epochs and at the end, and to resume from when it exists (module docstring);
+            None: the enclosing :func:`checkpoints` block's next file (and its ``every``),
+            else none.
+        generators: further ``torch.Generator`` objects ``loss_fn`` draws from, saved
+            and restored with the checkpoint so that a resumed run draws what an
+            uninterrupted one would.
 
     Raises:
-        InputError: a bad setting, before any step.
+        InputError: a bad setting, before any step; a checkpoint written by other
+            settings or from other initial parameters (named, left as it is).
         SolverError: the training or validation loss became NaN or inf (the parameters
             are left as they were when it happened).
     """
@@ -176,8 +247,55 @@ def train(
     _integer("seed", seed, minimum=0)
     if not isinstance(progress, bool):
         raise InputError(f"progress must be True or False, got {progress!r}")
+    _integer("checkpoint_every", checkpoint_every)
+    generators = tuple(generators)
+    for i, g in enumerate(generators):
+        if not isinstance(g, torch.Generator):
+            raise InputError(f"generators[{i}] must be a torch.Generator, got {g!r}")
     named = _named_parameters(parameters)
     params = [p for _, p in named]
+    path = Path(checkpoint) if checkpoint is not None else None
+    if path is None and (block := _block_checkpoint()) is not None:
+        path, checkpoint_every = block
+    signature = {
+        "optimizer": optimizer,
+        "lr": float(lr),
+        "weight_decay": float(weight_decay),
+        "epochs": int(epochs),
+        "batch_size": batch_size,
+        "n_samples": n_samples,
+        "schedule": repr(schedule),
+        "tol": tol,
+        "patience": patience,
+        "min_delta": float(min_delta),
+        "time_budget_s": time_budget_s,
+        "lbfgs_iterations": int(lbfgs_iterations),
+        "seed": int(seed),
+        "validation": validation is not None,
+        "generators": len(generators),
+        "parameters": [f"{n} {tuple(p.shape)}" for n, p in named],
+        "initial": _digest(params),
+    }
+    saved = None
+    if path is not None and path.exists():
+        try:
+            saved = torch.load(path, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable file: name it, keep it
+            raise InputError(
+                f"checkpoint {str(path)!r} cannot be read ({exc}); move it away to train "
+                "from the start"
+            ) from exc
+        theirs = saved.get("signature", {}) if isinstance(saved, dict) else {}
+        differ = sorted(k for k in signature if theirs.get(k) != signature[k])
+        if differ:
+            what = ", ".join(f"{k}: {theirs.get(k)!r} there, {signature[k]!r} here"
+                             for k in differ if k != "initial")  # fmt: skip
+            if "initial" in differ:
+                what = (what + "; " if what else "") + "other initial parameters"
+            raise InputError(
+                f"checkpoint {str(path)!r} was written by another training ({what}); use "
+                "another file, or move it away to train from the start"
+            )
 
     if optimizer == "lbfgs":
         opt = torch.optim.LBFGS(
@@ -218,8 +336,46 @@ def train(
     vals: list[float] = []
     best, best_epoch, best_state = math.inf, None, None
     stopped, message = "epochs", f"ran all {epochs} epochs"
+    first, before, finished = 1, 0.0, False
+    if saved is not None:
+        with torch.no_grad():
+            for p, value in zip(params, saved["params"], strict=True):
+                p.copy_(value)
+        opt.load_state_dict(saved["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(saved["scheduler"])
+        generator.set_state(saved["generator"])
+        for g, state in zip(generators, saved["generators"], strict=True):
+            g.set_state(state)
+        losses, vals = list(saved["losses"]), list(saved["validation"])
+        best, best_epoch = saved["best"], saved["best_epoch"]
+        best_state = saved["best_state"]
+        before, first = saved["wall_time_s"], len(losses) + 1
+        if saved["stopped"] is not None:
+            stopped, message, finished = saved["stopped"], saved["message"], True
+
+    def state(done: str | None) -> dict:
+        return {
+            "signature": signature,
+            "params": [p.detach().clone() for p in params],
+            "optimizer": opt.state_dict(),
+            "scheduler": None if scheduler is None else scheduler.state_dict(),
+            "generator": generator.get_state(),
+            "generators": [g.get_state() for g in generators],
+            "losses": list(losses),
+            "validation": list(vals),
+            "best": best,
+            "best_epoch": best_epoch,
+            "best_state": best_state,
+            "wall_time_s": before + time.perf_counter() - start,
+            "stopped": done,
+            "message": message if done is not None else None,
+        }
+
     start = time.perf_counter()
-    bar = tqdm(range(1, epochs + 1), desc=f"train ({optimizer})", disable=not progress)
+    epochs_left = range(first, epochs + 1) if not finished else range(0)
+    bar = tqdm(epochs_left, desc=f"train ({optimizer})", disable=not progress,
+               initial=first - 1, total=epochs)  # fmt: skip
     try:
         for epoch in bar:
             if optimizer == "lbfgs":
@@ -272,7 +428,7 @@ def train(
                     f"{min_delta} for {patience} epochs (best {best:.6g} at epoch {best_epoch})"
                 )
                 break
-            elapsed = time.perf_counter() - start
+            elapsed = before + time.perf_counter() - start
             if time_budget_s is not None and elapsed >= time_budget_s and epoch < epochs:
                 stopped = "budget"
                 message = (
@@ -280,8 +436,12 @@ def train(
                     f"was used up ({elapsed:.3g} s)"
                 )
                 break
+            if path is not None and epoch % checkpoint_every == 0 and epoch < epochs:
+                _save(path, state(None))
     finally:
         bar.close()
+    if path is not None and not finished:
+        _save(path, state(stopped))
     if best_state is not None and best_epoch != len(losses):
         with torch.no_grad():
             for p, saved in zip(params, best_state, strict=True):
@@ -295,5 +455,5 @@ def train(
         validation=tuple(vals),
         best_validation=None if best_epoch is None else best,
         best_epoch=best_epoch,
-        wall_time_s=time.perf_counter() - start,
+        wall_time_s=before + time.perf_counter() - start,
     )

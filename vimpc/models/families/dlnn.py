@@ -413,10 +413,12 @@ class DLNNModel(NetworkFamily):
 
         self._xi = None
 
-        def phase(loss, params, epochs, budget):
-            # early stopping watches the DEL residual and degeneracy term in either phase
+        def phase(loss, params, epochs, budget, generators=()):
+            # early stopping watches the DEL residual and degeneracy term in either phase;
+            # the symmetry phase's own draws are checkpointed with it
             return self._train_network(loss, params, train_idx, val_idx, base_loss,
-                                       epochs=epochs, time_budget_s=budget)  # fmt: skip
+                                       epochs=epochs, time_budget_s=budget,
+                                       generators=generators)  # fmt: skip
 
         budget = self.time_budget or None
         records = []
@@ -468,7 +470,7 @@ class DLNNModel(NetworkFamily):
 
             left = None if budget is None else max(budget - (time.perf_counter() - t0), 1e-3)
             params = {**dict(net.named_parameters()), "xi": xi}
-            records.append(phase(symmetry_loss, params, self.epochs - self.warmup, left))
+            records.append(phase(symmetry_loss, params, self.epochs - self.warmup, left, (gen,)))
             self._xi = xi.detach().numpy().copy()
         elapsed = time.perf_counter() - t0
         self.training_ = tuple(records)
