@@ -43,6 +43,7 @@ per fit under ``records/`` (``--report-only`` rebuilds the tables and figures fr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 import warnings
@@ -67,6 +68,7 @@ from matplotlib.figure import Figure
 from vimpc.errors import FitWarning, InputError, SolverError
 from vimpc.integrators import discrete_lagrangian
 from vimpc.models import _network_lagrangian as nl
+from vimpc.models._training import checkpoints
 from vimpc.models.families.dlnn import (
     FIT_DEGRADATION,
     SYMMETRY_RATIO,
@@ -252,7 +254,13 @@ def fit_one(system_name: str, model_name: str, seed: int, args) -> tuple[dict, d
         model = DLNNModel(system, h, order=0, symmetries=1, warmup=warmup,
                           symmetry_weight=weight, **points, **common)  # fmt: skip
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    saving = contextlib.nullcontext()
+    if args.checkpoints is not None:  # the fit resumes from here when run again
+        key = "-".join(map(str, (system_name, model_name, f"seed{seed}", args.xi_init, epochs,
+                                 args.warmup_share, "x".join(map(str, args.hidden)),
+                                 args.symmetry_points, args.budget)))  # fmt: skip
+        saving = checkpoints(args.checkpoints, key, every=500)
+    with warnings.catch_warnings(record=True) as caught, saving:
         warnings.simplefilter("always", FitWarning)
         model.fit(data)
     fit_s = time.perf_counter() - start
@@ -657,6 +665,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-share", type=float, default=0.25,
                     help="share of the epochs before the symmetry terms (the authors: 5000 "
                          "of 100000)")  # fmt: skip
+    ap.add_argument("--checkpoints", type=Path, default=None,
+                    help="folder for the fits' training checkpoints (every 500 epochs): the "
+                         "same command run again resumes a stopped fit")  # fmt: skip
     ap.add_argument("--budget", type=float, default=300.0,
                     help="training seconds per model (the family's time_budget)")  # fmt: skip
     ap.add_argument("--report-only", action="store_true",
