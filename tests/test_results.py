@@ -178,7 +178,7 @@ def test_reproduction_verdicts_are_recorded():
     records = {s.table.relative_to(ROOT / "results").as_posix(): s for s in results.scan(ROOT)[0]}
     verdicts = {name: s.data.get("verdict") for name, s in records.items()}
     assert verdicts["lsi/pendulum.md"] == "reproduced"
-    assert verdicts["lsi/henon_heiles.md"] == "not reproduced"
+    assert verdicts["lsi/henon_heiles.md"] == "partial"
     assert verdicts["hamel/disk.md"] == "reproduced"
     assert verdicts["dlnn/symmetries.md"] == "not reproduced"
     assert verdicts["clnn/chain_baselines_ratios.md"] == "partial"
