@@ -47,6 +47,7 @@ path on 12 trajectories, a 1 x 8 network, 3 epochs, 2 test trajectories of 8 ste
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 import warnings
 from pathlib import Path
@@ -63,6 +64,7 @@ from vimpc.data.sampling import onto_constraints
 from vimpc.errors import FitWarning, InputError, SolverError
 from vimpc.mechanics import catalog
 from vimpc.models import NominalModel
+from vimpc.models._training import checkpoints
 from vimpc.models.families.clnn import CHNNModel, CLNNModel
 
 OUT = Path(__file__).parents[2] / "results" / "clnn"
@@ -296,10 +298,17 @@ def chain_rows(
         series["true Lagrangian, exported integrator"] = invariants(system, exact, true)
     for name in args.families:
         print(f"{n_links}-pendulum, {n_train} trajectories: {name}", flush=True)
-        if name in FAMILIES:
-            rows.append(family_row(system, FAMILIES[name], data, true, args, chunk, series))
-        else:
-            rows.append(baseline_row(system, name, data, true, args, series))
+        saving = contextlib.nullcontext()
+        if args.checkpoints is not None:  # the same command resumes a stopped training
+            hidden = "x".join(map(str, args.hidden))
+            key = (f"n{n_links}-train{n_train}-{name}-seed{args.seed}-epochs{args.epochs}-"
+                   f"hidden{hidden}-chunk{chunk}-steps{args.steps}")  # fmt: skip
+            saving = checkpoints(args.checkpoints, key, every=50)
+        with saving:
+            if name in FAMILIES:
+                rows.append(family_row(system, FAMILIES[name], data, true, args, chunk, series))
+            else:
+                rows.append(baseline_row(system, name, data, true, args, series))
     return [{"system": r["system"], "train": n_train, **r} for r in rows]
 
 
@@ -376,6 +385,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--substeps", type=int, default=1, help="midpoint steps per dt of the exported models"
     )
+    parser.add_argument(
+        "--checkpoints", type=Path, default=None,
+        help="folder for the trainings' checkpoints (every 50 epochs): the same command run "
+             "again resumes a stopped one",
+    )  # fmt: skip
     add_options(parser, OUT)
     args = parse(
         parser, argv, OUT,
