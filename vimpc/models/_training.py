@@ -257,6 +257,8 @@ def train(
     path = Path(checkpoint) if checkpoint is not None else None
     if path is None and (block := _block_checkpoint()) is not None:
         path, checkpoint_every = block
+    # what decides the result (the wall-clock budget does not enter: a resumed run adds
+    # the saved wall time to its own, and a caller's budget may be what is left of one)
     signature = {
         "optimizer": optimizer,
         "lr": float(lr),
@@ -268,7 +270,6 @@ def train(
         "tol": tol,
         "patience": patience,
         "min_delta": float(min_delta),
-        "time_budget_s": time_budget_s,
         "lbfgs_iterations": int(lbfgs_iterations),
         "seed": int(seed),
         "validation": validation is not None,
