@@ -9,6 +9,7 @@ model against data); the shared maths in private modules (``_gp``, ``_kernel_lag
 ``_torch_casadi``, ``_training``), and the neural families' fit written once (``_neural``).
 
 ``GPVIModel`` and ``LSIModel`` are imported on first use (see :mod:`vimpc.models.families`).
+:func:`checkpoints` makes the neural families' trainings inside it resumable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vimpc.models._integrated import integrator_model as integrator_model
+from vimpc.models._training import checkpoints as checkpoints
 from vimpc.models.base import BOUND_SETTINGS as BOUND_SETTINGS
 from vimpc.models.base import ModelFamily as ModelFamily
 from vimpc.models.base import SpreadFamily as SpreadFamily
@@ -39,6 +41,7 @@ __all__ = [
     "NominalModel",
     "SpreadFamily",
     "calibrate",
+    "checkpoints",
     "family",
     "integrator_model",
 ]
