@@ -25,6 +25,8 @@ found the right generator at all.
     python tests/experiments/dlnn_verdicts.py [--seeds 0 1 2 3 4]
 
 writes results/dlnn_verdicts/verdicts.{csv,md} (one row per fit) and rates.{csv,md}.
+``--data paper --systems cart kepler --out DIR``: the same fits on the paper's one unforced
+training trajectory of each (``_dlnn_systems``) instead of the forced box data.
 ``--quick --out DIR``: one seed, two systems, 30 epochs.
 """
 
@@ -46,7 +48,7 @@ from vimpc.data import make_excitation  # noqa: E402
 from vimpc.data.dataset import Dataset  # noqa: E402
 from vimpc.data.rollout import rollout_model  # noqa: E402
 from vimpc.data.sampling import halton  # noqa: E402
-from vimpc.errors import FitWarning  # noqa: E402
+from vimpc.errors import FitWarning, InputError  # noqa: E402
 from vimpc.integrators import VariationalIntegrator  # noqa: E402
 from vimpc.mechanics import CartPendulum, DoublePendulum, HenonHeiles, Kepler, Pendulum  # noqa: E402
 from vimpc.models._integrated import integrator_model  # noqa: E402
@@ -89,13 +91,25 @@ def snapshots(system, low, high, amplitude, seed: int) -> Dataset:
     return Dataset(t, X, X, U, DT, {"system": system.name})
 
 
-def fit_one(name: str, seed: int, settings: dict) -> dict:
+def paper_data(name: str) -> tuple:
+    """The DLNN paper's one unforced training trajectory of the cart-pendulum or Kepler
+    (``_dlnn_systems``) and its system."""
+    from _dlnn_systems import CART, KEPLER, cart_system, dataset, kepler_system, truth
+
+    system, spec = (cart_system(), CART) if name == "cart" else (kepler_system(), KEPLER)
+    return system, dataset(system, spec["h"], truth(system, spec["h"], spec["x0"], spec["steps"]))
+
+
+def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dict:
     system, low, high, amplitude, answer = SYSTEMS[name]
-    data = snapshots(system, low, high, amplitude, seed)
+    if data_kind == "paper":
+        system, data = paper_data(name)
+    else:
+        data = snapshots(system, low, high, amplitude, seed)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)
-        model = DLNNModel(system, DT, seed=seed, progress=False, **settings).fit(data)
+        model = DLNNModel(system, data.dt, seed=seed, progress=False, **settings).fit(data)
     (g,) = model.symmetries_
     xi = np.concatenate([np.ravel(g["w"]), np.ravel(g["M"])])
     xi = xi / np.linalg.norm(xi)
@@ -104,6 +118,7 @@ def fit_one(name: str, seed: int, settings: dict) -> dict:
     found = g["status"] == "found"
     return {
         "system": name,
+        "data": data_kind,
         "symmetric": answer is not None,
         "seed": seed,
         "xi": np.round(xi, 4).tolist(),
@@ -145,27 +160,41 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument(
+        "--data", choices=("box", "paper"), default="box",
+        help="box: forced trajectories from a box of starts; paper: the DLNN paper's one "
+             "unforced trajectory (cart and kepler only)",
+    )  # fmt: skip
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"seeds": [0], "systems": ["rotor", "pendulum"]})
+    if args.data == "paper" and set(args.systems) - {"cart", "kepler"}:
+        raise InputError(
+            f"--data paper has the paper's trajectories of cart and kepler only, got "
+            f"--systems {' '.join(args.systems)}"
+        )
     settings = {**SETTINGS, **(QUICK if args.quick else {})}
     from tqdm.auto import tqdm
 
     jobs = [(name, seed) for seed in args.seeds for name in args.systems]
     rows = []
     for name, seed in tqdm(jobs, desc="SymDLNN fits"):
-        rows.append(fit_one(name, seed, settings))
+        rows.append(fit_one(name, seed, settings, args.data))
     table = rates(rows)
     for r in table:
         print(f"{r['rate']}: {r['errors']} of {r['fits']} ({r['share']:.2f})")
     command = "python tests/experiments/dlnn_verdicts.py " + " ".join(
-        ["--seeds", *map(str, args.seeds), "--systems", *args.systems]
+        ["--seeds", *map(str, args.seeds), "--systems", *args.systems, "--data", args.data]
     )
     described = ", ".join(f"{k} = {v}" for k, v in settings.items())
+    data = (
+        f"{TRAJECTORIES} forced trajectories of {STEPS} steps at dt = {DT} from Halton starts "
+        "in a box, the seed drawing the data and the network"
+        if args.data == "box"
+        else "the DLNN paper's one unforced training trajectory, the seed drawing the network"
+    )
     intro = (
-        f"One SymDLNN fit per system and seed ({described}; {TRAJECTORIES} forced "
-        f"trajectories of {STEPS} steps at dt = {DT}, the seed drawing the data and the "
-        f"network). A generator is right within cosine {RIGHT_COSINE} of the answer (either "
-        "sign); on the systems without a symmetry none is. False found: verdict `found` "
+        f"One SymDLNN fit per system and seed ({described}; {data}). A generator is right "
+        f"within cosine {RIGHT_COSINE} of the answer (either sign); on the systems without a symmetry none is. False found: verdict `found` "
         "for a generator that is not right; false absent: `ambiguous` or `absent` for a "
         "right one."
     )
