@@ -303,3 +303,24 @@ def test_a_checkpoints_block_numbers_the_calls_of_a_fit(tmp_path):
     with pytest.raises(InputError, match="key must be"):
         with checkpoints(tmp_path, "a/b"):
             pass
+
+
+def test_a_training_stopped_by_its_budget_goes_on_with_more_time(tmp_path):
+    path = tmp_path / "fit.pt"
+    net, loss, settings = _noisy_problem()
+    whole = train(loss, net, **settings)
+    net2, loss2, settings2 = _noisy_problem()
+    slow = {"n": 0}
+
+    def slowed(idx):  # about 10 ms an epoch: a budget of 0.05 s stops it early
+        slow["n"] += 1
+        if slow["n"] % 5 == 0:
+            time.sleep(0.01)
+        return loss2(idx)
+
+    first = train(slowed, net2, checkpoint=path, time_budget_s=0.05, **settings2)
+    assert first.stopped == "budget" and first.epochs < 30
+    net3, loss3, settings3 = _noisy_problem()
+    rest = train(loss3, net3, checkpoint=path, **settings3)  # no budget: on to the end
+    assert rest.epochs == 30 and rest.loss == whole.loss
+    assert torch.equal(_weights(net3), _weights(net))

@@ -352,7 +352,11 @@ def train(
         best, best_epoch = saved["best"], saved["best_epoch"]
         best_state = saved["best_state"]
         before, first = saved["wall_time_s"], len(losses) + 1
-        if saved["stopped"] is not None:
+        # a training stopped by its time budget goes on where a later call allows more
+        more_time = saved["stopped"] == "budget" and (
+            time_budget_s is None or before < time_budget_s
+        )
+        if saved["stopped"] is not None and not more_time:
             stopped, message, finished = saved["stopped"], saved["message"], True
 
     def state(done: str | None) -> dict:
