@@ -428,7 +428,7 @@ def test_a_family_with_the_auto_scale_records_its_choice():
     family = NominalModel(Pendulum(), DT, bound="conformal", delta=0.1, conformal_scale="auto")
     info = family.fit(train, cal).discrete_model().bound_info.extra
     ratios = info["width_vs_constant_on_training"]
-    assert set(ratios) == {"constant", "state", "log_state"} and ratios["constant"] == 1.0
+    assert set(ratios) == {"constant", "state"} and ratios["constant"] == 1.0
     assert info["scale_chosen"] == min(ratios, key=ratios.get)
     # the same bound as asking for the chosen scale by name
     family.recalibrate(train, cal, conformal_scale=info["scale_chosen"])

@@ -73,7 +73,7 @@ BOUND_SETTINGS: dict[str, Setting] = {
         "spread, `state`: max(a + b abs(v) + c abs(u), floor) per entry, fitted on the "
         "training errors, `log_state`: the spread (or 1) times exp(w0 + w1 abs(v) + w2 v^2 "
         "+ w3 abs(u)) per entry, w fitted to the log of the training errors, or `auto`: "
-        "the narrowest of these at equal coverage on the training data",
+        "the narrowest of constant, spread and state at equal coverage on the training data",
         choices=("constant", "spread", "state", "log_state", "auto"),
         acts=(Acts("bound", ("conformal",)),),
     ),
@@ -295,19 +295,13 @@ class ModelFamily(abc.ABC):
         horizon = self.bound_horizon if self.bound_level == "horizon" else None
         if kind == "auto":
             state, record = state_scale(model, data)
-            own = self._spread() if isinstance(self, SpreadFamily) else None
-            log_state, log_record = log_state_scale(model, data, own)
-            candidates = {
-                "constant": (residual_scale(model, data), None),
-                "state": (None, state),
-                "log_state": (None, log_state),
-            }
-            if own is not None:
-                candidates["spread"] = (None, own)
+            candidates = {"constant": (residual_scale(model, data), None), "state": (None, state)}
+            if isinstance(self, SpreadFamily):
+                candidates["spread"] = (None, self._spread())
             kind, ratios = choose_scale(model, data, self.delta, candidates, horizon=horizon)
             figures = {"scale_chosen": kind, "width_vs_constant_on_training": ratios}
             scale, spread = candidates[kind]
-            shape = {"state": record, "log_state": log_record}.get(kind)
+            shape = record if kind == "state" else None
         elif kind == "spread":
             spread = self._spread()
         elif kind == "state":
