@@ -62,9 +62,9 @@ Two refinements (:func:`calibrate`'s ``level`` and :func:`state_scale`):
   mean absolute training error; or (:func:`log_state_scale`) ``s_j(x, u) = g_j(x, u)
   exp(w_j . [1, |v|, v^2, |u|])``, the family's spread ``g`` (or 1) times a power-law
   correction fitted by least squares to the log of the absolute training errors over
-  ``g``; a CasADi function, so the bound stays one of ``(x, u, p)``. Any scale fixed
-  before the calibration data keeps the guarantee; a better shape gives a narrower bound
-  at the same coverage, and :func:`choose_scale` measures which one on the training data.
+  ``g``; a CasADi function, so the bound stays one of ``(x, u, p)``. Any scale fixed before the calibration data keeps the guarantee; a
+  better shape gives a narrower bound at the same coverage, and :func:`choose_scale`
+  measures which one on the training data.
 
 Assumptions, stated plainly: transitions inside one trajectory are not independent, and
 closed-loop states come from another distribution than open-loop excitation data; the
@@ -461,12 +461,14 @@ def log_state_scale(
         if spread is None
         else _scale_values(model, None, spread, X, U, "training")
     )
-    nv = velocities.stop - velocities.start
-    # [1, |v|, |u|] on the training data, inside their own box (the clipping acts elsewhere)
-    affine = state_features(model, X, U)
-    av, au = affine[:, 1 : 1 + nv], affine[:, 1 + nv :]
-    v_max, u_max = av.max(axis=0), au.max(axis=0)
-    F = np.hstack([affine[:, : 1 + nv], av**2, au])
+    m = len(U)
+    obs = np.asarray(model.to_obs.map(m)(X.T), dtype=np.float64).reshape(-1, m).T
+    v_max = np.abs(obs[:, velocities]).max(axis=0)
+    u_max = np.abs(np.asarray(U, dtype=np.float64)).max(axis=0)
+
+    av = np.minimum(np.abs(obs[:, velocities]), v_max)
+    au = np.minimum(np.abs(np.asarray(U, dtype=np.float64)), u_max)
+    F = np.hstack([np.ones((m, 1)), av, av**2, au])
     tiny = 1e-9 * np.maximum(errors.mean(axis=0), 1e-300)
     target = np.log(np.maximum(errors, tiny) / g)
     w, *_ = np.linalg.lstsq(F, target, rcond=None)  # (features, nx)
@@ -480,6 +482,7 @@ def log_state_scale(
     if spread is not None:
         s = s * spread(x, u, p)
     function = ca.Function("log_state_scale", [x, u, p], [s], ["x", "u", "p"], ["s"])
+    nv = velocities.stop - velocities.start
     record = {
         "kind": (
             ("spread" if spread is not None else "1")
