@@ -161,6 +161,26 @@ def test_the_summary_files(sb, folders, tmp_path):
     assert record["command"] == "python tests/experiments/structure_benchmark.py"
 
 
+def test_kept_rows_fill_the_configurations_the_folders_lack(sb, folders, tmp_path):
+    earlier = tmp_path / "earlier"
+    rows = sb.summarise(folders, earlier, "earlier")
+    # summarised again from the cart-pole's folder alone: the disk's row comes from the
+    # earlier table, whole and at full precision, and the cart-pole's from its folder
+    out = tmp_path / "out"
+    again = sb.summarise(folders[:1], out, "again", keep=earlier / "structure_benchmark.csv")
+    assert [(r["system"], r["family"]) for r in again] == [(r["system"], r["family"]) for r in rows]
+    disk = next(r for r in again if r["system"] == "rollingdisk")
+    assert disk["budget"] == 75 and disk["plant"] == 1 and disk["episodes"] == "3/6"
+    assert disk["tracking"] == rows[-1]["tracking"] and disk["success_hi"] == rows[-1]["success_hi"]
+    md = (out / "structure_benchmark.md").read_text()
+    assert "1 rows (configurations those folders lack) are kept from" in md
+    # a row the folders hold with a finished episode is theirs, not the kept one
+    assert sb.kept_rows(earlier / "structure_benchmark.csv", rows) == []
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match="not a structure benchmark table"):
+        sb.kept_rows(tmp_path / "other.csv", rows)
+
+
 def test_a_configuration_not_begun_is_left_out(sb, folders):
     manifest = json.loads((folders[1] / "sweep.json").read_text())
     manifest["configurations"].append({"id": "c01", "overrides": {"model.family": "nominal"}})

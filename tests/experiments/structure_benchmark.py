@@ -40,6 +40,11 @@ the black box's, *loses* where wholly on the worse side, and *ties* where they o
 missing interval is no verdict). The coverages are not scored (a wider bound covers more:
 they check the bound's promise), nor is ``nominal`` (the baseline, in the table).
 
+``--keep TABLE``: the rows of an earlier ``structure_benchmark.csv`` for the configurations
+the folders lack (or hold with no finished episode), so that a table summarised from sweep
+folders that no longer exist grows by the configurations run since; the table says how many
+rows it kept, from which file and commit (:func:`kept_rows`).
+
 ``--quick --out DIR``: a synthetic sweep folder of two systems (made by
 :func:`synthetic_sweep`, its numbers invented), summarised end to end.
 """
@@ -324,13 +329,60 @@ def row_of(c: dict[str, Any]) -> dict[str, Any]:
 
 def table_rows(configurations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows, ordered by system, budget, plant and family."""
+    return [row_of(c) for c in sorted(configurations, key=_order)]
 
-    def order(c: dict[str, Any]):
-        family = c["family"]
-        rank = FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER)
-        return (c["world"], c["system"], c["budget"], str(c["plant"]), rank, family)
 
-    return [row_of(c) for c in sorted(configurations, key=order)]
+def _order(row: dict[str, Any]):
+    """A row's (or a configuration's) place in the table."""
+    family = row["family"]
+    rank = FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER)
+    return (row["world"], row["system"], row["budget"], str(row["plant"]), rank, family)
+
+
+KEY = ("system", "world", "family", "budget", "plant")
+
+
+def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the CSV ``table`` (a ``structure_benchmark.csv``) whose configuration
+    (:data:`KEY`) is not among ``rows`` with a finished episode, read back to their types."""
+    import csv
+
+    have = {tuple(str(r[k]) for k in KEY) for r in rows if not r["episodes"].startswith("0/")}
+    with open(table, newline="", encoding="utf-8") as f:
+        found = list(csv.DictReader(f))
+    if not found or set(found[0]) != set(rows[0] if rows else found[0]):
+        missing = sorted(set(rows[0]) - set(found[0])) if rows and found else []
+        raise SystemExit(f"--keep {table}: not a structure benchmark table (columns {missing})")
+    out = []
+    for r in found:
+        if tuple(r[k] for k in KEY) in have:
+            continue
+        row: dict[str, Any] = dict(r)
+        row["budget"], row["fits"] = int(r["budget"]), int(r["fits"])
+        row["plant"] = int(r["plant"]) if r["plant"].lstrip("-").isdigit() else r["plant"]
+        for key in METRICS:
+            for col in (key, f"{key}_lo", f"{key}_hi"):
+                row[col] = float(r[col]) if r[col] not in ("", "nan") else math.nan
+        out.append(row)
+    return out
+
+
+def _relative(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _commit_of(path: Path) -> str:
+    """The commit that last changed ``path`` (``"uncommitted"`` where it differs from it)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("log", "-1", "--format=%h", "--", str(path.resolve()))
+    dirty = git("status", "--porcelain", "--", str(path.resolve()))
+    return "uncommitted" if not commit or dirty else commit
 
 
 # -- the verdict -------------------------------------------------------------------------------------
@@ -515,9 +567,12 @@ def figure(rows: Sequence[dict[str, Any]], system: str, path: Path) -> None:
     plt.close(fig)
 
 
-def summarise(folders: Sequence[Path], out: Path, cmd: str) -> list[dict[str, Any]]:
-    """Read the sweep ``folders``, write the table, the figures and the verdict into ``out``;
-    returns the table's rows (CSV columns)."""
+def summarise(
+    folders: Sequence[Path], out: Path, cmd: str, keep: Path | None = None
+) -> list[dict[str, Any]]:
+    """Read the sweep ``folders`` (and the rows of ``keep`` they lack, :func:`kept_rows`),
+    write the table, the figures and the verdict into ``out``; returns the table's rows (CSV
+    columns)."""
     configurations = read_sweeps(folders)
     if not configurations:
         raise SystemExit(
@@ -525,6 +580,11 @@ def summarise(folders: Sequence[Path], out: Path, cmd: str) -> list[dict[str, An
             "run vimpc sweep scenarios/sweeps/benchmark_<system>.toml first"
         )
     rows = table_rows(configurations)
+    kept = kept_rows(keep, rows) if keep is not None else []
+    if kept:
+        have = {tuple(str(k[c]) for c in KEY) for k in kept}
+        rows = [r for r in rows if tuple(str(r[c]) for c in KEY) not in have]
+        rows = sorted([*rows, *kept], key=_order)
     out.mkdir(parents=True, exist_ok=True)
     figures = []
     for system in dict.fromkeys(where(r) for r in rows):
@@ -532,8 +592,14 @@ def summarise(folders: Sequence[Path], out: Path, cmd: str) -> list[dict[str, An
         figure(rows, system, path)
         figures.append(path.name)
     sources = ", ".join(f"`{f.name}`" for f in folders)
+    kept_text = (
+        f" {len(kept)} rows (configurations those folders lack) are kept from "
+        f"`{_relative(keep)}` at commit {_commit_of(keep)}, summarised from earlier folders."
+        if kept
+        else ""
+    )
     intro = (
-        f"From the sweep folders {sources}. A row per system, family, data budget "
+        f"From the sweep folders {sources}.{kept_text} A row per system, family, data budget "
         "(training trajectories) and plant (param_seed of vimpc's own env, the MJCF file of a "
         "MuJoCo one): each figure with its 95 % interval "
         "(rates: Wilson over episodes; tracking, closed-loop coverage and solve times over "
@@ -678,14 +744,23 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="sweep folders (default: results/sweeps/benchmark_*, finished or not)",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="an earlier structure_benchmark.csv: its rows for the configurations the "
+        "folders lack are kept",
+    )
     add_options(parser, OUT)
     args = parse(parser, argv, OUT)
+    if args.keep is not None and not args.keep.is_file():
+        parser.error(f"--keep: no such table {args.keep}")
     cmd = command(__file__, args.argv)
     if args.quick:
         with tempfile.TemporaryDirectory() as tmp:
             rows = summarise(quick_sweeps(Path(tmp)), args.out, cmd)
     else:
-        rows = summarise(args.sweeps or find_sweeps(), args.out, cmd)
+        rows = summarise(args.sweeps or find_sweeps(), args.out, cmd, keep=args.keep)
     print((args.out / f"{NAME}.md").read_text())
     print(f"{len(rows)} rows: {args.out / NAME}.csv")
     return 0
