@@ -29,6 +29,7 @@ from vimpc.models.evaluation import one_step_errors
 from vimpc.models.families.dlnn import (
     SYMMETRY_RATIO,
     DLNNModel,
+    dynamics_spectrum,
     network_gradients,
     symmetry_verdict,
 )
@@ -504,6 +505,74 @@ def test_the_verdict_finds_an_exact_symmetry_and_rejects_a_wrong_one():
     assert e["status"] == "found" and spectrum["dimension"] == 1, (e, spectrum)
     (e,), _ = _verdict(Kepler(), [TRANSLATION_X])
     assert e["status"] == "absent"
+
+
+def _exact_triples(system, seed=0):
+    """Forced triples ``(K, 3, n)`` and their forces from the midpoint integrator at one
+    step per dt, whose discrete Lagrangian is then exact on them."""
+    model = integrator_model(VariationalIntegrator(system, "midpoint"), DT, substeps=1)
+    rng = np.random.default_rng(seed)
+    x0s = np.column_stack([1.0 + 0.2 * rng.random(8), 0.3 * rng.standard_normal(8),
+                           0.2 * rng.standard_normal(8), 1.0 + 0.1 * rng.random(8)])  # fmt: skip
+    U = np.stack([make_excitation("random_steps", 12, system.nu, DT, rng, low=[-0.3] * 2,
+                                  high=[0.3] * 2) for _ in x0s])  # fmt: skip
+    Q = rollout_model(model, x0s, U)[:, :, :2]
+    T1 = Q.shape[1]
+    triples = np.stack([Q[:, i : T1 - 2 + i].reshape(-1, 2) for i in range(3)], axis=1)
+    forces = del_forces(system, "midpoint", Q, U, DT).reshape(-1, 2)
+    return Q, triples, forces
+
+
+def test_the_dynamics_spectrum_finds_the_rotation_whatever_the_gauge():
+    # Kepler's exact discrete Lagrangian, and the same plus a null Lagrangian F(q1) - F(q0)
+    # (the same trajectories, so data cannot tell them apart) whose F is not rotation
+    # invariant: L_d's own invariance (the verdict's test) loses the rotation in that gauge,
+    # the change of the discrete Euler-Lagrange equations does not
+    system = Kepler()
+    Q, triples, forces = _exact_triples(system)
+    centre = Q.reshape(-1, 2).mean(0)
+    a, b = ca.SX.sym("a", 2), ca.SX.sym("b", 2)
+    Ld = discrete_lagrangian("midpoint", lambda q, v: system.lagrangian(q, v), a, b, DT)
+
+    def F(q):
+        return 0.3 * q[0] ** 3 + 0.5 * q[1]
+
+    rotation = np.array(ROTATION) / np.sqrt(2.0)
+    rotation_c = np.concatenate([rotation[2:].reshape(2, 2) @ centre, rotation[2:]])
+    results = []
+    for ld in (Ld, Ld + F(b) - F(a)):
+        f = ca.Function("Ld", [ca.vertcat(a, b)], [ld])
+        rho, V = dynamics_spectrum(f, triples, forces, DT, centre)
+        v = V[:, 0] / np.linalg.norm(V[:, 0])
+        results.append((rho, v))
+        # the DEL residual vanishes on the data (to the integrator's Newton tolerance), so the
+        # rotation changes it by as little
+        assert rho[0] < 1e-6 and rho[1] > 0.1, rho
+        assert abs(v @ rotation_c) / np.linalg.norm(rotation_c) > 1 - 1e-9, v
+        (entry,), _ = symmetry_verdict(network_gradients(f), Q, DT, rotation_c[None], centre,
+                                       1e-3, 1.0)  # fmt: skip
+        results[-1] += (entry["status"],)
+    np.testing.assert_allclose(results[0][0][:4], results[1][0][:4], rtol=1e-6, atol=1e-6)
+    assert [r[2] for r in results] == ["found", "absent"]
+
+
+def test_the_generators_start_from_the_warm_up_dynamics():
+    # the rotor's warm-up network already says which motion leaves its dynamics alone: the
+    # start is the angle's translation before any symmetry epoch (a learning rate too
+    # small to move it), with the spectrum's relative changes in the model's info
+    s = Pendulum(g=0.0)
+    data = _forced_rollouts(s, halton([-2.0, -2.0], [2.0, 2.0], 10, seed=0), 20, 1.0)
+    m = DLNNModel(s, DT, hidden=[16, 16], epochs=301, warmup=300, lr=1e-2, symmetries=1,
+                  degeneracy_weight=1e-3, symmetry_start="dynamics")  # fmt: skip
+    m = _quiet(m, data)
+    (sym,) = m.symmetries_
+    assert abs(sym["w"][0]) / np.hypot(sym["w"][0], sym["M"][0][0]) > 0.999, sym
+    start = m.discrete_model().info["symmetry_start"]["relative_changes"]
+    assert start[0] < 0.1 * start[1], start
+    with pytest.raises(InputError, match="symmetry_init gives the generators' start"):
+        DLNNModel(s, DT, symmetries=1, symmetry_init=[1.0, 0.0], symmetry_start="dynamics")
+    with pytest.raises(InputError, match="symmetry_start must be one of"):
+        DLNNModel(s, DT, symmetries=1, symmetry_start="answer")
 
 
 def test_a_lagrangian_with_more_symmetries_than_generators_is_ambiguous():

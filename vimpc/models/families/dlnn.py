@@ -55,6 +55,22 @@ schedule (``jnp.select``) set the learning rate to 0 from epoch 1000 to 2000 and
 after; here both phases run a cosine schedule from ``lr`` to 0 (a warm restart when the
 symmetry terms switch on).
 
+**Where the generators start** (``symmetry_start``). ``"random"``: random unit vectors, as
+the paper (which started Kepler at the answer); the descent then ends where it starts on
+data that move little of the orbit. ``"dynamics"``: the warm-up network's own answer. The
+data fix ``L_d`` only up to a null Lagrangian ``F(q1) - F(q0)``, which changes no
+trajectory but breaks the invariance of ``L_d`` itself, so the warm-up's ``L_d`` need not
+be nearly invariant under the true generator; its discrete Euler–Lagrange equations are:
+an affine motion that maps the data's triples (with their forces, transformed as
+covectors, ``F -> F - eps M^T F``) to solutions again. Linearised, the change of the DEL
+residual ``r = (D2 L_d(q0, q1) + D1 L_d(q1, q2)) / h + F`` along ``xi`` is linear in
+``xi``, ``A_k xi = J_r (xi(q0), xi(q1), xi(q2)) - M^T F``, so the K generators that change
+it least over the training triples are the K smallest generalised eigenvectors of
+``(mean A_k^T A_k, mean of xi(q)^T xi(q) over the triples' positions)``
+(:func:`dynamics_spectrum`): no descent, no seed. The symmetry phase then trains from them
+and picks the gauge in which ``L_d`` is invariant too (``info["symmetry_start"]``: the
+start's relative changes).
+
 **The verdict.** One trajectory can be fitted by a Lagrangian with a wrong symmetry, so a
 generator is not called found because it fits: the symmetry residual of the fitted network
 is a quadratic form in ``xi = (w, vec M)``, ``R(xi) = xi^T G xi`` (mean over pairs of
@@ -157,6 +173,38 @@ def symmetry_forms(D1, D2, q0, q1, h: float):
     B1 = np.hstack([D2, (D2[:, :, None] * q1[:, None, :]).reshape(m, -1)]) / h
     A = B0 + B1
     return A.T @ A / m, (B0.T @ B0 + B1.T @ B1) / m
+
+
+def _affine_map(q: np.ndarray) -> np.ndarray:
+    """``(B, n, n + n^2)``: ``B(q) xi = w + M q`` for ``xi = (w, vec M)`` (row-major)."""
+    B, n = q.shape
+    eye = np.eye(n)
+    rows = np.einsum("ij,bl->bijl", eye, q).reshape(B, n, n * n)
+    return np.concatenate([np.broadcast_to(eye, (B, n, n)), rows], axis=2)
+
+
+def dynamics_spectrum(ld: ca.Function, triples: np.ndarray, forces: np.ndarray, h: float,
+                      centre: np.ndarray):  # fmt: skip
+    """``(rho, V)``: the affine generators ``xi = (w_c, vec M)`` about ``centre`` (``M (q -
+    centre) + w_c``) ordered by how little they change the discrete Euler–Lagrange
+    equations of ``ld`` (``L_d`` of the stacked ``(q0, q1)``) on ``triples`` ``(K, 3, n)``
+    with ``forces`` ``(K, n)`` (module docstring, "Where the generators start"): the
+    generalised eigenproblem of the linearised change against the generator's size, its
+    relative changes ``rho`` ascending and the generators as columns of ``V``."""
+    K, _, n = triples.shape
+    a, b, c = (ca.MX.sym(name, n) for name in ("q0", "q1", "q2"))
+    r = (ca.gradient(ld(ca.vertcat(a, b)), b) + ca.gradient(ld(ca.vertcat(b, c)), b)) / h
+    jac = ca.Function("del_jacobian", [a, b, c], [ca.jacobian(r, ca.vertcat(a, b, c))])
+    J = np.asarray(jac.map(K)(*(triples[:, i].T for i in range(3))))
+    J = J.reshape(n, K, 3 * n).transpose(1, 0, 2)
+    maps = [_affine_map(triples[:, i] - centre) for i in range(3)]
+    # the forces move with the motion as covectors: F -> F - eps M^T F
+    moved = -np.einsum("kr,ab->karb", forces, np.eye(n)).reshape(K, n, n * n)
+    A = J @ np.concatenate(maps, axis=1)
+    A[:, :, n:] += moved
+    G = np.einsum("kip,kiq->pq", A, A) / K
+    S = sum(np.einsum("kip,kiq->pq", B, B) for B in maps) / (3 * K)
+    return generalised_spectrum(G, S)
 
 
 def generalised_spectrum(G, S):
@@ -315,6 +363,13 @@ class DLNNModel(NetworkFamily):
             "normalised); not set: random unit vectors (seed + 2)",
             items=float, unset="random",
         ),
+        "symmetry_start": Setting(
+            str, "random",
+            "where the generators start when symmetry_init is not set: random unit vectors "
+            "(seed + 2), or dynamics: the affine motions that change the warm-up network's "
+            "discrete Euler-Lagrange equations least on the training data (module docstring)",
+            choices=("random", "dynamics"),
+        ),
         "warmup": Setting(
             int, 500, "network-only epochs before the symmetry terms switch on",
             rule=NONNEGATIVE,
@@ -346,6 +401,11 @@ class DLNNModel(NetworkFamily):
                 f"symmetry_init must hold symmetries * (n + n^2) = {self.symmetries} * "
                 f"{n + n * n} = {self.symmetries * (n + n * n)} numbers (each generator's w, "
                 f"then M row-major), got {len(self.symmetry_init)}"
+            )
+        if self.symmetry_init is not None and self.symmetry_start != "random":
+            raise InputError(
+                f"symmetry_init gives the generators' start, so symmetry_start = "
+                f"{self.symmetry_start!r} cannot choose it too; set one of them"
             )
         if self.symmetries and not 0 < self.warmup < self.epochs:
             raise InputError(
@@ -440,7 +500,7 @@ class DLNNModel(NetworkFamily):
 
             self.del_relative_warmup_ = relative_del()
             self._centre = Q.reshape(-1, n).mean(0)
-            xi = self._init_generators()
+            xi = self._init_generators(net, P_np, c_np, scale, triples, forces)
             lo, hi = Q.reshape(-1, n).min(0), Q.reshape(-1, n).max(0)
             steps = (Q[:, 1:] - Q[:, :-1]).reshape(-1, n)
             dlo, dhi = steps.min(0), steps.max(0)
@@ -479,10 +539,17 @@ class DLNNModel(NetworkFamily):
         self.network_ = nl.fold(net, P_np, c_np, scale, self.activation)
         self._ld = None
 
-    def _init_generators(self):
+    def _init_generators(self, net, P, c, scale, triples, forces):
         import torch
 
         n, k = self.system.nq, self.symmetries
+        self.symmetry_start_ = None
+        if self.symmetry_start == "dynamics":
+            ld = nl.fold(net, P, c, scale, self.activation).casadi_function("L_d")
+            rho, V = dynamics_spectrum(ld, triples, forces, self.dt, self._centre)
+            start = V[:, :k].T / np.linalg.norm(V[:, :k], axis=0)[:, None]
+            self.symmetry_start_ = {"relative_changes": rho[:SPECTRUM_SHOWN].tolist()}
+            return torch.from_numpy(np.ascontiguousarray(start)).requires_grad_(True)
         if self.symmetry_init is not None:
             # M q + w = M (q - centre) + (w + M centre): trained about the data's mean
             given = np.asarray(self.symmetry_init, dtype=np.float64).reshape(k, n + n * n)
@@ -657,6 +724,9 @@ class DLNNModel(NetworkFamily):
             # SYMMETRY_RATIO x the reference relative DEL residual (with symmetries = 0, the
             # final fit's); a property of the learned Lagrangian, not a found symmetry
             "learned_near_symmetries": dict(self.near_symmetries_),
+            # symmetry_start = "dynamics": the relative changes of the DEL equations under
+            # the warm-up network's best generators, where training started
+            **({"symmetry_start": self.symmetry_start_} if self._started_from_dynamics() else {}),
             # unforced data leave L_d's sign open: negated after training when its mass
             # matrix -D1 D2 L_d h was negative definite on most data pairs
             "lagrangian_negated": self.negated_,
@@ -684,6 +754,9 @@ class DLNNModel(NetworkFamily):
             legendre=lambda q, v, theta: recovered(q, v),
         )
         return integrator_model(integrator, h, info=self._model_info())
+
+    def _started_from_dynamics(self) -> bool:
+        return getattr(self, "symmetry_start_", None) is not None
 
     def info(self) -> dict[str, Any]:
         out = super().info()
