@@ -27,6 +27,10 @@ found the right generator at all.
 writes results/dlnn_verdicts/verdicts.{csv,md} (one row per fit) and rates.{csv,md}.
 ``--data paper --systems cart kepler --out DIR``: the same fits on the paper's one unforced
 training trajectory of each (``_dlnn_systems``) instead of the forced box data.
+``--data ring --systems kepler --out DIR``: Kepler's starts spread over the whole circle
+(:func:`ring_starts`) instead of its box (a slice of the plane at ``x`` 0.8-1.2).
+``--start dynamics --out DIR``: the generators start at the warm-up network's dynamics
+spectrum (``symmetry_start = "dynamics"``) instead of random unit vectors.
 ``--quick --out DIR``: one seed, two systems, 30 epochs.
 """
 
@@ -77,12 +81,24 @@ SETTINGS = dict(hidden=[32, 32], epochs=2000, warmup=500, lr=1e-2, symmetries=1,
 QUICK = dict(hidden=[8], epochs=30, warmup=10)
 
 
-def snapshots(system, low, high, amplitude, seed: int) -> Dataset:
+def ring_starts(low, high, seed: int) -> np.ndarray:
+    """Kepler's starts of the box ``(x, y, x', y')`` turned about the origin by angles
+    spread over the whole circle: radius in ``[low[0], high[0]]``, radial and tangential
+    speeds in the box's ``x'`` and ``y'`` ranges, the angle uniform in ``[0, 2 pi)`` (one
+    Halton set scrambled by ``seed``)."""
+    r, a, vr, vt = halton([low[0], 0.0, low[2], low[3]], [high[0], 2 * np.pi, high[2], high[3]],
+                          TRAJECTORIES, seed=seed).T  # fmt: skip
+    c, s = np.cos(a), np.sin(a)
+    return np.column_stack([r * c, r * s, vr * c - vt * s, vr * s + vt * c])
+
+
+def snapshots(system, low, high, amplitude, seed: int, ring: bool = False) -> Dataset:
     """``TRAJECTORIES`` forced snapshot trajectories of ``STEPS`` steps from Halton starts
-    (scrambled by ``seed``) in the box, random steps up to ``amplitude`` (``seed``)."""
+    (scrambled by ``seed``) in the box (``ring``: :func:`ring_starts`), random steps up to
+    ``amplitude`` (``seed``)."""
     model = integrator_model(VariationalIntegrator(system, "midpoint"), DT, substeps=5)
     rng = np.random.default_rng(seed)
-    x0s = halton(low, high, TRAJECTORIES, seed=seed)
+    x0s = ring_starts(low, high, seed) if ring else halton(low, high, TRAJECTORIES, seed=seed)
     nu = system.nu
     U = np.stack([make_excitation("random_steps", STEPS, nu, DT, rng, low=[-amplitude] * nu,
                                   high=[amplitude] * nu) for _ in range(TRAJECTORIES)])  # fmt: skip
@@ -105,7 +121,7 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
     if data_kind == "paper":
         system, data = paper_data(name)
     else:
-        data = snapshots(system, low, high, amplitude, seed)
+        data = snapshots(system, low, high, amplitude, seed, ring=data_kind == "ring")
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)
@@ -156,14 +172,24 @@ def rates(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument(
-        "--data", choices=("box", "paper"), default="box",
+        "--data", choices=("box", "paper", "ring"), default="box",
         help="box: forced trajectories from a box of starts; paper: the DLNN paper's one "
-             "unforced trajectory (cart and kepler only)",
+             "unforced trajectory (cart and kepler only); ring: kepler's box turned over "
+             "the whole circle (kepler only)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--start", choices=("random", "dynamics"), default="random",
+        help="where the generators start (the family's symmetry_start)",
     )  # fmt: skip
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"seeds": [0], "systems": ["rotor", "pendulum"]})
@@ -172,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
             f"--data paper has the paper's trajectories of cart and kepler only, got "
             f"--systems {' '.join(args.systems)}"
         )
-    settings = {**SETTINGS, **(QUICK if args.quick else {})}
+    if args.data == "ring" and set(args.systems) != {"kepler"}:
+        raise InputError(f"--data ring is Kepler's, got --systems {' '.join(args.systems)}")
+    settings = {**SETTINGS, **(QUICK if args.quick else {}), "symmetry_start": args.start}
     from tqdm.auto import tqdm
 
     jobs = [(name, seed) for seed in args.seeds for name in args.systems]
@@ -183,13 +211,19 @@ def main(argv: list[str] | None = None) -> None:
     for r in table:
         print(f"{r['rate']}: {r['errors']} of {r['fits']} ({r['share']:.2f})")
     command = "python tests/experiments/dlnn_verdicts.py " + " ".join(
-        ["--seeds", *map(str, args.seeds), "--systems", *args.systems, "--data", args.data]
-    )
+        ["--seeds", *map(str, args.seeds), "--systems", *args.systems, "--data", args.data,
+         *(["--start", args.start] if args.start != "random" else []),
+         *(["--out", _shown(args.out)] if args.out.resolve() != OUT.resolve() else [])]
+    )  # fmt: skip
     described = ", ".join(f"{k} = {v}" for k, v in settings.items())
     data = (
         f"{TRAJECTORIES} forced trajectories of {STEPS} steps at dt = {DT} from Halton starts "
         "in a box, the seed drawing the data and the network"
         if args.data == "box"
+        else f"{TRAJECTORIES} forced trajectories of {STEPS} steps at dt = {DT} from Halton "
+        "starts of the box turned about the origin over the whole circle (radius, radial and "
+        "tangential speeds in the box's ranges), the seed drawing the data and the network"
+        if args.data == "ring"
         else "the DLNN paper's one unforced training trajectory, the seed drawing the network"
     )
     intro = (
