@@ -56,8 +56,9 @@ after; here both phases run a cosine schedule from ``lr`` to 0 (a warm restart w
 symmetry terms switch on).
 
 **Where the generators start** (``symmetry_start``). ``"random"``: random unit vectors, as
-the paper (which started Kepler at the answer); the descent then ends where it starts on
-data that move little of the orbit. ``"dynamics"``: the warm-up network's own answer. The
+the paper (which started Kepler at the answer); on Kepler the descent then settles far from
+the rotation, whether the data cover a slice of the plane or the whole circle
+(``results/dlnn_verdicts``). ``"dynamics"``: the warm-up network's own answer. The
 data fix ``L_d`` only up to a null Lagrangian ``F(q1) - F(q0)``, which changes no
 trajectory but breaks the invariance of ``L_d`` itself, so the warm-up's ``L_d`` need not
 be nearly invariant under the true generator; its discrete Euler–Lagrange equations are:
