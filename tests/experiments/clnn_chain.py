@@ -232,7 +232,8 @@ def family_row(system, cls, data, true, args, chunk: int, series: dict | None = 
         "model": fam.name,
         "hidden": "x".join(map(str, args.hidden)),
         "epochs": fam.training_.epochs,
-        "train_s": round(fam.fit_train_time_, 1),
+        # the training's own wall time, summed over the runs that resumed it from a checkpoint
+        "train_s": round(fam.training_.wall_time_s, 1),
         "final_loss": fam.training_.loss[-1],
         "vi_error": gmean(vi),
         "rk4_error": gmean(geometric_error(rk4, true)),
