@@ -229,8 +229,11 @@ FIT_GENERATION = 5
 #: Per family, the generation of its export where it moved after FIT_GENERATION (entering the
 #: key only where given, so the other families' cached fits stay valid). dlnn and lnn 2: the
 #: model carries its residual's Jacobian in closed form (``residual_jacobian``). clnn and chnn
-#: 2: the step is written on MX with its residual's Jacobian, from_obs projects.
-FAMILY_GENERATION = {"dlnn": 2, "lnn": 2, "clnn": 2, "chnn": 2}
+#: 2: the step is written on MX with its residual's Jacobian, from_obs projects. mlp_residual
+#: and gp_residual 2: the network's weights, the posteriors' numbers are the model's ``p``.
+FAMILY_GENERATION = {
+    "dlnn": 2, "lnn": 2, "clnn": 2, "chnn": 2, "mlp_residual": 2, "gp_residual": 2
+}  # fmt: skip
 
 
 def closed_loop_code_digest() -> str:

@@ -88,7 +88,8 @@ def _bounded(**bound):
 def _rms(model, data, entries: slice) -> float:
     """RMS one-step error of ``model`` on the noise-free transitions of ``data``."""
     X, U, Xn = data.pairs("states")
-    pred = np.asarray(model.step.map(len(X))(X.T, U.T, np.zeros((0, len(X))))).T
+    P = np.tile(model.p_default, (len(X), 1)).T  # the learned numbers are the model's p
+    pred = np.asarray(model.step.map(len(X))(X.T, U.T, P)).T
     return float(np.sqrt(np.mean((Xn[:, entries] - pred[:, entries]) ** 2)))
 
 
@@ -147,7 +148,8 @@ def test_the_posterior_mean_through_casadi_is_the_numpy_posterior(settings):
     )
     assert [len(p.support) for p in fam.posteriors_] == [settings.get("support_points", 60)] * 2
     zeros = np.zeros((0, len(X)))
-    step = np.asarray(model.step.map(len(X))(X.T, U.T, zeros)).T
+    P = np.tile(model.p_default, (len(X), 1)).T  # the learned numbers are the model's p
+    step = np.asarray(model.step.map(len(X))(X.T, U.T, P)).T
     base = np.asarray(nominal.step.map(len(X))(X.T, U.T, zeros)).T
     correction = np.asarray(fam.correction().map(len(X))(X.T, U.T)).T
     assert np.max(np.abs(expected)) > 1e-3  # a correction worth checking
@@ -197,8 +199,8 @@ def test_the_spread_shapes_the_bound_where_the_data_are_sparse():
     # next velocity is wider at fast spins, which the excitation never reached, than near
     # the hanging rest (measured 24x; the angle's GP is mostly its noise: 1.0x)
     model = _bounded(bound="conformal", conformal_scale="spread", delta=0.1)
-    near = np.asarray(model.bound([0.0, 0.0], [0.0], [])).ravel()
-    far = np.asarray(model.bound([0.0, 30.0], [0.0], [])).ravel()
+    near = np.asarray(model.bound([0.0, 0.0], [0.0])).ravel()  # p: the model's p_default
+    far = np.asarray(model.bound([0.0, 30.0], [0.0])).ravel()
     assert far[1] > 3 * near[1] and far[0] >= near[0], (near, far)
 
 
@@ -296,3 +298,18 @@ def test_the_explicit_step_leaves_the_four_bar_constraints():
     g = _env("vimpc/FourBar-v0").nominal_system.function("g").map(11)
     drift = np.max(np.abs(np.asarray(g(xs[:, :3].T))))
     assert np.all(np.isfinite(xs)) and drift > 1e-2, drift
+
+
+def test_two_fits_with_as_many_support_points_are_one_function_of_p():
+    # the posteriors' numbers (support points, length scales, signal variance, alpha) are
+    # the model's parameters: two fits on different data export the same step function with
+    # other p_default, so a controller compiled for one serves the other
+    # (tests/models/test_mlp_residual.py checks the controller's C code for the MLP)
+    a, b = _fitted().discrete_model(), _fitted(nominal=True).discrete_model()
+    assert a.info["support_points"] == b.info["support_points"] == [400, 400]  # all of them
+    assert a.np == b.np == 2 * (400 * 3 + 3 + 1 + 400)  # on 3 GP inputs
+    assert np.max(np.abs(a.p_default - b.p_default)) > 1e-2
+    assert a.step.serialize() == b.step.serialize()
+    x, u = np.array([0.4, -1.0]), np.array([0.5])
+    assert np.max(np.abs(a.step(x, u) - b.step(x, u))) > 1e-4
+    np.testing.assert_array_equal(a.step(x, u), b.step(x, u, a.p_default))

@@ -198,7 +198,7 @@ def test_with_a_tube_and_state_bounds_it_solves_fatrops_problem(soft):
         want, got = reference(x), condensed(x)
         assert want.status.ok and got.status.ok and got.handed_over == (k == 0)
         np.testing.assert_allclose(got.tube, want.tube, atol=1e-12)
-        P = condensed._tightening._fn(condensed._w0, _parameters(condensed, x))[0]
+        P = condensed._tightening.along(condensed._w0, _parameters(condensed, x))[0]
         f_got, g_got, _ = nlp(condensed._w0, P)
         w_want = reference._w0.copy()
         w_want[L.s] = np.maximum(w_want[L.s], 0.0)
@@ -235,7 +235,7 @@ def test_where_the_tube_along_the_guess_fails_it_solves_with_the_last_solved_cal
     differed = 0
     for k in range(6):
         given = _parameters(ctrl, x)
-        along_guess = ctrl._tightening._fn(ca.DM(ctrl._initial_guess(x)), given)[1]
+        along_guess = ctrl._tightening.along(ca.DM(ctrl._initial_guess(x)), given)[1]
         got = ctrl(x)
         assert got.status.ok and got.tube_kept and not got.handed_over and len(tries) == 2 * k + 2
         want = last.tube if k == 0 else np.vstack([last.tube[1:], last.tube[-1:]])

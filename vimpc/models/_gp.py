@@ -133,6 +133,26 @@ class Posterior:
         """The posterior mean at the symbolic ``z (d, 1)`` (SX or MX)."""
         return ca.dot(self._k(z), ca.DM(self.alpha))
 
+    def mean_parameters(self) -> np.ndarray:
+        """What the mean needs, in one vector: the support points over the length scales
+        (column by column), the length scales, the signal variance and ``alpha``; the order of
+        :meth:`casadi_mean_of`."""
+        hp = self.hp
+        scaled = (self.support / hp.lengthscales).ravel(order="F")
+        return np.concatenate([scaled, hp.lengthscales, [hp.signal_var], self.alpha])
+
+    def casadi_mean_of(self, z, theta):
+        """The posterior mean at the symbolic ``z (d, 1)`` with its numbers read from the
+        symbolic ``theta`` (:meth:`mean_parameters`; the same operations as
+        :meth:`casadi_mean`, so the same values to the last bit). Only the sizes of this
+        posterior are used: any posterior of the same sizes can be put in ``theta``."""
+        m, d = self.support.shape
+        scaled = ca.reshape(theta[: m * d], m, d)
+        lengthscales = theta[m * d : m * d + d]
+        signal_var, alpha = theta[m * d + d], theta[m * d + d + 1 :]
+        diff = scaled - ca.repmat((z / lengthscales).T, m, 1)
+        return ca.dot(signal_var * ca.exp(-0.5 * ca.sum2(diff * diff)), alpha)
+
     def casadi_var(self, z):
         """The latent variance at the symbolic ``z`` (kept >= 0)."""
         k = self._k(z)

@@ -103,12 +103,32 @@ class Network:
 
         return load_weights(mlp(self.sizes, self.activation, seed=0), self.layers)
 
-    def casadi_function(self, name: str) -> ca.Function:
+    def casadi_function(self, name: str, weights_input: bool = False) -> ca.Function:
         """``x -> y`` as an MX CasADi function, written by
-        :func:`vimpc.models._torch_casadi.casadi_function` (agrees with torch to round-off)."""
+        :func:`vimpc.models._torch_casadi.casadi_function` (agrees with torch to round-off);
+        with ``weights_input``, ``(x, w) -> y`` with the weights ``w`` an input
+        (:meth:`weights` gives them)."""
         from vimpc.models._torch_casadi import casadi_function
 
-        return casadi_function(self.torch_module(), name=name, kind="mx")
+        return casadi_function(
+            self.torch_module(), name=name, kind="mx", weights_input=weights_input
+        )
+
+    def weights(self) -> np.ndarray:
+        """The weights and biases in one vector, in the order of
+        :func:`vimpc.models._torch_casadi.flat_weights`: each layer's weight matrix column by
+        column, then its bias."""
+        return np.concatenate([np.concatenate([W.ravel(order="F"), b]) for W, b in self.layers])
+
+    def weight_names(self, prefix: str) -> tuple[str, ...]:
+        """A name for each entry of :meth:`weights`: ``{prefix}W{layer}_{row}_{col}`` and
+        ``{prefix}b{layer}_{row}``."""
+        names: list[str] = []
+        for k, (W, b) in enumerate(self.layers):
+            rows, cols = W.shape
+            names += [f"{prefix}W{k}_{i}_{j}" for j in range(cols) for i in range(rows)]
+            names += [f"{prefix}b{k}_{i}" for i in range(len(b))]
+        return tuple(names)
 
     def numpy(self, X: np.ndarray) -> np.ndarray:
         """The network on the rows of ``X`` in numpy (for checks and info)."""

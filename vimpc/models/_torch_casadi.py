@@ -48,6 +48,7 @@ __all__ = [
     "Sine",
     "casadi_expression",
     "casadi_function",
+    "flat_weights",
     "load_weights",
     "mlp",
 ]
@@ -189,13 +190,23 @@ def _check_network(module) -> list[tuple[str, nn.Module]]:
     return layers
 
 
-def casadi_expression(module: nn.Sequential, x):
-    """The network applied to the CasADi column ``x`` (SX or MX), weights as DM constants.
+def casadi_expression(module: nn.Sequential, x, weights=None):
+    """The network applied to the CasADi column ``x`` (SX or MX), weights as DM constants, or
+    read from the CasADi column ``weights`` (of the same kind as ``x``) in the order of
+    :func:`flat_weights`.
 
     Raises:
-        InputError: an unsupported layer, float32 weights, or ``x`` of the wrong size.
+        InputError: an unsupported layer, float32 weights, or ``x`` or ``weights`` of the
+            wrong size.
     """
     layers = _check_network(module)
+    if weights is not None:
+        n = flat_weights(module).size
+        if weights.shape != (n, 1):
+            raise InputError(
+                f"the network has {n} weights; got a weights expression of shape {weights.shape}"
+            )
+    at = 0
     for path, layer in layers:
         if type(layer) is nn.Linear:
             if x.shape != (layer.in_features, 1):
@@ -203,13 +214,32 @@ def casadi_expression(module: nn.Sequential, x):
                     f"layer {path} (Linear) takes a column of {layer.in_features}, got an "
                     f"expression of shape {x.shape}"
                 )
-            W = ca.DM(layer.weight.detach().cpu().numpy())
+            rows, cols = layer.out_features, layer.in_features
+            if weights is None:
+                W = ca.DM(layer.weight.detach().cpu().numpy())
+            else:  # column-major, as flat_weights
+                W, at = ca.reshape(weights[at : at + rows * cols], rows, cols), at + rows * cols
             x = ca.mtimes(W, x)
             if layer.bias is not None:
-                x = x + ca.DM(layer.bias.detach().cpu().numpy())
+                if weights is None:
+                    x = x + ca.DM(layer.bias.detach().cpu().numpy())
+                else:
+                    x, at = x + weights[at : at + rows], at + rows
         else:
             x = SUPPORTED[type(layer)](x, layer)
     return x
+
+
+def flat_weights(module: nn.Sequential) -> np.ndarray:
+    """The network's Linear weights and biases in one vector, layer by layer: each weight
+    matrix column by column (CasADi's order), then its bias."""
+    parts = []
+    for _, layer in _check_network(module):
+        if type(layer) is nn.Linear:
+            parts.append(layer.weight.detach().cpu().numpy().ravel(order="F"))
+            if layer.bias is not None:
+                parts.append(layer.bias.detach().cpu().numpy())
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def casadi_function(
@@ -218,8 +248,11 @@ def casadi_function(
     name: str = "net",
     kind: str = "mx",
     n_in: int | None = None,
+    weights_input: bool = False,
 ) -> ca.Function:
-    """The network as a CasADi ``Function`` ``name: x (n_in) -> y (n_out)``.
+    """The network as a CasADi ``Function`` ``name: x (n_in) -> y (n_out)``, or with
+    ``weights_input`` ``name: (x, w) -> y`` with the weights ``w`` an input in the order of
+    :func:`flat_weights` (a controller compiled once then serves every set of weights).
 
     Args:
         module: a float64 ``torch.nn.Sequential`` of :data:`SUPPORTED` layers.
@@ -248,8 +281,12 @@ def casadi_function(
             n_in = linear[0].in_features
     if isinstance(n_in, bool) or not isinstance(n_in, int) or n_in < 1:
         raise InputError(f"n_in must be a positive integer, got {n_in!r}")
-    x = (ca.SX if kind == "sx" else ca.MX).sym("x", n_in)
-    return ca.Function(name, [x], [casadi_expression(module, x)], ["x"], ["y"])
+    sym = ca.SX if kind == "sx" else ca.MX
+    x = sym.sym("x", n_in)
+    if not weights_input:
+        return ca.Function(name, [x], [casadi_expression(module, x)], ["x"], ["y"])
+    w = sym.sym("w", flat_weights(module).size)
+    return ca.Function(name, [x, w], [casadi_expression(module, x, w)], ["x", "w"], ["y"])
 
 
 def mlp(

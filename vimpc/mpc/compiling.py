@@ -75,6 +75,9 @@ def called_stage(model: DiscreteModel, transcription: str) -> tuple[DiscreteMode
     # a call on the GP-VI cart-pole; jac_penalty 0.5 cut the solves' median by 6 % there
     # and on the Hamel disk.
     options = {"jac_penalty": 0.5, "der_options": {"jac_penalty": 0}}
+    # the parameters are not the NLP's variables: no derivative by them (a model whose
+    # learned numbers are its p, an MLP of 2 x 32, had a stage Hessian 25x the code)
+    options["is_diff_in"] = [name != "p" for name in fn.name_in()]
     called = ca.Function(fn.name(), args, sx.call(args), fn.name_in(), fn.name_out(), options)
     return dataclasses.replace(model, **{name: called}), True
 

@@ -28,7 +28,7 @@ from vimpc.dynamics import DiscreteModel
 from vimpc.errors import InputError
 from vimpc.mpc.options import SETTINGS
 from vimpc.mpc.problem import Constraints, SafetyRows
-from vimpc.mpc.tube import step_jacobians, tube_failure_cause, tube_function, weight_matrix
+from vimpc.mpc.tube import step_jacobians, tube_failure_cause, tube_parts, weight_matrix
 
 #: the cause of a tube that is not finite although its recursions are
 NO_CAUSE = (
@@ -75,6 +75,7 @@ class Tightening:
         self.active = False
         self.soft_inputs = False
         self._fn: ca.Function | None = None
+        self._bounds: ca.Function | None = None
         self._shape = (horizon + 1, 0)
 
     # -- built with the controller ------------------------------------------------------
@@ -182,24 +183,27 @@ class _Tube(Tightening):
         super().build(tr, compile)
         if not self.active:
             return
-        self._fn = self._on_guess()
+        self._bounds, self._fn = self._on_guess()
         if compile:
             # the tube is recomputed every call (GP-VI cart-pole: 1.7 ms interpreted, 0.61 ms
-            # compiled)
+            # compiled); the bound apart, so that the tube's library serves every fit of a
+            # model that keeps its learned numbers in its parameters
+            self._bounds = _jit.compiled_now(self._bounds, "controller's bound") or self._bounds
             self._fn = _jit.compiled_now(self._fn, "controller's tube") or self._fn
 
     def reset(self) -> None:
         self._last = self.solved = None
 
-    def _on_guess(self) -> ca.Function:
-        """``(w, P) -> (P with the tightening appended, t (m, N + 1), t_u (nu, N), K (nu,
-        nx N))``: the tube along the plan held in the initial guess ``w``, and the feedback
-        gains it assumes (:func:`~vimpc.mpc.tube.tube_function`). It takes the DMs the solver
+    def _on_guess(self) -> tuple[ca.Function, ca.Function]:
+        """``bounds: (w, P) -> W (nx, N)``, the model's bound at the stages of the plan held in
+        the initial guess ``w``, and ``tube: (w, P, W) -> (P with the tightening appended,
+        t (m, N + 1), t_u (nu, N), K (nu, nx N))``: the tube along that plan, and the feedback
+        gains it assumes (:func:`~vimpc.mpc.tube.tube_parts`). They take the DMs the solver
         gets anyway, so a solve converts nothing more than the tube it reports. Nothing is
         capped: a margin wider than its constraint's range leaves that stage's tightened set
         empty, which :meth:`margins` counts."""
         m, N, L = self.model, self.horizon, self._layout
-        fn = tube_function(
+        bounds, fn = tube_parts(
             m,
             N,
             self.safety_rows.function,
@@ -209,14 +213,29 @@ class _Tube(Tightening):
             R=self.R,
             errors=self.ERRORS,
         )
-        sym = ca.SX if fn.is_a("SXFunction") else ca.MX
         n_p = self._tr.nlp["p"].numel() - self._tr.n_tube
-        w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
-        X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
-        U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
-        t, t_u, K = fn(X, U, P[n_p - m.np :])
+
+        def on_guess(fn: ca.Function) -> tuple[ca.MX | ca.SX, ...]:
+            sym = ca.SX if fn.is_a("SXFunction") else ca.MX
+            w, P = sym.sym("w", L.n_w), sym.sym("P", n_p)
+            X = ca.reshape(w[L.x.ravel().tolist()], m.nx, N + 1)
+            U = ca.reshape(w[L.u.ravel().tolist()], m.nu, N)
+            return sym, w, P, X, U, P[n_p - m.np :]
+
+        _, w, P, X, U, p = on_guess(bounds)
+        bounds_on_guess = ca.Function("bounds_on_guess", [w, P], [bounds(X, U, p)])
+        sym, w, P, X, U, p = on_guess(fn)
+        W = sym.sym("W", m.nx, N)
+        t, t_u, K = fn(X, U, p, W)
         params = [P, ca.vec(t[:, 1:])] + ([ca.vec(t_u)] if self.soft_inputs else [])
-        return ca.Function("tube_on_guess", [w, P], [ca.vertcat(*params), t, t_u, K])
+        return bounds_on_guess, ca.Function(
+            "tube_on_guess", [w, P, W], [ca.vertcat(*params), t, t_u, K]
+        )
+
+    def along(self, w: ca.DM, P: ca.DM) -> tuple[ca.DM, ca.DM, ca.DM, ca.DM]:
+        """``(P with the tightening appended, t, t_u, K)`` along the plan held in ``w``, the
+        NLP's parameters ``P`` given (:meth:`_on_guess`)."""
+        return self._fn(w, P, self._bounds(w, P))
 
     def margins(
         self, w0: ca.DM, P: ca.DM, p: np.ndarray, bounds: dict[str, Any], unhurried: bool
@@ -229,7 +248,7 @@ class _Tube(Tightening):
         tube_inputs, inputs_empty = np.zeros((N, nu)), False
         failed_stages, failure = 0, ""
         try:
-            P, applied, applied_u, _ = self._fn(w0, P)
+            P, applied, applied_u, _ = self.along(w0, P)
             unevaluated = None
         except RuntimeError as exc:  # a function along the plan failed to evaluate
             applied = ca.DM.inf(self._shape[1], N + 1)
@@ -412,7 +431,8 @@ class FeedbackTube(_Tube):
         w = np.zeros(L.n_w)
         w[L.x], w[L.u] = plan_x, plan_u
         try:
-            K = np.asarray(self._fn(ca.DM(w), P)[3])[:, k * nx : (k + 1) * nx]
+            w = ca.DM(w)
+            K = np.asarray(self.along(w, P)[3])[:, k * nx : (k + 1) * nx]
         except RuntimeError:  # a function along the plan failed: the plan's input alone
             K = np.zeros((self.model.nu, nx))
         feedback = K @ (x0 - plan_x[k])

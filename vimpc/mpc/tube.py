@@ -216,6 +216,30 @@ def tube_function(
     errors: str = "box",
 ) -> ca.Function:
     """``(x (nx, N+1), u (nu, N), p) -> (t (m, N+1), t_u (nu, N), K (nu, nx N))``: the
+    tube of :func:`tube_parts` as one function, the bound evaluated along the plan inside."""
+    bounds, tube = tube_parts(model, horizon, safety, lipschitz, kind=kind, Q=Q, R=R, errors=errors)
+    sym = ca.SX if bounds.is_a("SXFunction") and tube.is_a("SXFunction") else ca.MX
+    X, U, P = (sym.sym(name, bounds.sparsity_in(i)) for i, name in enumerate("xup"))
+    return ca.Function(
+        "tube", [X, U, P], tube.call([X, U, P, bounds.call([X, U, P])[0]]),
+        ["x", "u", "p"], ["t", "t_u", "K"],
+    )  # fmt: skip
+
+
+def tube_parts(
+    model: DiscreteModel,
+    horizon: int,
+    safety: ca.Function,
+    lipschitz: float | None = None,
+    *,
+    kind: str = "open_loop",
+    Q: Any = None,
+    R: Any = None,
+    errors: str = "box",
+) -> tuple[ca.Function, ca.Function]:
+    """The tube in two functions: ``bounds: (x (nx, N+1), u (nu, N), p) -> w (nx, N)``, the
+    model's bound at the plan's stages, and ``tube: (x, u, p, w) -> (t (m, N+1), t_u (nu, N),
+    K (nu, nx N))``: the
     tightening of the ``m`` rows of ``safety`` (a function of the observation) at every stage
     (column 0 is zero) and of the inputs at every stage (zero open loop and at stage 0), and
     the feedback the tube assumes, ``u_k = u_plan_k + K_k (x_k - x_plan_k)`` (the gains side
@@ -225,6 +249,11 @@ def tube_function(
     or ``"feedback"`` (the LQR gains' ellipsoid, with the weights ``Q`` on the observation
     and ``R`` on the input, both required there). ``A_k, B_k`` are :func:`step_jacobians`
     at ``(x_k, u_k, x_{k+1})``.
+
+    The bound is kept apart from the rest because it holds the calibration's numbers, which
+    change with every fit; ``tube`` holds only the model's step (with whatever the model
+    keeps in its parameters ``p``), the safety rows and the weights, so that its compiled
+    code is the same for every fit of a model whose learned numbers are in ``p``.
     """
     N, nx, nu = horizon, model.nx, model.nu
     if kind not in TUBES:
@@ -270,8 +299,9 @@ def tube_function(
     if lipschitz is None:
         A, B = fns["jacobians"](x, u, z, p)
         stage = ca.Function("stage", [x, u, z, p], [A if feedback else ca.fabs(A), B])
-    inline = scalar_bound is not None and (stage is None or stage.n_instructions() <= CALL_LIMIT)
-    maps = (model.bound if scalar_bound is None else scalar_bound, stage, inline)
+    inline = sym is ca.SX and (stage is None or stage.n_instructions() <= CALL_LIMIT)
+    bound = model.bound if scalar_bound is None else scalar_bound
+    maps = (bound, stage, scalar_bound is not None, inline)
     X, U, P = sym.sym("x", nx, N + 1), sym.sym("u", nu, N), sym.sym("p", model.np)
     W = sym.sym("w", nx, N)
     AB = [] if stage is None else [sym.sym("a", nx, nx * N), sym.sym("b", nx, nu * N)]
@@ -290,7 +320,7 @@ def tube_function(
             columns.append(ca.mtimes(C[:, k * nx : (k + 1) * nx], e))
         inputs += [sym.zeros(nu, 1)] * (N - 1)
         outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), sym.zeros(nu, nx * N)]
-        return _assembled(ca.Function("propagation", [X, U, P, W, *AB], outputs), *maps)
+        return _parts(ca.Function("propagation", [X, U, P, W, *AB], outputs), *maps)
 
     As = [AB[0][:, k * nx : (k + 1) * nx] for k in range(N)]
     Bs = [AB[1][:, k * nu : (k + 1) * nu] for k in range(N)]
@@ -322,27 +352,40 @@ def tube_function(
             Kn = gains[k + 1]
             inputs.append(margin * _root(ca.sum2(ca.mtimes(Kn, Sigma) * Kn)))
     outputs = [ca.horzcat(*columns), ca.horzcat(*inputs), ca.horzcat(*gains)]
-    return _assembled(ca.Function("propagation", [X, U, P, W, *AB], outputs), *maps)
+    return _parts(ca.Function("propagation", [X, U, P, W, *AB], outputs), *maps)
 
 
-def _assembled(
-    propagation: ca.Function, bound: ca.Function, stage: ca.Function | None, inline: bool
-) -> ca.Function:
-    """The tube function ``(x, u, p) -> (t, t_u, K)``: the ``propagation`` ``(x, u, p, w[, a,
-    b]) -> (t, t_u, K)`` of the bound ``w`` and the step's Jacobians ``a, b`` along the plan,
-    those made by mapping ``bound`` and ``stage`` (None with a Lipschitz constant) over its
-    stages: ``inline``, one SX function (every part SX, none heavier than
-    :data:`CALL_LIMIT`); else one MX function whose maps are loops over calls of the stage
-    functions, each compiled once rather than once per stage."""
+def _parts(
+    propagation: ca.Function,
+    bound: ca.Function,
+    stage: ca.Function | None,
+    bound_inline: bool,
+    inline: bool,
+) -> tuple[ca.Function, ca.Function]:
+    """``(bounds, tube)`` of :func:`tube_parts` from the ``propagation`` ``(x, u, p, w[, a,
+    b]) -> (t, t_u, K)`` of the bound ``w`` and the step's Jacobians ``a, b`` along the plan:
+    ``bounds`` maps ``bound`` over the stages (one SX function with ``bound_inline``, else
+    an MX loop over its calls), ``tube`` maps ``stage``
+    (None with a Lipschitz constant) and calls the propagation. ``inline``: ``tube`` is one SX
+    function (every part SX, the stage no heavier than :data:`CALL_LIMIT`); else an MX
+    function whose map is a loop over calls of the stage function, compiled once rather than
+    once per stage."""
     N = propagation.size2_in(1)
-    sym = ca.SX if inline else ca.MX
+    sym = ca.SX if bound_inline else ca.MX
     X, U, P = (sym.sym(name, propagation.sparsity_in(i)) for i, name in enumerate("xup"))
+    bounds = ca.Function(
+        "bounds", [X, U, P], [bound.map(N)(X[:, :-1], U, ca.repmat(P, 1, N))],
+        ["x", "u", "p"], ["w"],
+    )  # fmt: skip
+    sym = ca.SX if inline else ca.MX
+    X, U, P, W = (sym.sym(name, propagation.sparsity_in(i)) for i, name in enumerate("xupw"))
     P_N = ca.repmat(P, 1, N)
-    W = bound.map(N)(X[:, :-1], U, P_N)
     AB = [] if stage is None else stage.map(N).call([X[:, :-1], U, X[:, 1:], P_N])
-    return ca.Function(
-        "tube", [X, U, P], propagation.call([X, U, P, W, *AB]), ["x", "u", "p"], ["t", "t_u", "K"]
-    )
+    tube = ca.Function(
+        "tube", [X, U, P, W], propagation.call([X, U, P, W, *AB]),
+        ["x", "u", "p", "w"], ["t", "t_u", "K"],
+    )  # fmt: skip
+    return bounds, tube
 
 
 def tube_failure_cause(

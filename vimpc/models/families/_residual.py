@@ -106,22 +106,35 @@ class ExplicitNominal:
             )
         return targets
 
-    def corrected(self, correction: ca.Function, info: Mapping[str, Any]) -> DiscreteModel:
-        """The exported model ``x_next = f_nom(x, u) + correction(x, u)``."""
+    def corrected(
+        self,
+        correction: ca.Function,
+        info: Mapping[str, Any],
+        p_default: np.ndarray | None = None,
+        param_names: tuple[str, ...] = (),
+    ) -> DiscreteModel:
+        """The exported model ``x_next = f_nom(x, u) + correction(x, u)``, or with
+        ``p_default``, ``f_nom(x, u) + correction(x, u, p)``: the correction's learned numbers
+        are the model's parameters ``p`` (named ``param_names``), so that a controller
+        compiled for one fit serves every fit of the same shape."""
         s, nx = self.system, self.nx
-        x, u, p = ca.MX.sym("x", nx), ca.MX.sym("u", s.nu), ca.MX.sym("p", 0)
-        x_next = self.model.step(x, u, p) + correction(x, u)
+        p_default = np.zeros(0) if p_default is None else np.asarray(p_default, np.float64)
+        x, u, p = ca.MX.sym("x", nx), ca.MX.sym("u", s.nu), ca.MX.sym("p", p_default.size)
+        d = correction(x, u, p) if p_default.size else correction(x, u)
+        x_next = self.model.step(x, u, ca.MX(0, 1)) + d
         step = ca.Function("step", [x, u, p], [x_next], ["x", "u", "p"], ["x_next"])
         return DiscreteModel(
             dt=self.model.dt,
             nx=nx,
             nu=s.nu,
-            np=0,
+            np=p_default.size,
             nobs=nx,
             step=step,
             from_obs=self.model.from_obs,
             to_obs=self.model.to_obs,
             state_names=self.model.state_names,
             input_names=s.input_names,
+            param_names=tuple(param_names),
+            p_default=p_default,
             info=dict(info),
         )

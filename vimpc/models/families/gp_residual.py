@@ -100,8 +100,9 @@ class GPResidualModel(SpreadFamily):
         return ca.vertcat(*[z[int(i)] for i in self.inputs_])
 
     def _symbols(self):
-        nx = self._nominal.nx
-        return ca.MX.sym("x", nx), ca.MX.sym("u", self.system.nu), ca.MX.sym("p", 0)
+        """``x, u, p`` of the exported model's sizes (``p``: the posteriors' numbers)."""
+        nx, n_p = self._nominal.nx, sum(post.mean_parameters().size for post in self.posteriors_)
+        return ca.MX.sym("x", nx), ca.MX.sym("u", self.system.nu), ca.MX.sym("p", n_p)
 
     def correction(self) -> ca.Function:
         """``(x, u) -> d``: the GPs' posterior means, one per state entry (SX)."""
@@ -117,7 +118,20 @@ class GPResidualModel(SpreadFamily):
     def _build(self) -> DiscreteModel:
         info = {**self.info(), "n_samples": int(self.n_samples_)}
         info["support_points"] = [len(post.support) for post in self.posteriors_]
-        return self._nominal.corrected(self._correction(), info)
+        # the posteriors' numbers are the model's parameters: one compiled controller serves
+        # every fit with as many support points
+        thetas = [post.mean_parameters() for post in self.posteriors_]
+        x, u = ca.SX.sym("x", self._nominal.nx), ca.SX.sym("u", self.system.nu)
+        theta = ca.SX.sym("theta", sum(t.size for t in thetas))
+        z, means, at = self._gp_input(x, u), [], 0
+        for post, t in zip(self.posteriors_, thetas, strict=True):
+            means.append(post.casadi_mean_of(z, theta[at : at + t.size]))
+            at += t.size
+        correction = ca.Function(
+            "gp_mean", [x, u, theta], [ca.vertcat(*means)], ["x", "u", "p"], ["d"]
+        )
+        names = tuple(f"gp{i}_{j}" for i, t in enumerate(thetas) for j in range(t.size))
+        return self._nominal.corrected(correction, info, np.concatenate(thetas), names)
 
     def _spread(self) -> ca.Function:
         """Each state entry's posterior standard deviation, its GP's noise included."""

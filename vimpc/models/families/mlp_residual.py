@@ -173,4 +173,12 @@ class MLPResidualModel(NeuralFamily):
             "train_rms": self.train_rms_.tolist(),
             "target_rms": self.target_rms_.tolist(),
         }
-        return self._nominal.corrected(self._correction(), info)
+        # the weights are the model's parameters: one compiled controller serves every fit
+        net = self.network_.casadi_function("residual_net", weights_input=True)
+        x, u = ca.MX.sym("x", self._nominal.nx), ca.MX.sym("u", self.system.nu)
+        w = ca.MX.sym("w", net.numel_in(1))
+        d = net(self._nominal.inputs(self.coordinates, x, u), w)
+        correction = ca.Function("mlp_correction", [x, u, w], [d], ["x", "u", "p"], ["d"])
+        return self._nominal.corrected(
+            correction, info, self.network_.weights(), self.network_.weight_names("net_")
+        )
