@@ -56,7 +56,7 @@ from vimpc.errors import FitWarning, InputError  # noqa: E402
 from vimpc.integrators import VariationalIntegrator  # noqa: E402
 from vimpc.mechanics import CartPendulum, DoublePendulum, HenonHeiles, Kepler, Pendulum  # noqa: E402
 from vimpc.models._integrated import integrator_model  # noqa: E402
-from vimpc.models.families.dlnn import DLNNModel  # noqa: E402
+from vimpc.models.families.dlnn import FIT_DEGRADATION, SYMMETRY_RATIO, DLNNModel  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 OUT = ROOT / "results" / "dlnn_verdicts"
@@ -132,6 +132,7 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
     cosine = float(abs(xi @ np.asarray(answer)) / np.linalg.norm(answer)) if answer else None
     right = answer is not None and cosine >= RIGHT_COSINE
     found = g["status"] == "found"
+    found_dynamics = g["status_dynamics"] == "found"
     return {
         "system": name,
         "data": data_kind,
@@ -146,22 +147,38 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
         "error": (
             "false found" if found and not right else "false absent" if right and not found else ""
         ),  # fmt: skip
+        "verdict (dynamics)": g["status_dynamics"],
+        "dynamics ratio": g["dynamics_ratio"],
+        "error (dynamics)": (
+            "false found"
+            if found_dynamics and not right
+            else "false absent"
+            if right and not found_dynamics
+            else ""
+        ),  # fmt: skip
         "fit_s": round(time.perf_counter() - start, 1),
     }
 
 
+#: the two verdicts each fit is judged by: L_d's invariance (the family's ``status``) and the
+#: change of the warm-up network's DEL equations (``status_dynamics``), with their columns
+VERDICTS = (("L_d invariance verdict", "error"), ("dynamics verdict", "error (dynamics)"))
+
+
 def rates(rows: list[dict]) -> list[dict]:
     out = []
-    for label, pool, wrong in (
-        ("false found (of the fits whose generator is not right)",
-         [r for r in rows if not r["right generator"]], "false found"),
-        ("false absent (of the fits whose generator is right)",
-         [r for r in rows if r["right generator"]], "false absent"),
-    ):  # fmt: skip
-        k, n = sum(r["error"] == wrong for r in pool), len(pool)
-        lo, hi = clopper_pearson(k, n) if n else (float("nan"), float("nan"))
-        out.append({"rate": label, "errors": k, "fits": n,
-                    "share": k / n if n else float("nan"), "cp95 low": lo, "cp95 high": hi})  # fmt: skip
+    wrong_kinds = (
+        ("false found (of the fits whose generator is not right)", False, "false found"),
+        ("false absent (of the fits whose generator is right)", True, "false absent"),
+    )
+    for verdict, key in VERDICTS:
+        for label, right, wrong in wrong_kinds:
+            pool = [r for r in rows if r["right generator"] == right]
+            k, n = sum(r[key] == wrong for r in pool), len(pool)
+            lo, hi = clopper_pearson(k, n) if n else (float("nan"), float("nan"))
+            out.append({"rate": f"{label}, {verdict}", "errors": k, "fits": n,
+                        "share": k / n if n else float("nan"), "cp95 low": lo,
+                        "cp95 high": hi})  # fmt: skip
     symmetric = [r for r in rows if r["symmetric"]]
     k = sum(r["right generator"] for r in symmetric)
     lo, hi = clopper_pearson(k, len(symmetric)) if symmetric else (float("nan"),) * 2
@@ -230,7 +247,14 @@ def main(argv: list[str] | None = None) -> None:
         f"One SymDLNN fit per system and seed ({described}; {data}). A generator is right "
         f"within cosine {RIGHT_COSINE} of the answer (either sign); on the systems without a symmetry none is. False found: verdict `found` "
         "for a generator that is not right; false absent: `ambiguous` or `absent` for a "
-        "right one."
+        "right one. Each fit is judged by two verdicts: `verdict`, the family's (L_d's own "
+        "invariance on fresh and data pairs, within SYMMETRY_RATIO times the warm-up's "
+        "relative DEL residual, and the symmetry phase leaving that residual within "
+        "FIT_DEGRADATION times the warm-up's), and `verdict (dynamics)`: the change of the "
+        "warm-up network's DEL equations when the generator moves the data by their spread, "
+        "within SYMMETRY_RATIO times the warm-up's own DEL residual (`dynamics ratio`: that "
+        "change over the residual), `ambiguous` where more directions than generators pass; "
+        f"SYMMETRY_RATIO = {SYMMETRY_RATIO}, FIT_DEGRADATION = {FIT_DEGRADATION}."
     )
     write_table(args.out, "verdicts", "SymDLNN verdicts on systems with a known answer",
                 command, intro, rows)  # fmt: skip

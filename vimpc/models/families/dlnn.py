@@ -192,11 +192,29 @@ def dynamics_spectrum(ld: ca.Function, triples: np.ndarray, forces: np.ndarray, 
     with ``forces`` ``(K, n)`` (module docstring, "Where the generators start"): the
     generalised eigenproblem of the linearised change against the generator's size, its
     relative changes ``rho`` ascending and the generators as columns of ``V``."""
+    G, S, _ = dynamics_forms(ld, triples, forces, h, centre)
+    return generalised_spectrum(G, S)
+
+
+def dynamics_forms(ld: ca.Function, triples: np.ndarray, forces: np.ndarray, h: float,
+                   centre: np.ndarray):  # fmt: skip
+    """``(G, S, unit)``: quadratic forms in the generator ``xi = (w_c, vec M)`` about
+    ``centre`` over ``triples`` (see :func:`dynamics_spectrum`), ``xi^T G xi`` the mean
+    squared linearised change of the DEL residual and ``xi^T S xi`` the generator's mean
+    squared size at the triples' positions, and the yardstick of the dynamics verdict:
+    ``unit`` = the RMS DEL residual on the triples over the RMS distance of their positions
+    from ``centre``, so that ``sqrt(xi^T G xi / xi^T S xi) / unit`` is how many times the
+    fit's own residual a motion along ``xi`` changes the residual by when it moves the
+    positions by their spread. The DEL residual, so each figure, is the same for ``L_d`` and
+    ``L_d + F(q1) - F(q0)``."""
     K, _, n = triples.shape
     a, b, c = (ca.MX.sym(name, n) for name in ("q0", "q1", "q2"))
     r = (ca.gradient(ld(ca.vertcat(a, b)), b) + ca.gradient(ld(ca.vertcat(b, c)), b)) / h
-    jac = ca.Function("del_jacobian", [a, b, c], [ca.jacobian(r, ca.vertcat(a, b, c))])
-    J = np.asarray(jac.map(K)(*(triples[:, i].T for i in range(3))))
+    jac = ca.Function("del_jacobian", [a, b, c], [ca.jacobian(r, ca.vertcat(a, b, c)), r])
+    J, res = (np.asarray(v) for v in jac.map(K)(*(triples[:, i].T for i in range(3))))
+    residual = res.T + forces
+    spread = np.sqrt(np.mean(np.sum((triples - centre) ** 2, axis=2)))
+    unit = float(np.sqrt(np.mean(np.sum(residual**2, axis=1))) / max(spread, 1e-300))
     J = J.reshape(n, K, 3 * n).transpose(1, 0, 2)
     maps = [_affine_map(triples[:, i] - centre) for i in range(3)]
     # the forces move with the motion as covectors: F -> F - eps M^T F
@@ -205,7 +223,7 @@ def dynamics_spectrum(ld: ca.Function, triples: np.ndarray, forces: np.ndarray, 
     A[:, :, n:] += moved
     G = np.einsum("kip,kiq->pq", A, A) / K
     S = sum(np.einsum("kip,kiq->pq", B, B) for B in maps) / (3 * K)
-    return generalised_spectrum(G, S)
+    return G, S, unit
 
 
 def generalised_spectrum(G, S):
@@ -221,7 +239,8 @@ def generalised_spectrum(G, S):
     return np.concatenate([np.zeros(null.shape[1]), rho]), np.hstack([null, W @ V])
 
 
-def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation=None):
+def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation=None,
+                     dynamics=None):  # fmt: skip
     """``(entries, spectrum)``: the verdict on each trained generator and the learned
     Lagrangian's spectrum of near-symmetries (see the module docstring).
 
@@ -234,6 +253,8 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
         reference: the relative DEL residual the thresholds are multiples of.
         degradation: the relative DEL residual after the symmetry phase over
             ``reference`` (None with K = 0).
+        dynamics: ``(G, S, unit)`` of :func:`dynamics_forms` on the warm-up network, for
+            the dynamics verdict (``status_dynamics``); None: none.
     """
     n = Q.shape[2]
     P = Q.reshape(-1, n)
@@ -278,6 +299,19 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
         size = float(xi @ S @ xi)
         return float(np.sqrt(max(xi @ G @ xi, 0.0) / size)) if size > 0 else 0.0
 
+    if dynamics is not None:
+        # the dynamics verdict: how much each generator changes the warm-up network's DEL
+        # equations, moving the data by their spread, in units of its own residual; the same
+        # in every gauge of L_d, and not open to the symmetry phase bending the network
+        G_d, S_d, unit = dynamics
+        ratios = generalised_spectrum(G_d, S_d)[0] / max(unit, 1e-300)
+        dimension_dynamics = int(np.sum(ratios <= SYMMETRY_RATIO))
+        spectrum["dynamics"] = {
+            "ratios": ratios[:SPECTRUM_SHOWN].tolist(),
+            "dimension": dimension_dynamics,
+            "unit": unit,
+        }
+
     entries = []
     for xi in np.asarray(generators, dtype=np.float64):
         # a symmetry holds where the data are and over their region: the larger of the two
@@ -298,6 +332,16 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
             "degradation": degradation, "dimension": dimension, "status": status,
             "found": status == "found",
         })  # fmt: skip
+        if dynamics is not None:
+            ratio = relative_residual(xi, G_d, S_d) / max(unit, 1e-300)
+            if ratio > SYMMETRY_RATIO:
+                verdict = "absent"
+            else:
+                verdict = "ambiguous" if dimension_dynamics > K else "found"
+            entries[-1].update({
+                "dynamics_ratio": ratio, "dynamics_dimension": dimension_dynamics,
+                "status_dynamics": verdict,
+            })  # fmt: skip
     return entries, spectrum
 
 
@@ -545,9 +589,13 @@ class DLNNModel(NetworkFamily):
 
         n, k = self.system.nq, self.symmetries
         self.symmetry_start_ = None
+        # the warm-up network's DEL equations: what the dynamics verdict tests the trained
+        # generators on, and the dynamics start's eigenproblem
+        ld = nl.fold(net, P, c, scale, self.activation).casadi_function("L_d")
+        self._dynamics_forms = dynamics_forms(ld, triples, forces, self.dt, self._centre)
+        G, S, _ = self._dynamics_forms
         if self.symmetry_start == "dynamics":
-            ld = nl.fold(net, P, c, scale, self.activation).casadi_function("L_d")
-            rho, V = dynamics_spectrum(ld, triples, forces, self.dt, self._centre)
+            rho, V = generalised_spectrum(G, S)
             start = V[:, :k].T / np.linalg.norm(V[:, :k], axis=0)[:, None]
             self.symmetry_start_ = {"relative_changes": rho[:SPECTRUM_SHOWN].tolist()}
             return torch.from_numpy(np.ascontiguousarray(start)).requires_grad_(True)
@@ -648,8 +696,9 @@ class DLNNModel(NetworkFamily):
         reference = max(self.del_relative_warmup_, 1e-300)
         degradation = float(self.del_relative_ / reference)
         self.symmetries_, spectrum = symmetry_verdict(
-            gradients, Q, h, self._xi, self._centre, reference, degradation
-        )
+            gradients, Q, h, self._xi, self._centre, reference, degradation,
+            dynamics=getattr(self, "_dynamics_forms", None),
+        )  # fmt: skip
         self.near_symmetries_ = spectrum
         for k, entry in enumerate(self.symmetries_):
             if entry["status"] == "ambiguous":
