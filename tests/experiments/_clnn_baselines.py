@@ -167,8 +167,11 @@ class Fitted:
     record: object
     train_s: float
 
-    def rollout(self, y0: np.ndarray, steps: int, h: float, batch: int = 50) -> np.ndarray:
-        """``(trajectories, steps + 1, 2n)`` angular predictions by RK4 at ``h`` (float64)."""
+    def rollout(
+        self, y0: np.ndarray, steps: int, h: float, substeps: int = 1, batch: int = 50
+    ) -> np.ndarray:
+        """``(trajectories, steps + 1, 2n)`` angular predictions every ``h`` by RK4, in
+        ``substeps`` steps of ``h / substeps`` each (float64)."""
         import torch
 
         out = []
@@ -176,7 +179,8 @@ class Fitted:
             s = self.model.to_state(torch.from_numpy(y0[i : i + batch]))
             traj = [self.model.from_state(s).detach().numpy()]
             for _ in range(steps):
-                s = _rk4(self.model.field, s, h).detach()
+                for _ in range(substeps):
+                    s = _rk4(self.model.field, s, h / substeps).detach()
                 traj.append(self.model.from_state(s).detach().numpy())
             out.append(np.stack(traj, 1))
         return np.concatenate(out, 0)
