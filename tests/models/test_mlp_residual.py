@@ -10,6 +10,7 @@ import contextlib
 import copy
 import functools
 
+import casadi as ca
 import gymnasium
 import numpy as np
 import pytest
@@ -336,7 +337,9 @@ def test_every_fit_of_one_shape_gets_the_same_compiled_controller(monkeypatch):
     # no derivatives by the parameters: the NLP's code is no larger than with the weights
     # as constants (measured 1.35 MB against 1.68 MB; 46.7 MB when the stage's Hessian
     # took the weights as variables)
-    constants = fam._nominal.corrected(fam.correction(), models[1].info)
+    x, u = ca.MX.sym("x", 2), ca.MX.sym("u", 1)
+    fixed = ca.Function("fixed", [x, u, ca.MX.sym("p", 0)], [fam.correction()(x, u)])
+    constants = fam._nominal.corrected(fixed, models[1].info, np.zeros(0), ())
     for model in (models[1], constants):
         MPC(
             model, 8, Cost(Q=[1.0, 0.1], R=[1e-2]), Constraints(u_min=[-2.0], u_max=[2.0]),

@@ -110,18 +110,17 @@ class ExplicitNominal:
         self,
         correction: ca.Function,
         info: Mapping[str, Any],
-        p_default: np.ndarray | None = None,
-        param_names: tuple[str, ...] = (),
+        p_default: np.ndarray,
+        param_names: tuple[str, ...],
     ) -> DiscreteModel:
-        """The exported model ``x_next = f_nom(x, u) + correction(x, u)``, or with
-        ``p_default``, ``f_nom(x, u) + correction(x, u, p)``: the correction's learned numbers
-        are the model's parameters ``p`` (named ``param_names``), so that a controller
-        compiled for one fit serves every fit of the same shape."""
+        """The exported model ``x_next = f_nom(x, u) + correction(x, u, p)``: the correction's
+        learned numbers are the model's parameters ``p`` (``p_default``, named
+        ``param_names``), so that a controller compiled for one fit serves every fit of the
+        same shape."""
         s, nx = self.system, self.nx
-        p_default = np.zeros(0) if p_default is None else np.asarray(p_default, np.float64)
+        p_default = np.asarray(p_default, np.float64)
         x, u, p = ca.MX.sym("x", nx), ca.MX.sym("u", s.nu), ca.MX.sym("p", p_default.size)
-        d = correction(x, u, p) if p_default.size else correction(x, u)
-        x_next = self.model.step(x, u, ca.MX(0, 1)) + d
+        x_next = self.model.step(x, u, ca.MX(0, 1)) + correction(x, u, p)
         step = ca.Function("step", [x, u, p], [x_next], ["x", "u", "p"], ["x_next"])
         return DiscreteModel(
             dt=self.model.dt,
