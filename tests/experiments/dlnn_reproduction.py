@@ -76,7 +76,7 @@ from vimpc.models.families.dlnn import (
     generalised_spectrum,
     network_gradients,
     symmetry_forms,
-    symmetry_verdict,
+    invariance_verdict,
 )
 from vimpc.models.families.lnn import LNNModel
 
@@ -317,12 +317,15 @@ def fit_one(system_name: str, model_name: str, seed: int, args) -> tuple[dict, d
         if system_name == "cart" and w[0] < 0 or system_name != "cart" and M @ ROTATION < 0:
             gen = -gen  # a generator's sign is arbitrary: shown with the answer's
         out["xi_centred"] = np.asarray(model._xi)
-        row.update(found=g["found"], status=g["status"], ratio=g["ratio"],
+        # this script's verdict columns are L_d's invariance verdict (recomputable from the
+        # stored network); the family's own verdict, on the dynamics, beside them
+        row.update(found=g["status_invariance"] == "found", status=g["status_invariance"],
+                   status_dynamics=g["status"], ratio=g["ratio"],
                    degradation=g["degradation"], dimension=g["dimension"],
                    xi_init=(init_generator(seed, n) if args.xi_init == "random"
                             else np.asarray(points["symmetry_init"])).round(4).tolist(),
                    xi=gen.round(5).tolist(), **generator_goal(system_name, gen, n))  # fmt: skip
-        if g["found"]:
+        if g["found"] and g["status_invariance"] == "found":
             I_fn = model.conserved_quantity()
             I = evaluate_map(I_fn, P[:-1], P[1:])[:-1]
             I = I * np.sign(np.nanmean(I) or 1.0) / lam
@@ -418,19 +421,20 @@ def reverdict(records: list[tuple[dict, dict]]) -> None:
         centre = np.asarray(arrays["centre"])
         if row["model"] == "DLNN":
             n = Q.shape[2]
-            _, spectrum = symmetry_verdict(grads, Q, h, np.zeros((0, n + n * n)), centre,
-                                           row["del_relative"])  # fmt: skip
+            _, spectrum = invariance_verdict(grads, Q, h, np.zeros((0, n + n * n)), centre,
+                                             row["del_relative"])  # fmt: skip
             row.update(verdict="recomputed", near_dimension=spectrum["dimension"],
                        near_spectrum=[round(x, 4) for x in spectrum["relative_residuals"]])  # fmt: skip
             continue
         reference = row["del_relative_warmup"]
         degradation = row["del_relative"] / reference
         xi = np.asarray(arrays["xi_centred"])
-        (entry,), spectrum = symmetry_verdict(grads, Q, h, xi, centre, reference, degradation)
+        (entry,), spectrum = invariance_verdict(grads, Q, h, xi, centre, reference, degradation)
         D1, D2 = grads(Q[0, :-1], Q[0, 1:])
         G, S = symmetry_forms(D1, D2, Q[0, :-1] - centre, Q[0, 1:] - centre, h)
         ratio_data = entry["ratio_data"]  # the earlier test's ratio, on the data pairs alone
-        row.update(verdict="recomputed", status=entry["status"], found=entry["found"],
+        row.update(verdict="recomputed", status=entry["status_invariance"],
+                   found=entry["status_invariance"] == "found",
                    ratio=entry["ratio"], ratio_fresh=entry["ratio_fresh"],
                    dimension=spectrum["dimension"],
                    spectrum=[round(x / reference, 3) for x in spectrum["relative_residuals"]],
@@ -549,8 +553,10 @@ def report(folder: Path, records: list[tuple[dict, dict]], cmd: str) -> None:
             "both from near the answer. `xi_init`: the start (the family's random one, about "
             "the data's mean position; or --xi-init's, in the data's coordinates). `old_found`: the earlier test, on the data pairs alone "
             f"(`ratio_data` <= SYMMETRY_RATIO = {SYMMETRY_RATIO}, `degradation` <= "
-            f"FIT_DEGRADATION = {FIT_DEGRADATION}). `status` / `found`: the family's verdict "
-            "recomputed from the stored network (vimpc.models.families.dlnn.symmetry_verdict): "
+            f"FIT_DEGRADATION = {FIT_DEGRADATION}). `status` / `found`: L_d's invariance verdict "
+            "recomputed from the stored network (vimpc.models.families.dlnn.invariance_verdict; "
+            "the family's own verdict, on the warm-up network's dynamics, is `status_dynamics` "
+            "where the fit recorded it): "
             "the generator's relative residual over the warm-up's relative DEL residual on "
             "VERDICT_POINTS fresh pairs from the data's box (`ratio_fresh`) and on the data "
             "pairs (`ratio_data`), the larger (`ratio`) at most SYMMETRY_RATIO, "

@@ -11,8 +11,9 @@ the seed drawing both the data and the network:
 
 A fit's learned generator is *right* where its unit vector ``(w, vec M)`` in the data's
 coordinates lies within cosine ``RIGHT_COSINE`` of the answer (either sign); on a system
-with none no generator is right. The verdict (``vimpc.models.families.dlnn``:
-``found``, ``ambiguous`` or ``absent``) is then
+with none no generator is right. The family's verdict (``vimpc.models.families.dlnn``:
+``found``, ``ambiguous`` or ``absent``, judged on the warm-up network's dynamics), and
+beside it L_d's invariance verdict (``status_invariance``), is then
 
 - a false "found": ``found`` for a generator that is not right (the issue's bar: at most
   5 % of the fits whose generator is not right);
@@ -132,7 +133,13 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
     cosine = float(abs(xi @ np.asarray(answer)) / np.linalg.norm(answer)) if answer else None
     right = answer is not None and cosine >= RIGHT_COSINE
     found = g["status"] == "found"
-    found_dynamics = g["status_dynamics"] == "found"
+    invariant = g["status_invariance"] == "found"
+
+    def error(said_found):
+        if said_found and not right:
+            return "false found"
+        return "false absent" if right and not said_found else ""
+
     return {
         "system": name,
         "data": data_kind,
@@ -142,27 +149,19 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
         "cosine to the answer": "" if cosine is None else cosine,
         "right generator": right,
         "verdict": g["status"],
+        "dynamics ratio": g["dynamics_ratio"],
+        "error": error(found),
+        "verdict (L_d invariance)": g["status_invariance"],
         "ratio": g["ratio"],
         "degradation": g["degradation"],
-        "error": (
-            "false found" if found and not right else "false absent" if right and not found else ""
-        ),  # fmt: skip
-        "verdict (dynamics)": g["status_dynamics"],
-        "dynamics ratio": g["dynamics_ratio"],
-        "error (dynamics)": (
-            "false found"
-            if found_dynamics and not right
-            else "false absent"
-            if right and not found_dynamics
-            else ""
-        ),  # fmt: skip
+        "error (L_d invariance)": error(invariant),
         "fit_s": round(time.perf_counter() - start, 1),
     }
 
 
-#: the two verdicts each fit is judged by: L_d's invariance (the family's ``status``) and the
-#: change of the warm-up network's DEL equations (``status_dynamics``), with their columns
-VERDICTS = (("L_d invariance verdict", "error"), ("dynamics verdict", "error (dynamics)"))
+#: the two verdicts each fit is judged by: the change of the warm-up network's DEL equations
+#: (the family's ``status``) and L_d's invariance (``status_invariance``), with their columns
+VERDICTS = (("dynamics verdict", "error"), ("L_d invariance verdict", "error (L_d invariance)"))
 
 
 def rates(rows: list[dict]) -> list[dict]:
@@ -247,13 +246,15 @@ def main(argv: list[str] | None = None) -> None:
         f"One SymDLNN fit per system and seed ({described}; {data}). A generator is right "
         f"within cosine {RIGHT_COSINE} of the answer (either sign); on the systems without a symmetry none is. False found: verdict `found` "
         "for a generator that is not right; false absent: `ambiguous` or `absent` for a "
-        "right one. Each fit is judged by two verdicts: `verdict`, the family's (L_d's own "
-        "invariance on fresh and data pairs, within SYMMETRY_RATIO times the warm-up's "
-        "relative DEL residual, and the symmetry phase leaving that residual within "
-        "FIT_DEGRADATION times the warm-up's), and `verdict (dynamics)`: the change of the "
-        "warm-up network's DEL equations when the generator moves the data by their spread, "
-        "within SYMMETRY_RATIO times the warm-up's own DEL residual (`dynamics ratio`: that "
-        "change over the residual), `ambiguous` where more directions than generators pass; "
+        "right one. Each fit is judged by two verdicts: `verdict`, the family's: the change of "
+        "the warm-up network's DEL equations when the generator moves the data by their "
+        "spread, within SYMMETRY_RATIO times the warm-up's own DEL residual (`dynamics "
+        "ratio`: that change over the residual), `ambiguous` where more directions than "
+        "generators pass; and `verdict (L_d invariance)`: L_d's own invariance on fresh and "
+        "data pairs, within SYMMETRY_RATIO times the warm-up's relative DEL residual "
+        "(`ratio`), the symmetry phase leaving that residual within FIT_DEGRADATION times "
+        "the warm-up's (`degradation`), which decides whether a found generator has a "
+        "conserved quantity of the learned L_d; "
         f"SYMMETRY_RATIO = {SYMMETRY_RATIO}, FIT_DEGRADATION = {FIT_DEGRADATION}."
     )
     write_table(args.out, "verdicts", "SymDLNN verdicts on systems with a known answer",

@@ -32,6 +32,7 @@ from vimpc.models.families.dlnn import (
     dynamics_forms,
     dynamics_spectrum,
     network_gradients,
+    invariance_verdict,
     symmetry_verdict,
 )
 from vimpc.models.families.lsi import del_forces
@@ -350,8 +351,11 @@ def test_symmetry_discovery_finds_the_rotor_translation():
                          symmetries=1, degeneracy_weight=1e-3, symmetry_points=256),
                data)  # fmt: skip
     (sym,) = m.symmetries_
-    assert sym["found"] and sym["ratio"] <= SYMMETRY_RATIO
-    # identified: one near-symmetry direction of the learned L_d, the trained one
+    # found (a symmetry of the warm-up network's dynamics) and an invariance of the learned
+    # L_d, each identified: one direction within the threshold, the trained one
+    assert sym["found"] and sym["dynamics_ratio"] <= SYMMETRY_RATIO
+    assert sym["status_invariance"] == "found" and sym["ratio"] <= SYMMETRY_RATIO
+    assert sym["dynamics_dimension"] == 1
     assert sym["dimension"] == 1 and m.near_symmetries_["dimension"] == 1
     w = np.array(sym["w"]) * np.sign(sym["w"][0])
     assert w == pytest.approx([1.0], abs=0.02) and abs(sym["M"][0][0]) < 0.02, sym
@@ -446,6 +450,28 @@ def test_a_symmetry_the_data_do_not_have_is_said_absent():
         m.conserved_quantity()
 
 
+def test_only_a_generator_l_d_is_invariant_under_has_a_conserved_quantity():
+    # a symmetry of the dynamics under which the learned L_d is not invariant (L_d in
+    # another gauge) has no Noether quantity of this L_d: conserved_quantity leaves it out
+    # and says why; with both verdicts found it is there, one entry per such generator
+    s = Pendulum(g=0.0)
+    data = _forced_rollouts(s, halton([-2.0, -2.0], [2.0, 2.0], 4, seed=0), 10, 1.0)
+    m = _quiet(DLNNModel(s, DT, hidden=[8], epochs=6, warmup=3, symmetries=1), data)
+    (entry,) = m.symmetries_
+    m.symmetries_ = [dict(entry, status="found", found=True, status_invariance="absent")]
+    with pytest.raises(InputError, match=r"found \(L_d's invariance: absent\)"):
+        m.conserved_quantity()
+    m.symmetries_ = [dict(entry, status="found", found=True, status_invariance="found")]
+    I = m.conserved_quantity()
+    assert I.size1_out(0) == 1
+    # I = -(M q0 + w) D1 L_d(q0, q1), D1 by a central difference of the exported L_d
+    ld = m.discrete_lagrangian()
+    q0, q1, eps = float(data.obs[0, 0, 0]), float(data.obs[0, 1, 0]), 1e-6
+    d1 = (float(ld([q0 + eps, q1])) - float(ld([q0 - eps, q1]))) / (2 * eps)
+    expected = -(entry["M"][0][0] * q0 + entry["w"][0]) * d1
+    assert float(I(q0, q1)) == pytest.approx(expected, rel=1e-6, abs=1e-9)
+
+
 def _true_gradients(system, h):
     """``(A, B) -> (D1 L_d, D2 L_d)`` of the system's exact midpoint discrete Lagrangian."""
     n = system.nq
@@ -471,7 +497,7 @@ def _verdict(system, generators, reference=1e-3):
     # w_c = w + M centre
     xi_c = np.hstack([xi[:, :2] + np.einsum("kij,j->ki", xi[:, 2:].reshape(-1, 2, 2), centre),
                       xi[:, 2:]])  # fmt: skip
-    return symmetry_verdict(_true_gradients(system, h), Q, h, xi_c, centre, reference, 1.0)
+    return invariance_verdict(_true_gradients(system, h), Q, h, xi_c, centre, reference, 1.0)
 
 
 class _FreeParticle:
@@ -493,19 +519,19 @@ def test_the_verdict_finds_an_exact_symmetry_and_rejects_a_wrong_one():
     # direction within the threshold), the rotation and the pendulum's shift are absent
     entries, spectrum = _verdict(CartPendulum(), [TRANSLATION_X])
     (e,) = entries
-    assert e["status"] == "found" and e["found"] and e["relative_residual"] < 1e-10, e
+    assert e["status_invariance"] == "found" and e["relative_residual"] < 1e-10, e
     assert spectrum["dimension"] == 1 and spectrum["relative_residuals"][1] > 0.01, spectrum
     (g,) = spectrum["generators"]
     assert np.allclose(np.abs(np.concatenate([g["w"], np.ravel(g["M"])])), TRANSLATION_X,
                        atol=1e-8)  # fmt: skip
     for wrong in (ROTATION, [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]):
         (e,), _ = _verdict(CartPendulum(), [wrong])
-        assert e["status"] == "absent" and e["ratio"] > SYMMETRY_RATIO, e
+        assert e["status_invariance"] == "absent" and e["ratio"] > SYMMETRY_RATIO, e
     # Kepler's exact L_d: the rotation about the origin, and only it
     (e,), spectrum = _verdict(Kepler(), [ROTATION])
-    assert e["status"] == "found" and spectrum["dimension"] == 1, (e, spectrum)
+    assert e["status_invariance"] == "found" and spectrum["dimension"] == 1, (e, spectrum)
     (e,), _ = _verdict(Kepler(), [TRANSLATION_X])
-    assert e["status"] == "absent"
+    assert e["status_invariance"] == "absent"
 
 
 def _exact_triples(system, seed=0):
@@ -555,7 +581,7 @@ def test_the_dynamics_spectrum_finds_the_rotation_whatever_the_gauge():
         entries, _ = symmetry_verdict(network_gradients(f), Q, DT,
                                       np.stack([rotation_c, translation_c]), centre, 1e-3, 1.0,
                                       dynamics=(G, S, unit))  # fmt: skip
-        results[-1] += ([e["status"] for e in entries], [e["status_dynamics"] for e in entries])
+        results[-1] += ([e["status_invariance"] for e in entries], [e["status"] for e in entries])
         # the DEL residual is the integrator's Newton tolerance: moving the data by their
         # spread along the rotation changes it by about as little, along the translation
         # (gravity towards the origin) by orders of magnitude more
@@ -592,13 +618,14 @@ def test_a_lagrangian_with_more_symmetries_than_generators_is_ambiguous():
     # singled out by the data (dimension 3 > K = 1), and two are not either
     free = _FreeParticle()
     (e,), spectrum = _verdict(free, [TRANSLATION_X])
-    assert e["status"] == "ambiguous" and not e["found"], e
+    assert e["status_invariance"] == "ambiguous", e
     assert e["relative_residual"] < 1e-10 and spectrum["dimension"] == 3, spectrum
     entries, _ = _verdict(free, [TRANSLATION_X, ROTATION])
-    assert [x["status"] for x in entries] == ["ambiguous", "ambiguous"]
+    assert [x["status_invariance"] for x in entries] == ["ambiguous", "ambiguous"]
     # three generators spanning the family are identified
     entries, spectrum = _verdict(free, [TRANSLATION_X, [0, 1, 0, 0, 0, 0], ROTATION])
-    assert [x["status"] for x in entries] == ["found"] * 3 and spectrum["dimension"] == 3
+    assert [x["status_invariance"] for x in entries] == ["found"] * 3
+    assert spectrum["dimension"] == 3
     # the threshold is SYMMETRY_RATIO x the reference: with a reference above the
     # spectrum's fourth value every direction up to it counts
     fourth = spectrum["relative_residuals"][3]
