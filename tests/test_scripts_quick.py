@@ -288,3 +288,8 @@ def test_the_gp_vi_rollouts_go_on_past_their_first_chunk(monkeypatch):
     step = ExplicitIntegrator(maximal, "rk4").step_function(constraints.H)
     run = constraints.rollout(maximal, step, x0, 25, chunk=10)
     assert run.res.shape[0] == 26 and run.failed is None
+    # a maximum quoted as "max |g| <= b" is rounded up, never below what it bounds
+    for x in (1.2455e-11, 1.2e-11, 9.99e-5, 3.0):
+        quoted = float(constraints.rounded_up(x))
+        assert x <= quoted <= x * 1.1, (x, quoted)
+    assert constraints.rounded_up(1.2455e-11) == "1.3e-11"

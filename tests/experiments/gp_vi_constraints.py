@@ -32,6 +32,7 @@ with 10 samples only, fitted from one start of 5 optimiser steps (``QUICK_FIT``)
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,16 @@ COLOURS = {"explicit Euler": "black", "RK4": "grey"}
 GP_COLOURS = ("tab:blue", "tab:red", "tab:green")
 SEED_STYLES = ("-", "--", ":", "-.")  # the figure's line style per sample draw
 QUICK_FIT = {"restarts": 1, "iterations": 5}  # --quick: the GP-VI's hyperparameter search
+
+
+def rounded_up(x: float, digits: int = 2) -> str:
+    """``x`` in ``digits`` significant figures, rounded up: a bound quoted as ``<=`` must
+    not be smaller than what it bounds (1.2455e-11 -> "1.3e-11")."""
+    if not np.isfinite(x) or x <= 0:
+        return f"{x:g}"
+    exponent = math.floor(math.log10(x)) - (digits - 1)
+    value = math.ceil(x / 10.0**exponent - 1e-9) * 10.0**exponent
+    return f"{value:.{digits - 1}e}"
 
 
 def start(joint) -> np.ndarray:
@@ -345,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{euler['final |g| [m]']:.1e} m after 100 min (its energy grows without bound); RK4 "
         f"drifts too, more slowly ({rk4['max |g|, 10 s [m]']:.1e} m in 10 s, "
         f"{rk4['final |g| [m]']:.0f} m after 100 min). The GP-VI does not drift: every run "
-        f"kept max |g| <= {gp_max:.1e} m for as long as "
+        f"kept max |g| <= {rounded_up(gp_max)} m for as long as "
         f"it ran, {'below' if gp_max <= TARGET else 'above'} the target {TARGET:g} m, and "
         f"{len(held)} of {len(gp)} ran all {long:,} steps. "
         + ("But " + "; ".join(failures) + ". " if failures else "")
