@@ -134,6 +134,14 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
     right = answer is not None and cosine >= RIGHT_COSINE
     found = g["status"] == "found"
     invariant = g["status_invariance"] == "found"
+    # what the warm-up network's dynamics say the symmetry is: their best motion, and the
+    # two smallest changes (the second's distance from the threshold: how well it is singled
+    # out)
+    dynamics = model.near_symmetries_["dynamics"]
+    best = np.concatenate([np.ravel(dynamics["generators"][0]["w"]),
+                           np.ravel(dynamics["generators"][0]["M"])])  # fmt: skip
+    best_cosine = (float(abs(best @ np.asarray(answer)) / np.linalg.norm(answer))
+                   if answer else "")  # fmt: skip
 
     def error(said_found):
         if said_found and not right:
@@ -150,6 +158,8 @@ def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dic
         "right generator": right,
         "verdict": g["status"],
         "dynamics ratio": g["dynamics_ratio"],
+        "smallest two dynamics ratios": np.round(dynamics["ratios"][:2], 3).tolist(),
+        "best dynamics motion, cosine to the answer": best_cosine,
         "error": error(found),
         "verdict (L_d invariance)": g["status_invariance"],
         "ratio": g["ratio"],
@@ -250,7 +260,9 @@ def main(argv: list[str] | None = None) -> None:
         "the warm-up network's DEL equations when the generator moves the data by their "
         "spread, within SYMMETRY_RATIO times the warm-up's own DEL residual (`dynamics "
         "ratio`: that change over the residual), `ambiguous` where more directions than "
-        "generators pass; and `verdict (L_d invariance)`: L_d's own invariance on fresh and "
+        "generators pass (`smallest two dynamics ratios`: the spectrum's, whose best motion, "
+        "the one the warm-up network's dynamics change least under, lies at `best dynamics "
+        "motion, cosine to the answer`); and `verdict (L_d invariance)`: L_d's own invariance on fresh and "
         "data pairs, within SYMMETRY_RATIO times the warm-up's relative DEL residual "
         "(`ratio`), the symmetry phase leaving that residual within FIT_DEGRADATION times "
         "the warm-up's (`degradation`), which decides whether a found generator has a "

@@ -578,9 +578,13 @@ def test_the_dynamics_spectrum_finds_the_rotation_whatever_the_gauge():
         assert abs(v @ rotation_c) / np.linalg.norm(rotation_c) > 1 - 1e-9, v
         G, S, unit = dynamics_forms(f, triples, forces, DT, centre)
         translation_c = np.array(TRANSLATION_X)  # M = 0: the same about any centre
-        entries, _ = symmetry_verdict(network_gradients(f), Q, DT,
-                                      np.stack([rotation_c, translation_c]), centre, 1e-3, 1.0,
-                                      dynamics=(G, S, unit))  # fmt: skip
+        entries, spectrum = symmetry_verdict(network_gradients(f), Q, DT,
+                                             np.stack([rotation_c, translation_c]), centre,
+                                             1e-3, 1.0, (G, S, unit))  # fmt: skip
+        # the dynamics' best motion, in the data's coordinates: the rotation itself
+        best = spectrum["dynamics"]["generators"][0]
+        xi = np.concatenate([best["w"], np.ravel(best["M"])])
+        assert abs(xi @ rotation) > 1 - 1e-9 and np.linalg.norm(best["w"]) < 1e-6, best
         results[-1] += ([e["status_invariance"] for e in entries], [e["status"] for e in entries])
         # the DEL residual is the integrator's Newton tolerance: moving the data by their
         # spread along the rotation changes it by about as little, along the translation

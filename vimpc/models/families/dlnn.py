@@ -111,9 +111,11 @@ threshold (else ``"ambiguous"``). Otherwise ``"absent"``. A found generator unde
 ``ratio_fresh``, ``ratio_data``, ``degradation``, ``dimension``; ``dynamics_ratio``,
 ``dynamics_dimension``); ``info["learned_near_symmetries"]`` the invariance spectrum (the
 smallest relative residuals, the dimension and the threshold, and the near-symmetric
-generators) with the dynamics spectrum under ``"dynamics"``; for ``symmetries = 0`` the
-invariance spectrum alone, its threshold ``SYMMETRY_RATIO`` times the final relative DEL
-residual: a property of the learned Lagrangian, reported, not a symmetry found. The
+generators) with the dynamics spectrum under ``"dynamics"`` (its smallest ratios, their
+dimension and unit, and the motions that change the warm-up's dynamics least); for
+``symmetries = 0`` the invariance spectrum alone, its threshold ``SYMMETRY_RATIO`` times the
+final relative DEL residual: a property of the learned Lagrangian, reported, not a symmetry
+found. The
 discrete Noether quantity ``I_k = -(M q_k + w)^T D1 L_d(q_k, q_{k+1})`` of each generator
 found by both verdicts is in :meth:`conserved_quantity`. The verdicts test the learned
 model, not the system: a network trained on one trajectory can pass a wrong generator
@@ -293,16 +295,6 @@ def invariance_verdict(gradients, Q, h, generators, centre, reference, degradati
     dimension = int(np.sum(rho <= threshold))
     K = len(generators)
 
-    def in_data_coordinates(xi):
-        w_c, M = xi[:n], xi[n:].reshape(n, n)
-        w = w_c - M @ centre
-        norm = float(np.linalg.norm(np.concatenate([w, M.ravel()])))
-        return w / norm, M / norm
-
-    shown = []
-    for v in V[:, : max(min(dimension, SPECTRUM_SHOWN), 1)].T:
-        w, M = in_data_coordinates(v)
-        shown.append({"w": w.tolist(), "M": M.tolist()})
     spectrum = {
         "relative_residuals": rho[:SPECTRUM_SHOWN].tolist(),
         "dimension": dimension,
@@ -310,14 +302,14 @@ def invariance_verdict(gradients, Q, h, generators, centre, reference, degradati
         "reference": float(reference),
         "points": {"fresh": VERDICT_POINTS, "data": int(Q.shape[0] * (Q.shape[1] - 1))},
         # the generators of the directions within the threshold (at least the smallest's)
-        "generators": shown,
+        "generators": _shown(V, dimension, centre),
     }
     entries = []
     for xi in np.asarray(generators, dtype=np.float64):
         # a symmetry holds where the data are and over their region: the larger of the two
         fresh, data = _relative(xi, *forms[0]), _relative(xi, *forms[1])
         relative = max(fresh, data)
-        w, M = in_data_coordinates(xi)
+        w, M = _in_data_coordinates(xi, centre)
         small = relative <= threshold
         kept = degradation is not None and degradation <= FIT_DEGRADATION
         if small and kept and dimension > K:
@@ -334,18 +326,39 @@ def invariance_verdict(gradients, Q, h, generators, centre, reference, degradati
     return entries, spectrum
 
 
-def dynamics_verdict(generators, dynamics):
+def _in_data_coordinates(xi, centre):
+    """``(w, M)`` of a generator ``xi = (w_c, vec M)`` about ``centre`` in the data's
+    coordinates (``M q + w``), scaled to unit norm."""
+    n = len(centre)
+    w_c, M = xi[:n], xi[n:].reshape(n, n)
+    w = w_c - M @ centre
+    norm = float(np.linalg.norm(np.concatenate([w, M.ravel()])))
+    return w / norm, M / norm
+
+
+def _shown(V, dimension, centre) -> list[dict]:
+    """The first ``dimension`` (at least one, at most SPECTRUM_SHOWN) generators of the
+    columns of ``V`` in the data's coordinates."""
+    shown = []
+    for v in V[:, : max(min(dimension, SPECTRUM_SHOWN), 1)].T:
+        w, M = _in_data_coordinates(v, centre)
+        shown.append({"w": w.tolist(), "M": M.tolist()})
+    return shown
+
+
+def dynamics_verdict(generators, dynamics, centre):
     """``(entries, spectrum)``: the verdict on each trained generator by how much it changes
     the warm-up network's discrete Euler–Lagrange equations (``status``, ``found``; see the
     module docstring), and the spectrum of those changes.
 
     Args:
-        generators: ``(K, n + n^2)`` trained ``xi = (w_c, vec M)`` about the centre the
-            forms were taken about.
-        dynamics: ``(G, S, unit)`` of :func:`dynamics_forms` on the warm-up network.
+        generators: ``(K, n + n^2)`` trained ``xi = (w_c, vec M)`` about ``centre``.
+        dynamics: ``(G, S, unit)`` of :func:`dynamics_forms` on the warm-up network, about
+            ``centre``.
     """
     G, S, unit = dynamics
-    ratios = generalised_spectrum(G, S)[0] / max(unit, 1e-300)
+    rho, V = generalised_spectrum(G, S)
+    ratios = rho / max(unit, 1e-300)
     dimension = int(np.sum(ratios <= SYMMETRY_RATIO))
     K = len(generators)
     entries = []
@@ -357,7 +370,14 @@ def dynamics_verdict(generators, dynamics):
             status = "ambiguous" if dimension > K else "found"
         entries.append({"dynamics_ratio": ratio, "dynamics_dimension": dimension,
                         "status": status, "found": status == "found"})  # fmt: skip
-    spectrum = {"ratios": ratios[:SPECTRUM_SHOWN].tolist(), "dimension": dimension, "unit": unit}
+    spectrum = {
+        "ratios": ratios[:SPECTRUM_SHOWN].tolist(),
+        "dimension": dimension,
+        "unit": unit,
+        # the motions that change the warm-up network's dynamics least (within the threshold,
+        # at least the smallest's): what the learned model says the data's symmetries are
+        "generators": _shown(V, dimension, centre),
+    }
     return entries, spectrum
 
 
@@ -368,7 +388,7 @@ def symmetry_verdict(gradients, Q, h, generators, centre, reference, degradation
     learned Lagrangian's near-symmetries with the dynamics spectrum as ``"dynamics"``."""
     entries, spectrum = invariance_verdict(gradients, Q, h, generators, centre, reference,
                                            degradation)  # fmt: skip
-    verdicts, spectrum["dynamics"] = dynamics_verdict(generators, dynamics)
+    verdicts, spectrum["dynamics"] = dynamics_verdict(generators, dynamics, centre)
     for entry, verdict in zip(entries, verdicts, strict=True):
         entry.update(verdict)
     return entries, spectrum
