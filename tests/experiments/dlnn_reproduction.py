@@ -74,9 +74,9 @@ from vimpc.models.families.dlnn import (
     SYMMETRY_RATIO,
     DLNNModel,
     generalised_spectrum,
+    invariance_verdict,
     network_gradients,
     symmetry_forms,
-    invariance_verdict,
 )
 from vimpc.models.families.lnn import LNNModel
 

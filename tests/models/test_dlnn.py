@@ -31,8 +31,8 @@ from vimpc.models.families.dlnn import (
     DLNNModel,
     dynamics_forms,
     dynamics_spectrum,
-    network_gradients,
     invariance_verdict,
+    network_gradients,
     symmetry_verdict,
 )
 from vimpc.models.families.lsi import del_forces
