@@ -62,7 +62,8 @@ class _Baseline:
     """An angular-coordinate model: ``field(y)`` of the state it integrates, and maps
     between that state and ``(theta, omega)``."""
 
-    def __init__(self, kind: str, n: int, hidden: list[int], seed: int) -> None:
+    def __init__(self, kind: str, n: int, hidden: list[int], seed: int,
+                 init: str = "uniform") -> None:  # fmt: skip
         import torch
 
         from vimpc.models._torch_casadi import mlp
@@ -70,11 +71,11 @@ class _Baseline:
         self.kind, self.n = kind, n
         self.tril = torch.tril_indices(n, n)
         if kind == "node":
-            self.nets = {"f": mlp([3 * n, *hidden, 2 * n], "tanh", seed=seed)}
+            self.nets = {"f": mlp([3 * n, *hidden, 2 * n], "tanh", seed=seed, init=init)}
         else:
             self.nets = {
-                "V": mlp([2 * n, *hidden, 1], "tanh", seed=seed),
-                "L": mlp([2 * n, *hidden, len(self.tril[0])], "tanh", seed=seed + 1),
+                "V": mlp([2 * n, *hidden, 1], "tanh", seed=seed, init=init),
+                "L": mlp([2 * n, *hidden, len(self.tril[0])], "tanh", seed=seed + 1, init=init),
             }
 
     def parameters(self) -> dict:
@@ -197,6 +198,7 @@ def fit(
     weight_decay: float = 1e-4,
     batch: int = 200,
     seed: int = 0,
+    init: str = "uniform",
     progress: bool = False,
 ) -> Fitted:
     """Train a baseline on angular windows ``(N, chunk + 1, 2n)``: the mean absolute error of
@@ -209,7 +211,7 @@ def fit(
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     n = windows.shape[2] // 2
-    model = _Baseline(kind, n, list(hidden), seed)
+    model = _Baseline(kind, n, list(hidden), seed, init)
     W = torch.from_numpy(np.ascontiguousarray(windows, dtype=np.float64))
     chunk = W.shape[1] - 1
 

@@ -17,7 +17,8 @@ cosine schedule, batch 200), ``--hidden`` (the authors: 3 x 256; 128 in the comm
 chosen when the exported step expanded the network into SX, 30 ms per step at 3 x 128 against
 135 ms at 3 x 256; the families now export on MX by default, ``export = "mx"``, the same
 steps to round-off: results/benchmarks/clnn.md), ``--epochs`` (the authors: 2000) and
-``--train`` trajectories (the authors: 800). Baselines (``node``, ``hnn``, ``delan``;
+``--train`` trajectories (the authors: 800), ``--init`` the initial weights of every
+network (``uniform``, the families' default, or ``orthogonal``, the authors'). Baselines (``node``, ``hnn``, ``delan``;
 ``tests/experiments/_clnn_baselines.py``): the authors' Neural ODE, HNN and DeLaN in the
 chain's link angles (cos/sin features), the same windows converted to angles, the same
 network sizes, epochs, optimiser, schedule and loss; their predictions (RK4 on the learned
@@ -218,7 +219,7 @@ def family_row(system, cls, data, true, args, chunk: int, series: dict | None = 
     """A constrained family's row: the exported variational integrator and RK4 on its field."""
     n = system.nq
     fam = cls(system, DT, hidden=list(args.hidden), epochs=args.epochs, chunk=chunk,
-              substeps=args.substeps, seed=args.seed)  # fmt: skip
+              substeps=args.substeps, seed=args.seed, init=args.init)  # fmt: skip
     with warnings.catch_warnings():
         # unforced data, as the paper's: the Lagrangian's scale is not identified
         warnings.filterwarnings("ignore", "(clnn|chnn): the data have no inputs", FitWarning)
@@ -270,7 +271,7 @@ def baseline_row(system, kind: str, data, true, args, series: dict | None = None
     coordinates."""
     windows = baselines.to_angles(system, data.states)
     fitted = baselines.fit(kind, windows, DT, hidden=list(args.hidden), epochs=args.epochs,
-                           seed=args.seed)  # fmt: skip
+                           seed=args.seed, init=args.init)  # fmt: skip
     y0 = baselines.to_angles(system, true[:, :1])[:, 0]
     pred = baselines.to_cartesian(system, fitted.rollout(y0, true.shape[1] - 1, DT))
     fine = baselines.to_cartesian(system, fitted.rollout(y0, true.shape[1] - 1, DT, FINE))
@@ -330,7 +331,8 @@ def chain_rows(
         if args.checkpoints is not None:  # the same command resumes a stopped training
             hidden = "x".join(map(str, args.hidden))
             key = (f"n{n_links}-train{n_train}-{name}-seed{args.seed}-epochs{args.epochs}-"
-                   f"hidden{hidden}-chunk{chunk}-steps{args.steps}")  # fmt: skip
+                   f"hidden{hidden}-chunk{chunk}-steps{args.steps}"
+                   + ("" if args.init == "uniform" else f"-{args.init}"))  # fmt: skip
             saving = checkpoints(args.checkpoints, key, every=50)
         with saving:
             if name in FAMILIES:
@@ -410,6 +412,10 @@ def main(argv=None) -> int:
     parser.add_argument("--epochs", type=int, default=500)
     parser.add_argument("--hidden", type=int, nargs="+", default=[128, 128, 128])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--init", choices=("uniform", "orthogonal"), default="uniform",
+        help="the networks' initial weights (every model's; the authors: orthogonal)",
+    )  # fmt: skip
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=MODELS)
     parser.add_argument("--table", default="chain", help="name of the table files")
     parser.add_argument(
@@ -437,7 +443,7 @@ def main(argv=None) -> int:
 Chains of point masses ({chains}; NPendulum(N), the paper's masses and lengths), dt = {DT} s,
 {sizes} training trajectories (column 'train'; one window of 5 steps each), {args.test} test
 trajectories of {args.steps} steps from seed {args.seed + 2}, networks of {args.hidden} tanh
-units trained for {args.epochs} epochs with the same optimiser, schedule and loss (see the
+units ({args.init} initial weights) trained for {args.epochs} epochs with the same optimiser, schedule and loss (see the
 script's docstring). Errors: geometric means over test trajectories of each trajectory's
 geometric-mean relative error in Cartesian positions and velocities; "vi": the exported
 constrained variational integrator ({args.substeps} midpoint steps per dt) of a constrained

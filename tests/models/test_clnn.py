@@ -729,3 +729,23 @@ def test_nan_data_are_refused_naming_where():
     obs[2, 5, 1] = np.nan
     with pytest.raises(InputError, match=r"Dataset.obs must be finite, got nan at trajectory 2"):
         Dataset(data.t, obs, data.states, data.inputs, data.dt, dict(data.metadata))
+
+
+@pytest.mark.parametrize("cls", [CLNNModel, CHNNModel])
+def test_the_init_setting_reaches_the_network(cls, monkeypatch):
+    # `init` draws the potential network's first weights (orthogonal: the authors'); it is
+    # refused by name when unknown
+    from vimpc.models import _torch_casadi
+
+    real, seen = _torch_casadi.mlp, []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("init"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_torch_casadi, "mlp", recording)
+    system = _env("vimpc/Pendulum-v0").nominal_system
+    fam = cls(system, DT, epochs=1, init="orthogonal", **TINY).fit(_pendulum())
+    assert seen == ["orthogonal"] and fam.info()["settings"]["init"] == "orthogonal"
+    with pytest.raises(InputError, match="init must be one of"):
+        cls(system, DT, init="xavier")

@@ -200,3 +200,21 @@ def test_import_vimpc_does_not_import_torch():
     code = "import vimpc, vimpc.models, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_orthogonal_init_draws_orthogonal_weights_from_the_seed():
+    # every weight matrix orthogonal (orthonormal rows of the wide ones, columns of the
+    # tall ones), the biases uniform in +-1/sqrt(fan_in), the same draw for the same seed
+    net = mlp([4, 16, 16, 1], "tanh", seed=3, init="orthogonal")
+    for layer in net[::2]:
+        W = layer.weight.detach()
+        small = min(W.shape)
+        gram = W @ W.T if W.shape[0] == small else W.T @ W
+        torch.testing.assert_close(gram, torch.eye(small, dtype=W.dtype), rtol=0, atol=1e-12)
+        assert float(layer.bias.abs().max()) <= 1.0 / np.sqrt(W.shape[1])
+    uniform = mlp([4, 16, 16, 1], "tanh", seed=3)
+    assert not torch.equal(net[0].weight, uniform[0].weight)
+    again = mlp([4, 16, 16, 1], "tanh", seed=3, init="orthogonal")
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), again.parameters(), strict=True))
+    with pytest.raises(InputError, match=r"init must be one of \['uniform', 'orthogonal'\]"):
+        mlp([4, 1], init="xavier")

@@ -39,6 +39,8 @@ MIN_EQUATIONS_PER_PARAMETER = 0.01
 DEGENERATE_FRACTION = 1e-6
 
 ACTIVATIONS = ("softplus", "tanh", "elu")
+#: How a network's initial weights are drawn (:func:`vimpc.models._torch_casadi.mlp`).
+INITS = ("uniform", "orthogonal")
 
 
 #: Settings of the network and of its training, declared once for both families.

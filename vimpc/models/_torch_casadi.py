@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from vimpc.errors import InputError
+from vimpc.models._network_lagrangian import INITS
 
 __all__ = [
     "SUPPORTED",
@@ -290,7 +291,11 @@ def casadi_function(
 
 
 def mlp(
-    sizes: Sequence[int], activation: str | nn.Module = "softplus", *, seed: int = 0
+    sizes: Sequence[int],
+    activation: str | nn.Module = "softplus",
+    *,
+    seed: int = 0,
+    init: str = "uniform",
 ) -> nn.Sequential:
     """A float64 multilayer perceptron ``Linear, act, Linear, act, ..., Linear``.
 
@@ -298,10 +303,15 @@ def mlp(
         sizes: layer widths from input to output, e.g. ``(4, 128, 128, 1)``.
         activation: ``"tanh"``, ``"softplus"``, ``"elu"``, ``"sine"`` (defaults of each),
             or a configured instance of a supported activation (copied per layer).
-        seed: the initial weights are drawn from ``torch.Generator().manual_seed(seed)``
-            (torch's default scheme: uniform in +-1/sqrt(fan_in)); torch's global random
-            state is left untouched.
+        seed: the initial weights are drawn from ``torch.Generator().manual_seed(seed)``;
+            torch's global random state is left untouched.
+        init: ``"uniform"``: torch's default scheme, weights and biases uniform in
+            +-1/sqrt(fan_in); ``"orthogonal"``: each weight matrix a random orthogonal one
+            (orthonormal rows or columns, gain 1), the biases uniform as before (the
+            constrained-network authors' ``Linear(..., orthogonal_init=True)``).
     """
+    if init not in INITS:
+        raise InputError(f"init must be one of {list(INITS)}, got {init!r}")
     sizes = list(sizes) if isinstance(sizes, (list, tuple)) else sizes
     if (
         not isinstance(sizes, list)
@@ -339,6 +349,8 @@ def mlp(
         with torch.no_grad():
             linear.weight.uniform_(-bound, bound, generator=generator)
             linear.bias.uniform_(-bound, bound, generator=generator)
+            if init == "orthogonal":
+                nn.init.orthogonal_(linear.weight, generator=generator)
         layers.append(linear)
         if i < len(sizes) - 2:
             layers.append(make())

@@ -48,8 +48,8 @@ and velocities of every predicted snapshot); AdamW (lr 3e-3, weight decay 1e-4) 
 schedule to 0; minibatches of 200; float64 (the authors: float32). Inputs are standardised by
 the data's mean and spread and the output scaled by the data's mean squared speed, folded into
 the network after training (:func:`vimpc.models._network_lagrangian.fold`). The network's
-initial weights are torch's uniform scheme (:func:`vimpc.models._torch_casadi.mlp`), not the
-authors' orthogonal one.
+initial weights are torch's uniform scheme (:func:`vimpc.models._torch_casadi.mlp`) by
+default; ``init = "orthogonal"`` draws orthogonal weight matrices, the authors' scheme.
 
 **Export** (``export = "mx"``, the default). The constrained midpoint step of the learned
 ``L = 1/2 x'^T M x' - V(x)`` in the position-momentum form, written on MX
@@ -148,6 +148,11 @@ SETTINGS: dict[str, Setting] = {
     ),
     "activation": Setting(str, "tanh", "activation of the hidden layers",
                           choices=nl.ACTIVATIONS),
+    "init": Setting(
+        str, "uniform", "the network's initial weights: `uniform` (torch's default, "
+        "+-1/sqrt(fan_in)) or `orthogonal` (each weight matrix orthogonal, as the authors)",
+        choices=nl.INITS,
+    ),
     "chunk": Setting(
         int, 5, "steps per training rollout (one RK4 step per dt; authors: 5)", rule=POSITIVE
     ),
@@ -409,7 +414,7 @@ class _ConstrainedNetwork(NeuralFamily):
         P_np, c_np = np.diag(1.0 / spread), -mean / spread
         speed2 = float(np.mean(np.sum(X[:, :, n:] ** 2, axis=2)))
         scale = speed2 if speed2 > 1e-12 else 1.0  # kinetic energy of unit masses
-        net = mlp(self.sizes, self.activation, seed=self.seed)
+        net = mlp(self.sizes, self.activation, seed=self.seed, init=self.init)
         gen = torch.Generator().manual_seed(self.seed + 1)
         n_mass = len(self.layout.mass_names)
         log_mass = (0.1 * torch.randn(n_mass, generator=gen, dtype=torch.float64)).requires_grad_()
