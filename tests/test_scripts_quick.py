@@ -293,3 +293,37 @@ def test_the_gp_vi_rollouts_go_on_past_their_first_chunk(monkeypatch):
         quoted = float(constraints.rounded_up(x))
         assert x <= quoted <= x * 1.1, (x, quoted)
     assert constraints.rounded_up(1.2455e-11) == "1.3e-11"
+
+
+def test_the_chain_metric_and_the_authors_test_starts(monkeypatch):
+    # clnn_chain's two readings of the geometric mean on a prediction whose relative error is
+    # the same e at every step after the start, and its two kinds of test start
+    import argparse
+
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(FOLDERS[1]))
+    chain = importlib.import_module("clnn_chain")
+    steps, e = 100, 3e-4
+    true = np.ones((2, steps + 1, 4))
+    pred = true * (1 + 2 * e / (1 - e))  # |p - t| / (|p| + |t|) = e
+    pred[:, 0] = true[:, 0]
+    np.testing.assert_allclose(chain.geometric_error(pred, true, "steps"), e + 1e-8, rtol=1e-9)
+    # the trapezoid rule on t = 0 .. (steps - 1) dt over T = steps dt: the start, where the
+    # error is 0 (log 1e-8), and the last point it reaches weigh dt / 2
+    logs = (0.5 * np.log(1e-8) + (steps - 1.5) * np.log(e + 1e-8)) / steps
+    np.testing.assert_allclose(chain.geometric_error(pred, true, "trapezoid"), np.exp(logs),
+                               rtol=1e-9)  # fmt: skip
+    system = chain.chain(2)
+    args = argparse.Namespace(test=3, steps=12, chunk=4, test_starts="initial")
+    initial = chain.test_starts(system, args, np.random.default_rng(5))
+    np.testing.assert_array_equal(
+        initial, chain.initial_conditions(system, 3, np.random.default_rng(5))
+    )
+    args.test_starts = "chunk"
+    starts = chain.test_starts(system, args, np.random.default_rng(5))
+    X = chain.trajectories(system, initial, args.steps)
+    # each start is a state of its own trajectory, at a step a whole window fits after
+    for i in range(3):
+        k = np.flatnonzero(np.all(np.isclose(X[i], starts[i], rtol=0, atol=1e-15), axis=1))
+        assert len(k) == 1 and k[0] <= args.steps - args.chunk, k

@@ -27,7 +27,12 @@ runs several chains (the paper: 1, 2, 3, 5), each with its own data from the sam
 
 Metric (the authors'): ``rel_err(t) = |z_pred - z_true| / (|z_pred| + |z_true|)`` over all
 positions and velocities, its geometric mean over the 100 steps after the start
-(``exp(mean log(rel_err + 1e-8))``), then the geometric mean over test trajectories.
+(``exp(mean log(rel_err + 1e-8))``; ``--metric trapezoid``: the authors' trapezoid rule from
+``t = 0``, see :func:`geometric_error`), then the geometric mean over test trajectories. The
+test trajectories start where the training trajectories do (``--test-starts initial``) or, as
+the authors' test set, at the first state of a random window of ``--chunk`` steps of a 3 s
+trajectory from such a start (``chunk``); ``--chunk`` is also the training windows' length
+(default 5 steps; the authors' ``chunk_len = 5`` snapshots are 4 steps).
 Predictions by the exported model (the constrained midpoint variational integrator of the
 learned Lagrangian, one step per dt: what a controller gets) and by RK4 on the learned
 vector field (one step per dt: what was trained); the "pert" row is the true system started
@@ -78,6 +83,17 @@ FLOOR = 1e-8
 #: dopri5 at rtol 1e-7 (the true field: 3.9e-5 at 10 against 1.6e-4 at 1, on 20 test
 #: trajectories of the 2-pendulum)
 FINE = 10
+#: how the tables name the test starts and the metrics (``--test-starts``, ``--metric``)
+STARTS = {
+    "initial": "starts drawn as the training trajectories' starts",
+    "chunk": "each from the first state of a random window of a trajectory from such a start, "
+    "as the authors' test set",
+}
+METRICS = {
+    "steps": "over the steps after the start",
+    "trapezoid": "the authors' trapezoid rule over t = 0 .. T - dt, the start included, "
+    "divided by T",
+}
 FAMILIES = {"clnn": CLNNModel, "chnn": CHNNModel}
 MODELS = (*FAMILIES, *baselines.KINDS)
 
@@ -116,17 +132,24 @@ def training_set(system, n: int, steps: int, chunk: int, seed: int) -> Dataset:
     return Dataset(t, W, W, np.zeros((n, chunk, 1)), DT, {"system": system.name})
 
 
-def geometric_error(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
-    """Per trajectory: the geometric mean over the steps after the start of the relative
-    error (the authors' metric). A predicted state that is not finite (a failed step, a
-    rollout that blew up) counts at the metric's largest value, 1."""
-    p, t = pred[:, 1:], true[:, 1:]
+def geometric_error(pred: np.ndarray, true: np.ndarray, metric: str = "steps") -> np.ndarray:
+    """Per trajectory: the geometric mean of the relative error over time (the authors'
+    metric). ``"steps"``: over the steps after the start, ``exp(mean log(rel + 1e-8))``;
+    ``"trapezoid"``: as the authors' ``pl_trainer.py`` computes it, the trapezoid rule's
+    integral of ``log(rel + 1e-8)`` over their time grid ``arange(0, T, dt)`` (the start,
+    where ``rel = 0``, included; the last step left out) divided by ``T = steps dt``. A
+    predicted state that is not finite (a failed step, a rollout that blew up) counts at the
+    metric's largest value, 1."""
+    p, t = (pred[:, 1:], true[:, 1:]) if metric == "steps" else (pred[:, :-1], true[:, :-1])
     ok = np.all(np.isfinite(p), axis=2)
     p = np.where(ok[..., None], p, 0.0)
     num = np.linalg.norm(p - t, axis=2)
     den = np.linalg.norm(p, axis=2) + np.linalg.norm(t, axis=2)
     rel = np.where(ok, num / np.where(den > 0, den, 1.0), 1.0)
-    return np.exp(np.mean(np.log(rel + FLOOR), axis=1))
+    if metric == "steps":
+        return np.exp(np.mean(np.log(rel + FLOOR), axis=1))
+    integral = np.trapezoid(np.log(rel + FLOOR), dx=DT, axis=1)
+    return np.exp(integral / (DT * (true.shape[1] - 1)))
 
 
 def rk4_rollout(
@@ -201,10 +224,15 @@ def gmean(values: np.ndarray) -> float:
 
 
 def _reference_row(
-    system, label: str, pred: np.ndarray, true: np.ndarray, column: str = "vi_error"
+    system,
+    label: str,
+    pred: np.ndarray,
+    true: np.ndarray,
+    metric: str,
+    column: str = "vi_error",
 ) -> dict:
     """A row of a prediction that learned nothing, its error in ``column``."""
-    err = geometric_error(pred, true)
+    err = geometric_error(pred, true, metric)
     row = {"system": f"{system.nq // 2}-pendulum", "model": label, "hidden": "-",
            "epochs": "-", "train_s": "-", "final_loss": "-", "vi_error": "-",
            "rk4_error": "-", "fine_error": "-", "vi_error_worst": "-", "max_constraint": "-",
@@ -245,7 +273,7 @@ def family_row(system, cls, data, true, args, chunk: int, series: dict | None = 
     finite = np.all(np.isfinite(pred), axis=(1, 2))
     g = np.asarray(model.constraint.map(pred[finite].shape[0] * (steps + 1))(
         pred[finite].reshape(-1, 2 * n).T))  # fmt: skip
-    vi = geometric_error(pred, true)
+    vi = geometric_error(pred, true, args.metric)
     row = {
         "system": f"{n // 2}-pendulum",
         "model": fam.name,
@@ -255,8 +283,8 @@ def family_row(system, cls, data, true, args, chunk: int, series: dict | None = 
         "train_s": round(fam.training_.wall_time_s, 1),
         "final_loss": fam.training_.loss[-1],
         "vi_error": gmean(vi),
-        "rk4_error": gmean(geometric_error(rk4, true)),
-        "fine_error": gmean(geometric_error(fine, true)),
+        "rk4_error": gmean(geometric_error(rk4, true, args.metric)),
+        "fine_error": gmean(geometric_error(fine, true, args.metric)),
         "vi_error_worst": float(np.max(vi)),
         "max_constraint": float(np.abs(g).max()) if g.size else float("nan"),
         "step_ms": round(step_ms, 2),
@@ -278,7 +306,7 @@ def baseline_row(system, kind: str, data, true, args, series: dict | None = None
     if series is not None:
         series[f"{kind}, RK4 (angles)"] = invariants(system, pred, true)
     finite = np.all(np.isfinite(pred), axis=(1, 2))
-    err = geometric_error(pred, true)
+    err = geometric_error(pred, true, args.metric)
     row = {
         "system": f"{system.nq // 2}-pendulum",
         "model": kind,
@@ -288,7 +316,7 @@ def baseline_row(system, kind: str, data, true, args, series: dict | None = None
         "final_loss": fitted.record.loss[-1],
         "vi_error": "-",
         "rk4_error": gmean(err),
-        "fine_error": gmean(geometric_error(fine, true)),
+        "fine_error": gmean(geometric_error(fine, true, args.metric)),
         "vi_error_worst": "-",
         "max_constraint": "-",
         "step_ms": "-",
@@ -298,31 +326,42 @@ def baseline_row(system, kind: str, data, true, args, series: dict | None = None
     return row
 
 
-def chain_rows(
-    n_links: int, n_train: int, args, series: dict | None = None, chunk: int = 5
-) -> list[dict]:
+def test_starts(system, args, rng: np.random.Generator) -> np.ndarray:
+    """The test trajectories' first states: drawn as the training starts are
+    (``--test-starts initial``), or, as the authors' test set, the first state of one
+    random window of ``--chunk`` steps of a trajectory from such a start (``chunk``)."""
+    z0 = initial_conditions(system, args.test, rng)
+    if args.test_starts == "initial":
+        return z0
+    X = trajectories(system, z0, args.steps)
+    starts = rng.integers(0, args.steps - args.chunk + 1, size=args.test)
+    return X[np.arange(args.test), starts]
+
+
+def chain_rows(n_links: int, n_train: int, args, series: dict | None = None) -> list[dict]:
     """The rows of one chain and training-set size; ``series`` (a dict) receives each
     model's energy error and constraint residual over time (:func:`invariants`)."""
-    system = chain(n_links)
+    system, chunk = chain(n_links), args.chunk
     data = training_set(system, n_train, args.steps, chunk, args.seed)
     rng = np.random.default_rng(args.seed + 2)
-    z0 = initial_conditions(system, args.test, rng)
+    z0 = test_starts(system, args, rng)
     true = trajectories(system, z0, args.steps)
     kick = PERTURBATION * rng.normal(size=z0.shape)
     pert = trajectories(system, onto_constraints(system, z0 + kick), args.steps)
     one_step = NominalModel(system, DT, substeps=args.substeps).discrete_model()
     exact = rollout_model(one_step, true[:, 0], np.zeros((args.test, args.steps, 1)))
     rows = [
-        _reference_row(system, "pert (true system, 1e-4 off)", pert, true),
+        _reference_row(system, "pert (true system, 1e-4 off)", pert, true, args.metric),
         _reference_row(system, f"true Lagrangian, exported integrator ({args.substeps} "
-                       "midpoint steps per dt)", exact, true),
+                       "midpoint steps per dt)", exact, true, args.metric),
     ]  # fmt: skip
     # the true vector field through the two explicit evaluations: the floor each sets
     zero = np.zeros((args.test, args.steps, 1))
     for substeps, column in ((1, "rk4_error"), (FINE, "fine_error")):
         field = NominalModel(system, DT, integrator="rk4", substeps=substeps).discrete_model()
         rows.append(_reference_row(system, f"true vector field, RK4 ({substeps} per dt)",
-                                   rollout_model(field, true[:, 0], zero), true, column))  # fmt: skip
+                                   rollout_model(field, true[:, 0], zero), true, args.metric,
+                                   column))  # fmt: skip
     if series is not None:
         series["true Lagrangian, exported integrator"] = invariants(system, exact, true)
     for name in args.families:
@@ -419,6 +458,20 @@ def main(argv=None) -> int:
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=MODELS)
     parser.add_argument("--table", default="chain", help="name of the table files")
     parser.add_argument(
+        "--chunk", type=int, default=5,
+        help="steps of each training window (the authors: 4, chunk_len = 5 snapshots)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--test-starts", choices=("initial", "chunk"), default="initial",
+        help="the test trajectories' first states: drawn as the training starts, or the "
+             "first state of a random window of a trajectory from one (the authors')",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metric", choices=("steps", "trapezoid"), default="steps",
+        help="the geometric mean over the steps after the start, or the authors' "
+             "trapezoid rule from t = 0 (see geometric_error)",
+    )  # fmt: skip
+    parser.add_argument(
         "--substeps", type=int, default=1, help="midpoint steps per dt of the exported models"
     )
     parser.add_argument(
@@ -441,11 +494,12 @@ def main(argv=None) -> int:
     chains = ", ".join(f"{n}-pendulum" for n in args.n)
     intro = f"""
 Chains of point masses ({chains}; NPendulum(N), the paper's masses and lengths), dt = {DT} s,
-{sizes} training trajectories (column 'train'; one window of 5 steps each), {args.test} test
-trajectories of {args.steps} steps from seed {args.seed + 2}, networks of {args.hidden} tanh
-units ({args.init} initial weights) trained for {args.epochs} epochs with the same optimiser, schedule and loss (see the
-script's docstring). Errors: geometric means over test trajectories of each trajectory's
-geometric-mean relative error in Cartesian positions and velocities; "vi": the exported
+{sizes} training trajectories (column 'train'; one window of {args.chunk} steps each), {args.test} test
+trajectories of {args.steps} steps from seed {args.seed + 2} ({STARTS[args.test_starts]}),
+networks of {args.hidden} tanh units ({args.init} initial weights) trained for {args.epochs}
+epochs with the same optimiser, schedule and loss (see the script's docstring). Errors:
+geometric means over test trajectories of each trajectory's geometric-mean relative error in
+Cartesian positions and velocities ({METRICS[args.metric]}); "vi": the exported
 constrained variational integrator ({args.substeps} midpoint steps per dt) of a constrained
 family, "rk4": RK4 on the learned vector field (one step per dt; the baselines' Neural ODE,
 HNN and DeLaN in the link angles, mapped to Cartesian coordinates), "fine": the same with
