@@ -314,6 +314,15 @@ def test_the_chain_metric_and_the_authors_test_starts(monkeypatch):
     logs = (0.5 * np.log(1e-8) + (steps - 1.5) * np.log(e + 1e-8)) / steps
     np.testing.assert_allclose(chain.geometric_error(pred, true, "trapezoid"), np.exp(logs),
                                rtol=1e-9)  # fmt: skip
+    # a rollout that blew up counts at the metric's largest value, 1, whether its states
+    # became NaN or so large that their norm overflows
+    for bad in (np.nan, 1e300):
+        blown = pred.copy()
+        blown[1, steps // 2 :] = bad
+        err = chain.geometric_error(blown, true, "steps")
+        good = steps // 2 - 1  # steps 1 .. steps // 2 - 1 of the steps after the start
+        expected = np.exp((good * np.log(e + 1e-8) + (steps - good) * np.log(1 + 1e-8)) / steps)
+        np.testing.assert_allclose(err, [e + 1e-8, expected], rtol=1e-9)
     system = chain.chain(2)
     args = argparse.Namespace(test=3, steps=12, chunk=4, test_starts="initial")
     initial = chain.test_starts(system, args, np.random.default_rng(5))

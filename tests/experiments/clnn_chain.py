@@ -145,7 +145,10 @@ def geometric_error(pred: np.ndarray, true: np.ndarray, metric: str = "steps") -
     p = np.where(ok[..., None], p, 0.0)
     num = np.linalg.norm(p - t, axis=2)
     den = np.linalg.norm(p, axis=2) + np.linalg.norm(t, axis=2)
-    rel = np.where(ok, num / np.where(den > 0, den, 1.0), 1.0)
+    with np.errstate(invalid="ignore"):
+        rel = np.where(ok, num / np.where(den > 0, den, 1.0), 1.0)
+    # a rollout so far off that its norm overflows has blown up too (rel -> 1 as |p| grows)
+    rel = np.where(np.isfinite(rel), rel, 1.0)
     if metric == "steps":
         return np.exp(np.mean(np.log(rel + FLOOR), axis=1))
     integral = np.trapezoid(np.log(rel + FLOOR), dx=DT, axis=1)
