@@ -218,3 +218,12 @@ def test_orthogonal_init_draws_orthogonal_weights_from_the_seed():
     assert all(torch.equal(a, b) for a, b in zip(net.parameters(), again.parameters(), strict=True))
     with pytest.raises(InputError, match=r"init must be one of \['uniform', 'orthogonal'\]"):
         mlp([4, 1], init="xavier")
+
+
+def test_the_network_settings_offer_what_the_writer_draws():
+    # the settings declare their choices without importing torch; each must be one mlp takes
+    from vimpc.models import _network_lagrangian as nl
+    from vimpc.models import _torch_casadi as tc
+
+    assert set(nl.INITS) == set(tc.INITS)
+    assert set(nl.ACTIVATIONS) <= set(tc._ACTIVATIONS)

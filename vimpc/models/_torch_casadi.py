@@ -41,7 +41,6 @@ import torch
 from torch import nn
 
 from vimpc.errors import InputError
-from vimpc.models._network_lagrangian import INITS
 
 __all__ = [
     "SUPPORTED",
@@ -142,6 +141,8 @@ SUPPORTED = {
     PeriodicInput: _periodic,
 }
 _ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "elu": nn.ELU, "sine": Sine}
+#: the schemes :func:`mlp` draws initial weights by
+INITS = ("uniform", "orthogonal")
 
 
 def _supported_names() -> str:
