@@ -856,3 +856,54 @@ def test_a_horizon_level_bound_is_read_as_quantiles_over_its_horizon():
     np.testing.assert_allclose(b.tube_inputs, a.tube_inputs, rtol=1e-9, atol=1e-15)
     # stage 1 holds the wider box
     np.testing.assert_allclose(b.tube[1], a.tube[1] * z[1] / z[0], rtol=1e-12)
+
+
+def test_a_cold_guess_covers_the_soft_rows_with_the_least_slacks():
+    # the unstable plant's open-loop box outgrows the bounds +-1: the state held at the
+    # measured state meets none of the late stages' tightened soft rows with its slacks at 0
+    Au = np.array([[1.3, 0.1], [0.0, 1.2]])
+    Bu = np.array([[0.0], [0.1]])
+    model = _double_integrator(np.array([1e-3, 1e-3]), implicit=False, A=Au, B=Bu)
+    ctrl = MPC(
+        model,
+        horizon=30,
+        cost=Cost(Q=[1.0, 1.0], R=[1.0]),
+        constraints=Constraints(
+            u_min=[-50.0], u_max=[50.0], obs_min=[-1.0, -1.0], obs_max=[1.0, 1.0], soft_bounds=True
+        ),
+        tightening="tube",
+        solver="fatrop",
+    )
+    x0 = np.array([0.5, -0.2])
+    tr, cover = ctrl._tr, ctrl._cover
+    w0 = ca.DM(ctrl._initial_guess(x0))
+    refs = np.zeros((ctrl.horizon + 1) * 2)
+    P = ca.DM(np.concatenate([x0, refs, [0.0]]))
+    m = ctrl._tightening.margins(w0, P, np.zeros(0), ctrl._bounds, False)
+    lbg, ubg = (np.asarray(m.bounds[k]).reshape(-1) for k in ("lbg", "ubg"))
+    g = ca.Function("g", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["g"]])
+    soft = np.unique(cover._rows)
+
+    def violation(w):
+        gv = np.asarray(g(w, m.P)).reshape(-1)[soft]
+        return np.maximum(lbg[soft] - gv, 0) + np.maximum(gv - ubg[soft], 0)
+
+    assert violation(w0.full()).max() > 5.0  # the late stages' margins exceed the bounds
+    covered = cover(w0.full(), m.P, lbg, ubg)
+    assert violation(covered).max() < 1e-9
+    others = np.setdiff1d(np.arange(tr.layout.n_w), cover.slacks)
+    np.testing.assert_array_equal(covered[others], w0.full().reshape(-1)[others])
+    # the least such slacks: each raised one, 1e-6 lower, breaks a row it enters
+    raised = cover.slacks[covered[cover.slacks] > 0]
+    assert raised.size > 0
+    for j in raised:
+        lower = covered.copy()
+        lower[j] -= 1e-6
+        assert violation(lower).max() > 5e-7
+    # slacks that cover already are kept, and a covered guess is returned as it is
+    more = covered.copy()
+    more[cover.slacks] += 1.0
+    np.testing.assert_array_equal(cover(more, m.P, lbg, ubg), more)
+    # fatrop's cold start solves from it (the soft rows' slacks at their least, >= 1 m)
+    result = ctrl(x0)
+    assert result.status.ok and result.slack > 0.0

@@ -244,7 +244,7 @@ from vimpc.mpc.problem import Constraints, Cost, SafetyRows, check_problem_size
 from vimpc.mpc.result import MPCResult, Status
 from vimpc.mpc.solving import STRATEGIES
 from vimpc.mpc.tightening import make_tightening, shifted, tightening_for
-from vimpc.mpc.transcription import n_slacks, transcribe, transcriber_for
+from vimpc.mpc.transcription import SlackCover, n_slacks, transcribe, transcriber_for
 
 
 def _read(strategy: str, name: str, doc: str) -> property:
@@ -360,6 +360,7 @@ class MPC:
             soft_input_tube=soft_inputs,
         )
         tight.build(self._tr, self.jit == "nlp")
+        self._cover = SlackCover(self._tr) if self._tr.layout.s.size else None
         strategy.refuse_problem(transcription, self._cost, hessian)
         self._solving = strategy(solver, checked, given_options)
         expand = self._tr.expandable and not (self.model_compiled or stage_calls)
@@ -508,11 +509,14 @@ class MPC:
         p = m.p_default if p is None else _checks.finite_vector("p", p, m.np, m.param_names)
         x0 = np.asarray(self._from_obs(obs), dtype=np.float64).reshape(-1)
         refs = np.stack([self._cost.reference(t + k * m.dt) for k in range(N + 1)], axis=1)
+        cold = self._w0 is None  # no plan to start from: the state held (initial_guess)
         w0 = ca.DM(self._initial_guess(x0))
         P = ca.DM(np.concatenate([x0, refs.T.reshape(-1), self._u_prev, p]))
         P_given = P
         margins = self._tightening.margins(w0, P, p, self._bounds, self._unhurried)
         tube, tube_inputs, P, bounds = margins.tube, margins.tube_inputs, margins.P, margins.bounds
+        if cold and self._cover is not None:  # its slacks cover the soft rows (SlackCover)
+            w0 = ca.DM(self._cover(w0.full(), P, bounds["lbg"], bounds["ubg"]))
         inputs_empty, empty_stages = margins.inputs_empty, margins.empty_stages
         args: dict[str, Any] = dict(x0=w0, p=P, **bounds)
         if self._lam_g0 is not None:

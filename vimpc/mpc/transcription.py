@@ -379,3 +379,47 @@ def transcribe(
         inequality=ca.vertcat(*inequality) if inequality else None,
         slack_weights=slack_weights,
     )
+
+
+class SlackCover:
+    """The slacks a guess needs for every soft row of the NLP to hold at it: each slack the
+    least value >= 0 (and at least its guess) at which each row it enters, ``lbg <= g <=
+    ubg``, holds where the slack alone can make it hold. A guess whose slacks are 0 at a state
+    outside the tightened soft bounds (a cold start beside a wide tube) is far from feasible
+    in those rows; an interior-point solver then starts in its restoration phase, where
+    fatrop 1.1.8's inertia correction can grow without end (a solve that never returns, seen
+    on a cart-pole whose tube margins reached 4e5 m). Covered, the soft rows hold from the
+    first iterate and the solve starts from a point the L1 penalty prices."""
+
+    def __init__(self, tr: Transcription):
+        L = tr.layout
+        self.slacks = np.asarray(L.s, dtype=int).reshape(-1)
+        w, p, g = tr.nlp["x"], tr.nlp["p"], tr.nlp["g"]
+        self._g = ca.Function("soft_rows", [w, p], [g])
+        # the slacks enter g linearly: their coefficients, once
+        jac = ca.Function("soft_jacobian", [w, p], [ca.jacobian(g, w)])
+        zeros = (ca.DM.zeros(w.sparsity()), ca.DM.zeros(p.sparsity()))
+        coef = np.asarray(ca.densify(jac(*zeros)).full())[:, self.slacks]
+        self._rows, self._cols = np.nonzero(coef)
+        self._coef = coef[self._rows, self._cols]
+
+    def __call__(self, w0: np.ndarray, P, lbg, ubg) -> np.ndarray:
+        """``w0`` with its slacks raised to cover the soft rows at ``P`` (parameters) and
+        the row bounds ``lbg``, ``ubg``; ``w0`` itself where no row needs more."""
+        w = np.asarray(w0, dtype=np.float64).reshape(-1).copy()
+        s = w[self.slacks]
+        base = w.copy()
+        base[self.slacks] = 0.0
+        g = np.asarray(self._g(base, P)).reshape(-1)[self._rows]
+        lo = np.asarray(lbg, dtype=np.float64).reshape(-1)[self._rows]
+        hi = np.asarray(ubg, dtype=np.float64).reshape(-1)[self._rows]
+        c = self._coef
+        with np.errstate(invalid="ignore"):  # an infinite bound needs nothing
+            need = np.where(c > 0, (lo - g) / c, (hi - g) / c)
+        need = np.where(np.isfinite(need), need, 0.0)
+        cover = np.zeros_like(s)
+        np.maximum.at(cover, self._cols, need)
+        if np.all(cover <= s):
+            return np.asarray(w0, dtype=np.float64).reshape(-1)
+        w[self.slacks] = np.maximum(s, cover)
+        return w
