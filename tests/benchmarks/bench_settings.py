@@ -19,8 +19,9 @@ failed one start at fatrop's own. ``tube_memory`` (the scenarios with a tube; va
 call's margin at the same stage had in excess of it. ``jit`` (the scenarios whose model keeps
 a network's dense products, with an NLP solver; values none, nlp): the NLP interpreted, or
 compiled to C with the dense products on CasADi's OpenBLAS (what ``"auto"`` chooses where
-CasADi ships it, marked). ``horizon`` (the scenarios solved by the condensed SQP, whose
-solve time grows with it; values 5, 8, 10, 20): the prediction horizon in steps.
+CasADi ships it, marked). ``horizon`` (the scenarios solved by the condensed SQP or by
+fatrop, whose solve time grows with it; values 5, 8, 10, 20): the prediction horizon in
+steps.
 ``warm_max_iter`` (the scenarios whose controller is ``fatrop``; values none, 15, 25, 40): the
 iteration limit of the solves from the previous plan (``none``: ``max_iter``); a solve it
 stops uses its iterate where that meets the constraints, else the fallback input.
@@ -115,9 +116,9 @@ STUDIES = {
         _jit,
     ),
     "horizon": (
-        lambda cfg: cfg["controller"]["solver"] == "condensed",
+        lambda cfg: cfg["controller"]["solver"] in ("condensed", "fatrop"),
         ["5", "8", "10", "20"],
-        "The prediction horizon of the condensed SQP's scenarios",
+        "The prediction horizon of the condensed SQP's and fatrop's scenarios",
         ("pendulum_swingup", ["5", "10"]),
         _steps,
     ),
