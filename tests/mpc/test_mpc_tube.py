@@ -882,7 +882,7 @@ def test_a_cold_guess_covers_the_soft_rows_with_the_least_slacks():
     m = ctrl._tightening.margins(w0, P, np.zeros(0), ctrl._bounds, False)
     lbg, ubg = (np.asarray(m.bounds[k]).reshape(-1) for k in ("lbg", "ubg"))
     g = ca.Function("g", [tr.nlp["x"], tr.nlp["p"]], [tr.nlp["g"]])
-    soft = np.unique(cover._rows)
+    soft = np.flatnonzero(tr.lbg != tr.ubg)[np.unique(cover._rows)]  # the rows of g
 
     def violation(w):
         gv = np.asarray(g(w, m.P)).reshape(-1)[soft]

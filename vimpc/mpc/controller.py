@@ -360,7 +360,8 @@ class MPC:
             soft_input_tube=soft_inputs,
         )
         tight.build(self._tr, self.jit == "nlp")
-        self._cover = SlackCover(self._tr) if self._tr.layout.s.size else None
+        has_soft = self._tr.layout.s.size and self._tr.inequality is not None
+        self._cover = SlackCover(self._tr) if has_soft else None
         strategy.refuse_problem(transcription, self._cost, hessian)
         self._solving = strategy(solver, checked, given_options)
         expand = self._tr.expandable and not (self.model_compiled or stage_calls)

@@ -389,15 +389,18 @@ class SlackCover:
     in those rows; an interior-point solver then starts in its restoration phase, where
     fatrop 1.1.8's inertia correction can grow without end (a solve that never returns, seen
     on a cart-pole whose tube margins reached 4e5 m). Covered, the soft rows hold from the
-    first iterate and the solve starts from a point the L1 penalty prices."""
+    first iterate and the solve starts from a point the L1 penalty prices. The soft rows are
+    among the transcription's ``inequality`` rows, cheap functions of the stage variables: no
+    model call."""
 
     def __init__(self, tr: Transcription):
-        L = tr.layout
-        self.slacks = np.asarray(L.s, dtype=int).reshape(-1)
-        w, p, g = tr.nlp["x"], tr.nlp["p"], tr.nlp["g"]
-        self._g = ca.Function("soft_rows", [w, p], [g])
-        # the slacks enter g linearly: their coefficients, once
-        jac = ca.Function("soft_jacobian", [w, p], [ca.jacobian(g, w)])
+        self.slacks = np.asarray(tr.layout.s, dtype=int).reshape(-1)
+        self._ineq = tr.lbg != tr.ubg
+        w, p = tr.nlp["x"], tr.nlp["p"]
+        rows = ca.Function("soft_rows", [w, p], [tr.inequality])
+        self._g = expanded_or_none(rows) or rows
+        # the slacks enter the rows linearly: their coefficients, once
+        jac = ca.Function("soft_jacobian", [w, p], [ca.jacobian(tr.inequality, w)])
         zeros = (ca.DM.zeros(w.sparsity()), ca.DM.zeros(p.sparsity()))
         coef = np.asarray(ca.densify(jac(*zeros)).full())[:, self.slacks]
         self._rows, self._cols = np.nonzero(coef)
@@ -405,21 +408,21 @@ class SlackCover:
 
     def __call__(self, w0: np.ndarray, P, lbg, ubg) -> np.ndarray:
         """``w0`` with its slacks raised to cover the soft rows at ``P`` (parameters) and
-        the row bounds ``lbg``, ``ubg``; ``w0`` itself where no row needs more."""
-        w = np.asarray(w0, dtype=np.float64).reshape(-1).copy()
+        the row bounds ``lbg``, ``ubg`` (of all of ``g``); ``w0`` itself where no row needs
+        more."""
+        w = np.asarray(w0, dtype=np.float64).reshape(-1)
         s = w[self.slacks]
         base = w.copy()
         base[self.slacks] = 0.0
         g = np.asarray(self._g(base, P)).reshape(-1)[self._rows]
-        lo = np.asarray(lbg, dtype=np.float64).reshape(-1)[self._rows]
-        hi = np.asarray(ubg, dtype=np.float64).reshape(-1)[self._rows]
+        lo, hi = (np.asarray(b, dtype=np.float64).reshape(-1)[self._ineq][self._rows]
+                  for b in (lbg, ubg))  # fmt: skip
         c = self._coef
         with np.errstate(invalid="ignore"):  # an infinite bound needs nothing
             need = np.where(c > 0, (lo - g) / c, (hi - g) / c)
-        need = np.where(np.isfinite(need), need, 0.0)
         cover = np.zeros_like(s)
-        np.maximum.at(cover, self._cols, need)
+        np.maximum.at(cover, self._cols, np.where(np.isfinite(need), need, 0.0))
         if np.all(cover <= s):
-            return np.asarray(w0, dtype=np.float64).reshape(-1)
-        w[self.slacks] = np.maximum(s, cover)
-        return w
+            return w
+        base[self.slacks] = np.maximum(s, cover)
+        return base
