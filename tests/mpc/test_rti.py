@@ -272,3 +272,26 @@ def test_the_condensed_step_is_the_sparse_qps_step_with_slacks_and_the_implicit_
         np.asarray(mine["x"]).ravel(), np.asarray(theirs["x"]).ravel(), atol=1e-7
     )
     assert np.abs(np.asarray(mine["x"]).ravel() - w0).max() > 1e-2  # a step was taken
+
+
+def test_a_loaded_model_whose_derivatives_have_no_sx_form_runs_unexpanded(tmp_path):
+    # a saved and loaded variational step (a rootfinder) expands, but its derivatives solve
+    # with a linear solver that has no SX form: the controller keeps such an NLP MX instead
+    # of failing to expand it, and plans as with the model it was saved from
+    from vimpc import load_model, model_file
+    from vimpc.mechanics import FourBar
+    from vimpc.mpc.tube import expanded_or_none
+
+    fresh = NominalModel(FourBar(), 0.02, integrator="midpoint").discrete_model()
+    loaded = load_model(model_file.save(fresh, tmp_path / "fourbar.vimpc"))
+    assert expanded_or_none(loaded.step) is not None
+    assert expanded_or_none(loaded.step.jacobian()) is None
+    cost = Cost(Q=[0, 0, 0, 10.0, 0, 0], R=[1e-3], reference=[0, 0, 0, 2.0, 0, 0])
+    x = np.asarray(FourBar().assemble(0.3, 1.0), dtype=float).ravel()
+    plans = []
+    for model in (fresh, loaded):
+        ctrl = MPC(model, 10, cost, solver="rti", transcription="step")
+        assert ctrl._tr.expandable is (model is fresh)
+        plans.append(ctrl(x).u_plan)
+    assert np.all(np.isfinite(plans[1])) and np.any(plans[1] != 0)
+    np.testing.assert_allclose(plans[1], plans[0], rtol=1e-8, atol=1e-10)

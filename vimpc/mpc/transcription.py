@@ -364,7 +364,12 @@ def transcribe(
     used = [model.residual if implicit else model.step, model.to_obs]
     if cost.energy is not None:
         used.append(model.energy)
-    expandable = not keeps_mx(model) and all(expanded_or_none(fn) is not None for fn in used)
+    # the solvers differentiate them: a function whose own nodes expand can still have
+    # derivatives that do not (a rootfinder's forward derivatives solve with a linear solver
+    # that has no SX form), so its Jacobian must expand too
+    expandable = not keeps_mx(model) and all(
+        expanded_or_none(f) is not None for fn in used for f in (fn, fn.jacobian())
+    )
     return Transcription(
         nlp=nlp,
         layout=layout,
