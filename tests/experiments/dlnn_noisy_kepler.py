@@ -20,7 +20,9 @@ lr 3e-3, cosine schedule to 0, degeneracy weight 1), for each of ``--epochs`` an
   solver, Powell's hybrid method with a trust region): the first step whose solve fails
   (empty: none in 200), and the RMS position error of the recreation up to it.
 
-Writes ``results/dlnn/noisy_kepler.{md,csv}``. ``--quick --out DIR``: a 1x8 network, 20
+``--validation``, ``--patience``, ``--weight-decay``: the family's early stopping (the share of
+the triples held out, the best validation loss's weights kept) and Adam's weight decay, set
+alike for every fit. Writes ``results/dlnn/<--table>.{md,csv}`` (default ``noisy_kepler``). ``--quick --out DIR``: a 1x8 network, 20
 epochs, 20 steps.
 """
 
@@ -90,7 +92,8 @@ def fit_one(noise: float, epochs: int, seed: int, args) -> dict:
     Xt = truth(system, h, KEPLER["test_x0"], pred)
     data = dataset(system, h, X[: steps + 1], noise=noise, seed=0)
     model = DLNNModel(system, h, order=0, hidden=args.hidden, epochs=epochs, time_budget=0,
-                      seed=seed, progress=False)  # fmt: skip
+                      seed=seed, progress=False, validation=args.validation,
+                      patience=args.patience, weight_decay=args.weight_decay)  # fmt: skip
     model.fit(data)
     Ld = ld_function(model, "DLNN", n, h)
     F = del_solver(Ld, n)
@@ -103,6 +106,9 @@ def fit_one(noise: float, epochs: int, seed: int, args) -> dict:
         S, axis=(1, 2)
     )
     row = {"noise": noise, "epochs": epochs, "seed": seed,
+           "validation": args.validation, "patience": args.patience,
+           "weight_decay": args.weight_decay,
+           "epochs_run": sum(r.epochs for r in (model.training_ if isinstance(model.training_, tuple) else (model.training_,))),
            "del_relative": model.del_relative_,
            "true_del_relative": relative_del(true_ld(system, n, h), Q, h),
            "definite_d12": f"{definite} of {len(S)}", "d12_asymmetry": float(np.median(asym))}  # fmt: skip
@@ -122,10 +128,25 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--epochs", type=int, nargs="+", default=[4000, 20000])
     parser.add_argument("--hidden", type=int, nargs="+", default=[128, 128, 128])
+    parser.add_argument(
+        "--validation",
+        type=float,
+        default=0.0,
+        help="share of the triples held out for early stopping (the family's)",
+    )
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=0,
+        help="epochs without a better validation loss before stopping",
+    )
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="Adam's L2 weight decay")
+    parser.add_argument("--no-clean", action="store_true", help="leave out the clean fits")
+    parser.add_argument("--table", default="noisy_kepler", help="the table's name")
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"seeds": [0], "epochs": [20], "hidden": [8]})
     cmd = command(__file__, [] if argv is None else list(argv))
-    jobs = [(0.0, args.epochs[0], s) for s in args.seeds]
+    jobs = [] if args.no_clean else [(0.0, args.epochs[0], s) for s in args.seeds]
     jobs += [(NOISE, e, s) for e in args.epochs for s in args.seeds]
     rows = []
     try:
@@ -137,13 +158,13 @@ def main(argv=None) -> int:
     for noise, epochs, seed in bar:
         rows.append(fit_one(noise, epochs, seed, args))
     intro = __doc__.split("\n\n", 2)[2].split("Writes ")[0].strip()
-    write_table(args.out, "noisy_kepler", "DLNN on the noisy Kepler orbit: the model or the solver",
+    write_table(args.out, args.table, "DLNN on the noisy Kepler orbit: the model or the solver",
                 cmd, intro, rows)  # fmt: skip
     failed = sum(r["newton_failed_at"] != "" for r in rows if r["noise"] > 0)
     hybr = sum(r["hybr_failed_at"] != "" for r in rows if r["noise"] > 0)
     noisy = sum(r["noise"] > 0 for r in rows)
     print(f"noisy fits whose prediction fails: Newton {failed} of {noisy}, hybr {hybr} of "
-          f"{noisy}; table {args.out / 'noisy_kepler.md'}")  # fmt: skip
+          f"{noisy}; table {args.out / (args.table + '.md')}")  # fmt: skip
     return 0
 
 
