@@ -48,7 +48,8 @@ warnings.filterwarnings("ignore", message=".*the data have no inputs", category=
 
 def predict_hybr(F: ca.Function, q0, q1, steps: int) -> tuple[np.ndarray, int | None]:
     """As :func:`dlnn_reproduction.predict`, each step solved by scipy's ``hybr`` from the
-    same guess ``2 q_k - q_{k-1}``."""
+    same guess ``2 q_k - q_{k-1}``; a step fails where hybr does or where its root or its
+    residual there is not finite (a network whose outputs are NaN)."""
     from scipy.optimize import root
 
     n = len(q0)
@@ -58,7 +59,7 @@ def predict_hybr(F: ca.Function, q0, q1, steps: int) -> tuple[np.ndarray, int | 
         a, b = Q[k - 1], Q[k]
         sol = root(lambda x, a=a, b=b: np.asarray(F(a, b, x)[0]).ravel(), 2 * b - a,
                    jac=lambda x, a=a, b=b: np.asarray(F(a, b, x)[1]), method="hybr")  # fmt: skip
-        if not sol.success or not np.all(np.isfinite(sol.x)):
+        if not sol.success or not np.all(np.isfinite(sol.x)) or not np.all(np.isfinite(sol.fun)):
             return Q, k + 1
         Q[k + 1] = sol.x
     return Q, None
