@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     parser.add_argument("--table", default="noisy_kepler", help="the table's name")
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"seeds": [0], "epochs": [20], "hidden": [8]})
-    cmd = command(__file__, [] if argv is None else list(argv))
+    cmd = command(__file__, args.argv)
     jobs = [] if args.no_clean else [(0.0, args.epochs[0], s) for s in args.seeds]
     jobs += [(NOISE, e, s) for e in args.epochs for s in args.seeds]
     rows = []
