@@ -188,6 +188,23 @@ def test_a_configuration_not_begun_is_left_out(sb, folders):
     assert [c["family"] for c in sb.read_sweeps([folders[1]])] == ["hamel"]
 
 
+def test_a_cell_in_two_folders_is_summarised_once_from_the_one_with_more_episodes(sb, tmp_path):
+    # a configuration that failed after its fits (no episode) and was run again in a sweep of
+    # its own: one row, the second folder's; on a tie the later folder's
+    def run(name: str, n: int, tracking: float):
+        configuration = {"family": "nominal", "budget": 25, "plant": 0,
+                         "episodes": episodes(n, n, tracking), "requested": 4,
+                         "complete": n == 4, "fits": [fit(0.1)]}  # fmt: skip
+        return sb.synthetic_sweep(tmp_path / name, name, "vimpc/CartPole-v0", [configuration])
+
+    failed, again, tie = run("failed", 0, 1.0), run("again", 4, 0.5), run("tie", 4, 0.25)
+    for order, tracking in (([failed, again], 0.5), ([again, failed], 0.5), ([again, tie], 0.25)):
+        found = sb.read_sweeps(order)
+        assert len(found) == 1 and len(found[0]["episodes"]) == 4
+        assert found[0]["episodes"][0]["tracking_rmse"] == tracking
+        assert len(sb.table_rows(found)) == 1
+
+
 def test_a_mujoco_plant_is_its_own_world_with_its_mjcf_as_the_plant(sb):
     plant_of, system_of, where = sb.plant_of, sb.system_of, sb.where
 

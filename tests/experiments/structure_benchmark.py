@@ -243,16 +243,25 @@ def read_configuration(sweep: Path, entry: dict[str, Any]) -> dict[str, Any] | N
     }
 
 
+CELL = ("system", "world", "family", "budget", "plant")
+
+
 def read_sweeps(folders: Sequence[Path]) -> list[dict[str, Any]]:
-    """Every begun configuration of the sweep ``folders``."""
-    out = []
+    """Every begun configuration of the sweep ``folders``, one per cell (system, world,
+    family, budget, plant): where folders share a cell (a configuration run again in a sweep
+    of its own after it failed), the one with the most finished episodes, the later folder's
+    on a tie."""
+    cells: dict[tuple, dict[str, Any]] = {}
     for sweep in folders:
         manifest = json.loads((sweep / "sweep.json").read_text())
         for entry in manifest["configurations"]:
             found = read_configuration(sweep, entry)
-            if found is not None:
-                out.append(found)
-    return out
+            if found is None:
+                continue
+            key = tuple(found[k] for k in CELL)
+            if key not in cells or len(found["episodes"]) >= len(cells[key]["episodes"]):
+                cells[key] = found
+    return list(cells.values())
 
 
 # -- the table ---------------------------------------------------------------------------------------
