@@ -22,8 +22,8 @@ lr 3e-3, cosine schedule to 0, degeneracy weight 1), for each of ``--epochs`` an
 
 ``--validation``, ``--patience``, ``--weight-decay``: the family's early stopping (the share of
 the triples held out, the best validation loss's weights kept) and Adam's weight decay, set
-alike for every fit. Writes ``results/dlnn/<--table>.{md,csv}`` (default ``noisy_kepler``). ``--quick --out DIR``: a 1x8 network, 20
-epochs, 20 steps.
+alike for every fit. Writes ``results/dlnn/<--table>.{md,csv}`` (default ``noisy_kepler``).
+``--quick --out DIR``: a 1x8 network, 20 epochs, 20 steps.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from _dlnn_systems import KEPLER, NOISE, dataset, kepler_system, truth
 from _quick import add_options, command, parse
 from _tables import write_table
 from dlnn_reproduction import del_solver, ld_function, predict, rms, true_ld
+from tqdm import tqdm
 
 from vimpc.errors import FitWarning
 from vimpc.models.families.dlnn import DLNNModel
@@ -149,15 +150,8 @@ def main(argv=None) -> int:
     cmd = command(__file__, args.argv)
     jobs = [] if args.no_clean else [(0.0, args.epochs[0], s) for s in args.seeds]
     jobs += [(NOISE, e, s) for e in args.epochs for s in args.seeds]
-    rows = []
-    try:
-        from tqdm import tqdm
-
-        bar = tqdm(jobs, desc="noisy Kepler fits", unit="fit")
-    except ImportError:  # pragma: no cover
-        bar = jobs
-    for noise, epochs, seed in bar:
-        rows.append(fit_one(noise, epochs, seed, args))
+    bar = tqdm(jobs, desc="noisy Kepler fits", unit="fit")
+    rows = [fit_one(noise, epochs, seed, args) for noise, epochs, seed in bar]
     intro = __doc__.split("\n\n", 2)[2].split("Writes ")[0].strip()
     write_table(args.out, args.table, "DLNN on the noisy Kepler orbit: the model or the solver",
                 cmd, intro, rows)  # fmt: skip
