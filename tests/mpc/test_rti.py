@@ -295,3 +295,21 @@ def test_a_loaded_model_whose_derivatives_have_no_sx_form_runs_unexpanded(tmp_pa
         plans.append(ctrl(x).u_plan)
     assert np.all(np.isfinite(plans[1])) and np.any(plans[1] != 0)
     np.testing.assert_allclose(plans[1], plans[0], rtol=1e-8, atol=1e-10)
+
+
+def test_a_guess_that_cannot_be_condensed_is_a_failed_call_not_an_error():
+    # a plan with a non-finite entry (a learned model that left its range): the
+    # condensing's sparse LU refuses it; the preparation keeps the failure, the call
+    # reports it and falls back, and the next preparation, from the fallback's plan, solves
+    ctrl = _pendulum_controller()
+    x = np.array([0.1, 0.0])
+    assert ctrl(x, 0.0).status.ok
+    ctrl._w0[ctrl._layout.x[2]] = np.nan
+    ctrl.prepare(0.05)
+    failed = ctrl(x, 0.05)
+    assert failed.status is Status.FAILED and failed.fallback
+    assert ctrl._solving.solver.stats()["return_status"].startswith("linearisation failed")
+    assert np.all(np.isfinite(failed.u)) and abs(failed.u[0]) <= 2.0
+    ctrl.prepare(0.1)
+    again = ctrl(x, 0.1)
+    assert again.status.ok and not again.fallback and np.isfinite(again.feedback_time)

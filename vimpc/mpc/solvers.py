@@ -458,8 +458,9 @@ class RealTimeIteration:
     lam_g0]) -> {x, f, g, lam_x, lam_g}``, with :meth:`stats`.
 
     Never converged by design: ``stats()["success"]`` is False, ``return_status`` says
-    whether the QP was solved; a QP that failed returns NaN (the caller's fallback acts).
-    ``stats()`` gives the phases' wall times (``t_wall_preparation``, ``t_wall_feedback``).
+    whether the QP was solved; a QP that failed, or a linearisation that could not be
+    condensed (its equality Jacobian singular or not finite at the guess), returns NaN (the
+    caller's fallback acts). ``stats()`` gives the phases' wall times (``t_wall_preparation``, ``t_wall_feedback``).
     The multipliers of the equality rows are not computed (NaN; the Gauss–Newton Hessian
     does not need them).
 
@@ -498,7 +499,7 @@ class RealTimeIteration:
         self._dep = D = np.setdiff1d(np.arange(n_w), F)
         equality = np.asarray(equality, bool).reshape(-1)
         self._eq, self._ineq = E, I = np.flatnonzero(equality), np.flatnonzero(~equality)
-        self._n_init = n_init
+        self._n_init, self._n_g = n_init, n_g
         self.regularization = float(regularization)
         nF, nI, nD = F.size, I.size, D.size
         # the condensing, as one CasADi function (sparse LU of the equality rows' Jacobian in
@@ -577,12 +578,16 @@ class RealTimeIteration:
         """Linearise at the guess ``x0`` with parameters ``p`` and condense the QP; returns
         the wall time it took [s]."""
         start = time.perf_counter()
-        out = self._condense(x0, p, lbg, ubg, lbx, ubx)
-        # the data stay DMs: a NumPy conversion costs ~10-30 us a vector, milliseconds a
-        # dense matrix
-        q = dict(zip(self._names, out, strict=True))
-        for name in ("T", "t0", "M"):  # the step's, as NumPy arrays
-            q[name] = q[name].full()
+        try:
+            out = self._condense(x0, p, lbg, ubg, lbx, ubx)
+        except RuntimeError as exc:  # the guess's equality Jacobian singular or not finite
+            q = {"failed": str(exc).strip().splitlines()[-1]}
+        else:
+            # the data stay DMs: a NumPy conversion costs ~10-30 us a vector, milliseconds
+            # a dense matrix
+            q = dict(zip(self._names, out, strict=True))
+            for name in ("T", "t0", "M"):  # the step's, as NumPy arrays
+                q[name] = q[name].full()
         q["w"] = np.asarray(x0, float).reshape(-1)
         q["x_init"] = np.asarray(p, float).reshape(-1)[: self._n_init].copy()
         self._prepared = q
@@ -597,6 +602,17 @@ class RealTimeIteration:
             raise RuntimeError("RealTimeIteration.feedback needs a prepare() first")
         start = time.perf_counter()
         q, self._prepared = self._prepared, None
+        if "failed" in q:  # no QP to solve: NaN, and the caller's fallback acts
+            n_w, n_g = q["w"].size, self._n_g
+            self._stats = {
+                "success": False,
+                "return_status": f"linearisation failed: {q['failed']}",
+                "iter_count": 1,
+                "t_wall_preparation": self._stats.get("t_wall_preparation", float("nan")),
+                "t_wall_feedback": time.perf_counter() - start,
+            }
+            nan_w, nan_g = np.full((n_w, 1), np.nan), np.full((n_g, 1), np.nan)
+            return {"x": nan_w, "f": float("nan"), "g": nan_g, "lam_x": nan_w, "lam_g": nan_g}
         dx = np.asarray(x_init, float).reshape(-1) - q["x_init"]
         g, lba, uba = self._shift(dx, q["c0"], q["Cx"], q["lba"], q["uba"], q["Ax"])
         args = {"h": q["h"], "g": g, "a": q["a"], "lba": lba, "uba": uba}
