@@ -219,3 +219,29 @@ def test_a_mujoco_plant_is_its_own_world_with_its_mjcf_as_the_plant(sb):
     assert plant_of(foreign) == "cartpole_variant"
     rows = [{"system": "cartpole", "world": w} for w in ("vimpc", "mujoco")]
     assert [where(r) for r in rows] == ["cartpole", "cartpole (MuJoCo)"]
+
+
+def test_a_failed_configuration_says_why_in_its_note(sb, tmp_path):
+    # the sweep records the error of a configuration that failed; its row (no episodes, no
+    # verdict) names the error's type and cause, CasADi's last line; a finished one has none
+    error = (
+        "RuntimeError: Error in Function::call for 'rti_condensing' [MXFunction] at "
+        ".../casadi/core/function.cpp:514:\n.../casadi/core/function_internal.hpp:1766: "
+        "Evaluation failed"
+    )
+    cells = [
+        {"family": "clnn", "budget": 40, "plant": 0, "episodes": episodes(0, 1, 1.0),
+         "requested": 4, "complete": False, "fits": [fit(0.1)], "error": error},
+        {"family": "gp_residual", "budget": 40, "plant": 0, "episodes": episodes(4, 4, 1.0),
+         "fits": [fit(0.1)]},
+    ]  # fmt: skip
+    sweep = sb.synthetic_sweep(tmp_path, "benchmark_fourbar", "vimpc/FourBar-v0", cells)
+    rows = {r["family"]: r for r in sb.table_rows(sb.read_sweeps([sweep]))}
+    assert rows["clnn"]["note"] == (
+        "failed: RuntimeError: .../casadi/core/function_internal.hpp:1766: Evaluation failed"
+    )
+    assert rows["gp_residual"]["note"] == ""
+    assert sb.failure_note("ValueError: model.hidden: expected a list") == (
+        "failed: ValueError: model.hidden: expected a list"
+    )
+    assert len(sb.failure_note("KeyError: " + "x" * 400)) == len("failed: ") + 160

@@ -11,7 +11,9 @@ into ``--out`` (default ``results/structure_benchmark/``).
 A row per configuration: system, world (``vimpc``: vimpc's own envs; ``mujoco``: a gymnasium
 env through the adapter), family, data budget (``data.trajectories``) and plant
 (``env.kwargs.param_seed``), over the episodes finished so far (``episodes`` says how many
-of how many) and the fits that have a fit summary. Figures and their 95 % intervals:
+of how many) and the fits that have a fit summary; ``note``: why a configuration that
+``vimpc sweep`` recorded as failed stopped (:func:`failure_note`). Figures and their 95 %
+intervals:
 
 - rates over episodes with their Wilson interval: ``success`` (the scenario's success
   criterion), ``off_limits`` (the share of episodes whose true state left a safety limit);
@@ -208,9 +210,23 @@ def plant_of(env: dict[str, Any]) -> int | str:
     return int(kwargs.get("param_seed", 0))
 
 
-def read_configuration(sweep: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
+def failure_note(error: str | None) -> str:
+    """The ``note`` of a configuration: ``""`` (none), else ``"failed: "``, the error's type
+    and the last line of what ``vimpc sweep`` recorded of it (CasADi's cause ends there),
+    cut to 160 characters."""
+    lines = [line.strip() for line in str(error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    kind, _, first = lines[0].partition(": ")
+    text = f"{kind}: {lines[-1] if len(lines) > 1 else first}" if first else lines[0]
+    return "failed: " + (text if len(text) <= 160 else text[:159] + "…")
+
+
+def read_configuration(
+    sweep: Path, entry: dict[str, Any], error: str | None = None
+) -> dict[str, Any] | None:
     """One configuration of a sweep: its settings, per-episode metrics and fit records
-    (None when it has not begun)."""
+    (None when it has not begun); ``error``: what ``vimpc sweep`` recorded of its failure."""
     folder, complete = _configuration_folder(sweep, entry["id"])
     if folder is None:
         return None
@@ -240,6 +256,7 @@ def read_configuration(sweep: Path, entry: dict[str, Any]) -> dict[str, Any] | N
         "complete": complete,
         "episodes": episodes,
         "fits": [f.get("fit") for f in fits if f is not None and f.get("fit")],
+        "note": failure_note(error) if not complete else "",
     }
 
 
@@ -254,8 +271,9 @@ def read_sweeps(folders: Sequence[Path]) -> list[dict[str, Any]]:
     cells: dict[tuple, dict[str, Any]] = {}
     for sweep in folders:
         manifest = json.loads((sweep / "sweep.json").read_text())
+        failed = manifest.get("failed") or {}
         for entry in manifest["configurations"]:
-            found = read_configuration(sweep, entry)
+            found = read_configuration(sweep, entry, failed.get(entry["id"]))
             if found is None:
                 continue
             key = tuple(found[k] for k in CELL)
@@ -306,6 +324,7 @@ def row_of(c: dict[str, Any]) -> dict[str, Any]:
         "plant": c["plant"],
         "episodes": f"{len(eps)}/{c['requested']}",
         "fits": len(c["fits"]),
+        "note": c.get("note", ""),
     }
     figures: dict[str, tuple[float, float, float]] = {}
     success = [m["success"] for m in eps if not math.isnan(m.get("success", math.nan))]
@@ -359,6 +378,8 @@ def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
     have = {tuple(str(r[k]) for k in KEY) for r in rows if not r["episodes"].startswith("0/")}
     with open(table, newline="", encoding="utf-8") as f:
         found = list(csv.DictReader(f))
+    for r in found:  # a table made before the note column: no failure was noted
+        r.setdefault("note", "")
     if not found or set(found[0]) != set(rows[0] if rows else found[0]):
         missing = sorted(set(rows[0]) - set(found[0])) if rows and found else []
         raise SystemExit(f"--keep {table}: not a structure benchmark table (columns {missing})")
@@ -510,6 +531,7 @@ def markdown_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             **{k: r[k] for k in keys},
             **{m: _shown(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in METRICS},
+            "note": r["note"].replace("|", "/"),
         }
         for r in rows
     ]
@@ -614,10 +636,11 @@ def summarise(
         "(rates: Wilson over episodes; tracking, closed-loop coverage and solve times over "
         "the period: bootstrap over episodes; prediction errors, energy drift, constraint "
         "residual, failed rollouts and validation coverage: Student t over the fits, cut at "
-        "0 and, for the shares, at 1). "
+        "0 and, for the shares, at 1). The note says why a configuration the sweep recorded "
+        "as failed stopped (its error's last line). "
         "The definitions are in the script's docstring."
     )
-    headers = {m: METRICS[m][0] for m in METRICS}
+    headers = {**{m: METRICS[m][0] for m in METRICS}, "note": "note"}
     write_table(
         out, NAME, "Structure benchmark: structure-preserving models against black boxes",
         cmd, intro, markdown_rows(rows), headers=headers, after=verdict_text(rows),
@@ -651,14 +674,17 @@ def synthetic_sweep(
     invented numbers: each configuration a dict with ``family``, ``budget``, ``plant``,
     ``episodes`` (per-episode metrics: ``success``, ``violations``, ``tracking_rmse``,
     ``solve_time_median_ms``, ``solve_time_p95_ms``, ``period_ms``, optionally ``coverage``),
-    ``fits`` (fit summaries), ``requested`` (episodes asked for; default: as many as given)
-    and ``complete`` (a finished run folder, or an unfinished one)."""
+    ``fits`` (fit summaries), ``requested`` (episodes asked for; default: as many as given),
+    ``complete`` (a finished run folder, or an unfinished one) and ``error`` (what the sweep
+    records of a configuration that failed)."""
     sweep = folder / f"{name}.partial"
     sweep.mkdir(parents=True)
-    entries = []
+    entries, failed = [], {}
     for i, c in enumerate(configurations):
         cid = f"c{i:02d}"
         entries.append({"id": cid, "overrides": {"model.family": c["family"]}})
+        if c.get("error"):
+            failed[cid] = c["error"]
         complete = c.get("complete", True)
         run = sweep / (cid if complete else f"{cid}.partial")
         run.mkdir()
@@ -674,7 +700,7 @@ def synthetic_sweep(
         for k, m in enumerate(c["episodes"]):
             (run / f"episode_{k:03d}.json").write_text(json.dumps({"seed": k, "metrics": m}))
             (run / f"episode_{k:03d}.npz").write_bytes(b"")
-    (sweep / "sweep.json").write_text(json.dumps({"configurations": entries}))
+    (sweep / "sweep.json").write_text(json.dumps({"configurations": entries, "failed": failed}))
     return sweep
 
 
