@@ -241,6 +241,11 @@ def test_a_failed_configuration_says_why_in_its_note(sb, tmp_path):
         "failed: RuntimeError: .../casadi/core/function_internal.hpp:1766: Evaluation failed"
     )
     assert rows["gp_residual"]["note"] == ""
+    text = sb.verdict_text(sb.table_rows(sb.read_sweeps([sweep])))
+    assert (
+        "Configurations that failed (no verdict): clnn 1 of 1 (0 before an episode: "
+        "RuntimeError: .../casadi/core/function_internal.hpp:1766: Evaluation failed)."
+    ) in text
     assert sb.failure_note("ValueError: model.hidden: expected a list") == (
         "failed: ValueError: model.hidden: expected a list"
     )

@@ -506,7 +506,26 @@ def verdict_text(rows: Sequence[dict[str, Any]]) -> str:
             parts.append(f"{METRICS[metric][0]}: {said}")
         text = ". ".join(parts) if parts else "no metric with intervals on both sides"
         lines.append(f"- **{system}** (of {len(_cells(mine))} budget x plant cells): {text}.")
+        failed = failures(mine)
+        if failed:
+            lines.append(f"  Configurations that failed (no verdict): {failed}.")
     return "\n".join(lines)
+
+
+def failures(rows: Sequence[dict[str, Any]]) -> str:
+    """The configurations of ``rows`` that failed, by family: how many of the family's cells,
+    how many of them before a single finished episode, and each distinct cause once
+    (``""``: none failed)."""
+    said = []
+    for family in dict.fromkeys(r["family"] for r in rows):
+        mine = [r for r in rows if r["family"] == family]
+        failed = [r for r in mine if r["note"].startswith("failed")]
+        if not failed:
+            continue
+        empty = sum(r["episodes"].startswith("0/") for r in failed)
+        causes = "; ".join(dict.fromkeys(r["note"].removeprefix("failed: ") for r in failed))
+        said.append(f"{family} {len(failed)} of {len(mine)} ({empty} before an episode: {causes})")
+    return ", ".join(said)
 
 
 def _cells(rows: Sequence[dict[str, Any]]) -> set[tuple[int, int]]:
