@@ -21,8 +21,15 @@ lr 3e-3, cosine schedule to 0, degeneracy weight 1), for each of ``--epochs`` an
   (empty: none in 200), and the RMS position error of the recreation up to it.
 
 ``--validation``, ``--patience``, ``--weight-decay``: the family's early stopping (the share of
-the triples held out, the best validation loss's weights kept) and Adam's weight decay, set
-alike for every fit. Writes ``results/dlnn/<--table>.{md,csv}`` (default ``noisy_kepler``).
+the triples held out, the best validation loss's weights kept; it watches the DEL residual in
+either phase of a SymDLNN fit) and Adam's weight decay, set alike for every fit.
+
+``--model SymDLNN``: the same fits with one learned symmetry (``symmetries = 1``), its terms
+weighted 2 (the authors' noisy Kepler weight) after a warm-up of ``--warmup-share`` of the
+epochs (the paper's 5 %), its generator starting at ``--symmetry-start`` (the family's
+``random`` or ``dynamics``); the rows add the learned generator's angle to the rotation
+``(0, 1, -1, 0) / sqrt 2`` (``vec M``, in degrees; the paper's fit 10.4) and the family's
+verdict on it. Writes ``results/dlnn/<--table>.{md,csv}`` (default ``noisy_kepler``).
 ``--quick --out DIR``: a 1x8 network, 20 epochs, 20 steps.
 """
 
@@ -37,7 +44,15 @@ import numpy as np
 from _dlnn_systems import KEPLER, NOISE, dataset, kepler_system, truth
 from _quick import add_options, command, parse
 from _tables import write_table
-from dlnn_reproduction import del_solver, ld_function, predict, rms, true_ld
+from dlnn_reproduction import (
+    ROTATION,
+    del_solver,
+    generator_goal,
+    ld_function,
+    predict,
+    rms,
+    true_ld,
+)
 from tqdm import tqdm
 
 from vimpc.errors import FitWarning
@@ -93,9 +108,15 @@ def fit_one(noise: float, epochs: int, seed: int, args) -> dict:
     X = truth(system, h, KEPLER["x0"], pred)
     Xt = truth(system, h, KEPLER["test_x0"], pred)
     data = dataset(system, h, X[: steps + 1], noise=noise, seed=0)
+    symmetric = {}
+    if args.model == "SymDLNN":
+        warmup = min(max(1, round(epochs * args.warmup_share)), epochs - 1)
+        symmetric = dict(symmetries=1, warmup=warmup, symmetry_weight=2.0,
+                         symmetry_start=args.symmetry_start)  # fmt: skip
     model = DLNNModel(system, h, order=0, hidden=args.hidden, epochs=epochs, time_budget=0,
                       seed=seed, progress=False, validation=args.validation,
-                      patience=args.patience, weight_decay=args.weight_decay)  # fmt: skip
+                      patience=args.patience, weight_decay=args.weight_decay,
+                      **symmetric)  # fmt: skip
     model.fit(data)
     Ld = ld_function(model, "DLNN", n, h)
     F = del_solver(Ld, n)
@@ -107,13 +128,19 @@ def fit_one(noise: float, epochs: int, seed: int, args) -> dict:
     asym = np.linalg.norm(S - np.transpose(S, (0, 2, 1)), axis=(1, 2)) / np.linalg.norm(
         S, axis=(1, 2)
     )
-    row = {"noise": noise, "epochs": epochs, "seed": seed,
+    row = {"model": args.model, "noise": noise, "epochs": epochs, "seed": seed,
            "validation": args.validation, "patience": args.patience,
            "weight_decay": args.weight_decay,
            "epochs_run": sum(r.epochs for r in (model.training_ if isinstance(model.training_, tuple) else (model.training_,))),
            "del_relative": model.del_relative_,
            "true_del_relative": relative_del(true_ld(system, n, h), Q, h),
            "definite_d12": f"{definite} of {len(S)}", "d12_asymmetry": float(np.median(asym))}  # fmt: skip
+    if args.model == "SymDLNN":
+        g = model.symmetries_[0]
+        gen = np.concatenate([np.asarray(g["w"]), np.asarray(g["M"]).ravel()])
+        gen = gen / np.linalg.norm(gen) * (1.0 if gen[n:] @ ROTATION >= 0 else -1.0)
+        row.update(angle_deg=generator_goal("kepler", gen, n)["angle_deg"],
+                   status=g["status"], status_invariance=g["status_invariance"])  # fmt: skip
     for name, step in (("newton", lambda a, b: predict(F, a, b, pred)),
                        ("hybr", lambda a, b: predict_hybr(F, a, b, pred))):  # fmt: skip
         P, fail = step(Q[0], Q[1])
@@ -143,6 +170,11 @@ def main(argv=None) -> int:
         help="epochs without a better validation loss before stopping",
     )
     parser.add_argument("--weight-decay", type=float, default=0.0, help="Adam's L2 weight decay")
+    parser.add_argument("--model", choices=("DLNN", "SymDLNN"), default="DLNN")
+    parser.add_argument(
+        "--warmup-share", type=float, default=0.05, help="SymDLNN's network-only share of epochs"
+    )
+    parser.add_argument("--symmetry-start", choices=("random", "dynamics"), default="random")
     parser.add_argument("--no-clean", action="store_true", help="leave out the clean fits")
     parser.add_argument("--table", default="noisy_kepler", help="the table's name")
     add_options(parser, OUT)
@@ -153,7 +185,7 @@ def main(argv=None) -> int:
     bar = tqdm(jobs, desc="noisy Kepler fits", unit="fit")
     rows = [fit_one(noise, epochs, seed, args) for noise, epochs, seed in bar]
     intro = __doc__.split("\n\n", 2)[2].split("Writes ")[0].strip()
-    write_table(args.out, args.table, "DLNN on the noisy Kepler orbit: the model or the solver",
+    write_table(args.out, args.table, f"{args.model} on the noisy Kepler orbit: the model or the solver",
                 cmd, intro, rows)  # fmt: skip
     failed = sum(r["newton_failed_at"] != "" for r in rows if r["noise"] > 0)
     hybr = sum(r["hybr_failed_at"] != "" for r in rows if r["noise"] > 0)
