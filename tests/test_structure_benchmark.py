@@ -246,6 +246,7 @@ def test_a_failed_configuration_says_why_in_its_note(sb, tmp_path):
         "Configurations that failed (no verdict): clnn 1 of 1 (0 before an episode: "
         "RuntimeError: .../casadi/core/function_internal.hpp:1766: Evaluation failed)."
     ) in text
+    assert "Not run here: gp_vi, lsi, dlnn, lnn, chnn, hamel" in text
     assert sb.failure_note("ValueError: model.hidden: expected a list") == (
         "failed: ValueError: model.hidden: expected a list"
     )

@@ -509,6 +509,12 @@ def verdict_text(rows: Sequence[dict[str, Any]]) -> str:
         failed = failures(mine)
         if failed:
             lines.append(f"  Configurations that failed (no verdict): {failed}.")
+        absent = [f for f in STRUCTURE if f not in {r["family"] for r in mine}]
+        if absent:
+            lines.append(
+                f"  Not run here: {', '.join(absent)} (the sweep files say which the system "
+                "refuses and why)."
+            )
     return "\n".join(lines)
 
 
