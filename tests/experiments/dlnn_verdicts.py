@@ -28,6 +28,9 @@ found the right generator at all.
 writes results/dlnn_verdicts/verdicts.{csv,md} (one row per fit) and rates.{csv,md}.
 ``--data paper --systems cart kepler --out DIR``: the same fits on the paper's one unforced
 training trajectory of each (``_dlnn_systems``) instead of the forced box data.
+``--data paper100 --systems cart kepler --out DIR``: the paper's multi-trajectory case, 100
+unforced trajectories of the paper's length and step (:func:`paper_many`), from Halton starts
+in a box around the paper's training start (the paper does not say how it drew them).
 ``--data ring --systems kepler --out DIR``: Kepler's starts spread over the whole circle
 (:func:`ring_starts`) instead of its box (a slice of the plane at ``x`` 0.8-1.2).
 ``--start dynamics --out DIR``: the generators start at the warm-up network's dynamics
@@ -117,10 +120,38 @@ def paper_data(name: str) -> tuple:
     return system, dataset(system, spec["h"], truth(system, spec["h"], spec["x0"], spec["steps"]))
 
 
+#: the boxes of :func:`paper_many`'s starts, about the paper's training starts, in the
+#: paper's coordinates: the cart-pendulum's (s, phi, s', phi') with phi = 0 upright around
+#: (0.1, 0.1, 0, 0), Kepler's (x, y, x', y') around (1, 0, 0, 0.6)
+PAPER_BOXES = {
+    "cart": ([-0.4, -0.2, -0.3, -0.3], [0.6, 0.4, 0.3, 0.3]),
+    "kepler": ([0.8, -0.2, -0.2, 0.5], [1.2, 0.2, 0.2, 0.7]),
+}
+PAPER_TRAJECTORIES = 100
+
+
+def paper_many(name: str, seed: int) -> tuple:
+    """The paper's multi-trajectory case: ``PAPER_TRAJECTORIES`` unforced trajectories of the
+    paper's length and step of the cart-pendulum or Kepler (``_dlnn_systems``), from Halton
+    starts (scrambled by ``seed``) in :data:`PAPER_BOXES`, as one Dataset, and its system."""
+    from _dlnn_systems import CART, KEPLER, cart_system, kepler_system, truth
+
+    system, spec = (cart_system(), CART) if name == "cart" else (kepler_system(), KEPLER)
+    low, high = PAPER_BOXES[name]
+    X = np.stack([truth(system, spec["h"], x0, spec["steps"])
+                  for x0 in halton(low, high, PAPER_TRAJECTORIES, seed=seed)])  # fmt: skip
+    K, T = X.shape[0], X.shape[1] - 1
+    t = np.tile(spec["h"] * np.arange(T + 1), (K, 1))
+    U = np.zeros((K, T, system.nu))
+    return system, Dataset(t, X, X, U, spec["h"], {"system": system.name})
+
+
 def fit_one(name: str, seed: int, settings: dict, data_kind: str = "box") -> dict:
     system, low, high, amplitude, answer = SYSTEMS[name]
     if data_kind == "paper":
         system, data = paper_data(name)
+    elif data_kind == "paper100":
+        system, data = paper_many(name, seed)
     else:
         data = snapshots(system, low, high, amplitude, seed, ring=data_kind == "ring")
     start = time.perf_counter()
@@ -208,10 +239,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument(
-        "--data", choices=("box", "paper", "ring"), default="box",
+        "--data", choices=("box", "paper", "paper100", "ring"), default="box",
         help="box: forced trajectories from a box of starts; paper: the DLNN paper's one "
-             "unforced trajectory (cart and kepler only); ring: kepler's box turned over "
-             "the whole circle (kepler only)",
+             "unforced trajectory (cart and kepler only); paper100: 100 unforced "
+             "trajectories of its length and step from a box around its start (cart and "
+             "kepler only); ring: kepler's box turned over the whole circle (kepler only)",
     )  # fmt: skip
     parser.add_argument(
         "--start", choices=("random", "dynamics"), default="random",
@@ -219,9 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     add_options(parser, OUT)
     args = parse(parser, argv, OUT, quick={"seeds": [0], "systems": ["rotor", "pendulum"]})
-    if args.data == "paper" and set(args.systems) - {"cart", "kepler"}:
+    if args.data in ("paper", "paper100") and set(args.systems) - {"cart", "kepler"}:
         raise InputError(
-            f"--data paper has the paper's trajectories of cart and kepler only, got "
+            f"--data {args.data} has the paper's trajectories of cart and kepler only, got "
             f"--systems {' '.join(args.systems)}"
         )
     if args.data == "ring" and set(args.systems) != {"kepler"}:
@@ -250,6 +282,11 @@ def main(argv: list[str] | None = None) -> None:
         "starts of the box turned about the origin over the whole circle (radius, radial and "
         "tangential speeds in the box's ranges), the seed drawing the data and the network"
         if args.data == "ring"
+        else f"the DLNN paper's multi-trajectory case: {PAPER_TRAJECTORIES} unforced "
+        "trajectories of its length and step from Halton starts in a box around its training "
+        f"start ({'; '.join(f'{k}: {v[0]} to {v[1]}' for k, v in PAPER_BOXES.items())}), "
+        "the seed drawing the starts and the network"
+        if args.data == "paper100"
         else "the DLNN paper's one unforced training trajectory, the seed drawing the network"
     )
     intro = (
