@@ -9,6 +9,7 @@ Run from the repository root::
     python tests/benchmarks/bench_settings.py --study jit ...
     python tests/benchmarks/bench_settings.py --study horizon ...
     python tests/benchmarks/bench_settings.py --study warm_max_iter ...
+    python tests/benchmarks/bench_settings.py --study tol ...
 
 ``warm_barrier`` (the scenarios whose controller is ``fatrop``; values none, 1e-2, 1e-3,
 1e-4): ``none``: every solve starts at fatrop's own barrier parameter 0.1 and bound push
@@ -25,6 +26,8 @@ steps.
 ``warm_max_iter`` (the scenarios whose controller is ``fatrop``; values none, 15, 25, 40): the
 iteration limit of the solves from the previous plan (``none``: ``max_iter``); a solve it
 stops uses its iterate where that meets the constraints, else the fallback input.
+``tol`` (the scenarios whose controller is ``fatrop``; values 1e-4, 1e-3, 1e-2): fatrop's
+convergence tolerance, every solve's.
 
 Each scenario runs closed loop at its settings but the study's (the scenario's own value
 among the rows, marked), once per value, over the same episodes (reset seeds from
@@ -82,6 +85,14 @@ def _iterations(text: str) -> int | None:
     return None if text == "none" else _steps(text)
 
 
+def _tolerance(text: str) -> float:
+    """A convergence tolerance: a number > 0."""
+    number = float(text)
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(text)
+    return number
+
+
 def _jit(text: str) -> str:
     if text not in ("none", "nlp", "model"):
         raise ValueError(text)
@@ -129,12 +140,20 @@ STUDIES = {
         ("cartpole_swingup", ["none", "3"]),
         _iterations,
     ),
+    "tol": (
+        lambda cfg: cfg["controller"]["solver"] == "fatrop",
+        ["1e-4", "1e-3", "1e-2"],
+        "fatrop's convergence tolerance",
+        ("cartpole_swingup", ["1e-4", "1e-2"]),
+        _tolerance,
+    ),
 }
 #: what each study's values must be, for the message of a wrong one
 EXPECTED = {
     "jit": "'none', 'nlp' or 'model'",
     "horizon": "a whole number >= 1",
     "warm_max_iter": "'none' or a whole number >= 1",
+    "tol": "a number > 0",
 }
 QUICK = {"episodes": 1}
 #: the smoke test's overrides of a quick scenario: the safe cart-pole's bound calibrated on
