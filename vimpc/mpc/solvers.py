@@ -460,7 +460,8 @@ class RealTimeIteration:
     Never converged by design: ``stats()["success"]`` is False, ``return_status`` says
     whether the QP was solved; a QP that failed, or a linearisation that could not be
     condensed (its equality Jacobian singular or not finite at the guess), returns NaN (the
-    caller's fallback acts). ``stats()`` gives the phases' wall times (``t_wall_preparation``, ``t_wall_feedback``).
+    caller's fallback acts). ``stats()`` gives the phases' wall times
+    (``t_wall_preparation``, ``t_wall_feedback``).
     The multipliers of the equality rows are not computed (NaN; the Gauss–Newton Hessian
     does not need them).
 
@@ -603,15 +604,8 @@ class RealTimeIteration:
         start = time.perf_counter()
         q, self._prepared = self._prepared, None
         if "failed" in q:  # no QP to solve: NaN, and the caller's fallback acts
-            n_w, n_g = q["w"].size, self._n_g
-            self._stats = {
-                "success": False,
-                "return_status": f"linearisation failed: {q['failed']}",
-                "iter_count": 1,
-                "t_wall_preparation": self._stats.get("t_wall_preparation", float("nan")),
-                "t_wall_feedback": time.perf_counter() - start,
-            }
-            nan_w, nan_g = np.full((n_w, 1), np.nan), np.full((n_g, 1), np.nan)
+            self._feedback_stats(f"linearisation failed: {q['failed']}", start)
+            nan_w, nan_g = np.full((q["w"].size, 1), np.nan), np.full((self._n_g, 1), np.nan)
             return {"x": nan_w, "f": float("nan"), "g": nan_g, "lam_x": nan_w, "lam_g": nan_g}
         dx = np.asarray(x_init, float).reshape(-1) - q["x_init"]
         g, lba, uba = self._shift(dx, q["c0"], q["Cx"], q["lba"], q["uba"], q["Ax"])
@@ -630,19 +624,12 @@ class RealTimeIteration:
         if not solved:
             d = np.full(n_w, np.nan)
         # the step (the whole plan) is known: the feedback phase ends; the rest is bookkeeping
-        elapsed = time.perf_counter() - start
+        self._feedback_stats("one real-time iteration" if solved else f"QP failed: {why}", start)
         f, g = self._prediction(d, dx, *(q[name] for name in self._predicted))
         lam_x, lam_g = np.full(n_w, np.nan), np.full(n_g, np.nan)
         if solved:
             lam_x[self._free] = qp["lam_x"].full().reshape(-1)
             lam_g[self._ineq] = qp["lam_a"].full().reshape(-1)
-        self._stats = {
-            "success": False,  # one iteration: never converged by design
-            "return_status": "one real-time iteration" if solved else f"QP failed: {why}",
-            "iter_count": 1,
-            "t_wall_preparation": self._stats.get("t_wall_preparation", float("nan")),
-            "t_wall_feedback": elapsed,
-        }
         # column vectors, shaped as nlpsol's DMs read by np.asarray (no DM conversion)
         return {
             "x": (q["w"] + d)[:, None],
@@ -650,6 +637,17 @@ class RealTimeIteration:
             "g": g.full(),
             "lam_x": lam_x[:, None],
             "lam_g": lam_g[:, None],
+        }
+
+    def _feedback_stats(self, status: str, start: float) -> None:
+        """The feedback phase's :meth:`stats`, its wall time from ``start`` (the preparation's
+        kept)."""
+        self._stats = {
+            "success": False,  # one iteration: never converged by design
+            "return_status": status,
+            "iter_count": 1,
+            "t_wall_preparation": self._stats.get("t_wall_preparation", float("nan")),
+            "t_wall_feedback": time.perf_counter() - start,
         }
 
     def __call__(self, *, x0, p, lbx, ubx, lbg, ubg, lam_x0=None, lam_g0=None) -> dict:
