@@ -25,6 +25,7 @@ from vimpc.models import NominalModel
 from vimpc.models import _bea as bea
 from vimpc.models._kernel_lagrangian import KernelBasis, KernelLagrangian
 from vimpc.models.evaluation import one_step_errors
+from vimpc.models.families import lsi as lsi_module
 from vimpc.models.families.lsi import LSIModel, del_rows
 from vimpc.testing import DiscreteModelContract
 
@@ -149,6 +150,65 @@ def test_the_rows_are_the_discrete_euler_lagrange_equations(angles, reversible):
         ) / h])  # fmt: skip
         ref = [np.asarray(r(*tr[k : k + 3])).ravel() for tr in Q for k in range(2)]
         assert np.max(np.abs(del_rows(rule, Q, h, basis) @ L.alpha - np.concatenate(ref))) < 1e-13
+
+
+@pytest.mark.parametrize("reversible", [False, True])
+def test_kernel_derivatives_in_chunks_are_the_same_numbers(monkeypatch, reversible):
+    # the kernels' values, gradients, Hessians and the DEL rows, evaluated in chunks of a
+    # few rows (CHUNK_BYTES small), equal the evaluation at once: rows are independent
+    from vimpc.models import _kernel_lagrangian
+
+    rng = np.random.default_rng(1)
+    n, h = 2, 0.1
+    basis = KernelBasis(rng.normal(size=(40, 2 * n)), 1.1, 0.9, n, (), reversible)
+    X, Q = rng.normal(size=(37, 2 * n)), rng.normal(size=(4, 9, n))
+    whole = (
+        basis.features(X),
+        basis.gradients(X),
+        basis.hessians(X),
+        del_rows("midpoint", Q, h, basis),
+    )
+    monkeypatch.setattr(_kernel_lagrangian, "CHUNK_BYTES", 8 * 3 * 4 * 40 * 5)  # 5 rows
+    monkeypatch.setattr(lsi_module, "CHUNK_BYTES", 8 * 2 * n * 40 * 3)  # 3 triples
+    parts = (
+        basis.features(X),
+        basis.gradients(X),
+        basis.hessians(X),
+        del_rows("midpoint", Q, h, basis),
+    )
+    for a, b in zip(whole, parts, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-14 * np.max(np.abs(a)))
+
+
+def test_a_collocation_system_larger_than_the_memory_is_refused_before_it_is_built(monkeypatch):
+    # 100 trajectories of 20 steps, a kernel at every pair: 1,902 equations (19 triples a
+    # trajectory, and two conditions) in 2,000 weights; on a machine of 64 MiB the solve
+    # would not fit, and the fit says so (with the setting that makes it smaller) before
+    # any row is computed
+    from vimpc.models import _kernel_lagrangian
+
+    env, train = _env_data(100, 0)
+    monkeypatch.setattr(_kernel_lagrangian, "physical_memory", lambda: 64 * 2**20)
+
+    def unreachable(*args, **kwargs):
+        raise AssertionError("the rows were built")
+
+    monkeypatch.setattr(lsi_module, "del_rows", unreachable)
+    model = LSIModel(env.nominal_system, DT, length=2.0, velocity_length=6.0)
+    with pytest.raises(
+        InputError,
+        match=r"lsi: the collocation system would have 1902 equations in 2000 "
+        r"kernel weights, whose least-squares solve takes about 87 MiB, more than 50% of this "
+        r"machine's 64 MiB.*.*set model.centres \(now 0: a kernel at every one of the 2000 pairs\)",
+    ):
+        model.fit(train)
+    # with fewer centres it fits within the same memory
+    monkeypatch.undo()
+    monkeypatch.setattr(_kernel_lagrangian, "physical_memory", lambda: 64 * 2**20)
+    _quiet_fit(
+        LSIModel(env.nominal_system, DT, length=2.0, velocity_length=6.0, centres=300), train
+    )
 
 
 @pytest.mark.parametrize("angles", [(), (0,)])

@@ -29,6 +29,7 @@ finite-difference velocities and accelerations.
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,56 @@ from vimpc.errors import FitWarning, InputError
 from vimpc.integrators import _newton, discrete_lagrangian
 from vimpc.models import _bea as bea
 from vimpc.models._features import sincos, sincos_gradient
+
+#: the largest temporary a kernel evaluation makes at once [bytes]: the points are taken
+#: in chunks below it (the values are the same), so that the derivatives of N points on M
+#: kernels take memory for their result, not for several N x d x M intermediates
+CHUNK_BYTES = 2**27
+#: the share of the machine's physical memory a collocation system may take: the dense
+#: system, the copy the least-squares solver overwrites and its result
+DENSE_SHARE = 0.5
+
+
+def _in_chunks(X: np.ndarray, width: int, evaluate: Callable[[np.ndarray], np.ndarray]):
+    """``evaluate(X)``, by chunks of rows whose largest temporary (``width`` floats a
+    row) stays within :data:`CHUNK_BYTES`; rows are independent, so the result is the
+    same."""
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    chunk = max(1, CHUNK_BYTES // (8 * max(width, 1)))
+    if len(X) <= chunk:
+        return evaluate(X)
+    return np.concatenate([evaluate(X[i : i + chunk]) for i in range(0, len(X), chunk)])
+
+
+def physical_memory() -> int | None:
+    """The machine's physical memory in bytes (None where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.0f} MiB"
+
+
+def check_dense_size(what: str, n_rows: int, n_columns: int, advice: str) -> None:
+    """Refuse a dense least-squares system of ``n_rows x n_columns`` whose solve (the
+    system, the copy the solver overwrites and the rows kept for the residual: three
+    times its size) would take more than :data:`DENSE_SHARE` of the physical memory,
+    before it is built, instead of a process the operating system kills later.
+
+    Raises:
+        InputError: naming the size, the memory and ``advice`` (what makes it smaller).
+    """
+    memory = physical_memory()
+    need = 3 * 8 * n_rows * n_columns
+    if memory is not None and need > DENSE_SHARE * memory:
+        raise InputError(
+            f"{what}: the collocation system would have {n_rows} equations in {n_columns} "
+            f"kernel weights, whose least-squares solve takes about {_size(need)}, more "
+            f"than {DENSE_SHARE:.0%} of this machine's {_size(memory)} of memory; {advice}"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,6 +147,9 @@ class KernelBasis:
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """``k_j(X_i)``, ``(N, M)``, for rows ``(q, v)``."""
+        return _in_chunks(X, 3 * self.size, self._features_all)
+
+    def _features_all(self, X: np.ndarray) -> np.ndarray:
         return sum(self._features(self._mirrored(X, s)) for s in self._signs())
 
     def _gradients(self, X: np.ndarray) -> np.ndarray:
@@ -110,6 +164,10 @@ class KernelBasis:
 
     def gradients(self, X: np.ndarray) -> np.ndarray:
         """``d k_j(X_i) / d (q, v)``, ``(N, 2 n, M)``."""
+        width = 3 * self.centres.shape[1] * self.size
+        return _in_chunks(X, width, self._gradients_all)
+
+    def _gradients_all(self, X: np.ndarray) -> np.ndarray:
         return sum(
             self._flip(s)[None, :, None] * self._gradients(self._mirrored(X, s))
             for s in self._signs()
@@ -119,6 +177,10 @@ class KernelBasis:
         """``d^2 k_j(X_i) / d (q, v)^2``, ``(N, 2 n, 2 n, M)`` (without angles)."""
         if self.angles:
             raise InputError("kernel Hessians are offered without an angle embedding only")
+        width = 3 * self.centres.shape[1] ** 2 * self.size
+        return _in_chunks(X, width, self._hessians_all)
+
+    def _hessians_all(self, X: np.ndarray) -> np.ndarray:
         inv2 = self._inverse_lengths() ** 2
         out = 0.0
         for s in self._signs():

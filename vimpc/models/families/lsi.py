@@ -56,11 +56,13 @@ from vimpc.models import _features
 from vimpc.models._gp import support_points
 from vimpc.models._integrated import integrator_model
 from vimpc.models._kernel_lagrangian import (
+    CHUNK_BYTES,
     NEWTON_LEVEL,
     Collocation,
     KernelBasis,
     KernelLagrangian,
     LagrangianDynamics,
+    check_dense_size,
     check_regularity,
     embed,
     solve,
@@ -157,11 +159,17 @@ def del_rows(rule: str, Q: np.ndarray, h: float, basis: KernelBasis) -> np.ndarr
     of the trajectories ``Q`` ``(N, T + 1, n)``: ``(n K, M)`` for ``K`` triples."""
     n = Q.shape[2]
     q0, q1, q2 = (Q[:, i : Q.shape[1] - 2 + i].reshape(-1, n) for i in range(3))
-    rows = 0.0
-    for X, wq, wv in _rule_points(rule, q0, q1, q2, h):
-        G = basis.gradients(X)
-        rows = rows + wq * G[:, :n] + wv * G[:, n:]
-    return np.asarray(rows).reshape(-1, basis.size)
+    out = np.empty((len(q0), n, basis.size))
+    # by chunks of triples, so that the gradients' temporaries stay within CHUNK_BYTES
+    chunk = max(1, CHUNK_BYTES // (8 * 2 * n * basis.size))
+    for start in range(0, len(q0), chunk):
+        part = slice(start, start + chunk)
+        rows = 0.0
+        for X, wq, wv in _rule_points(rule, q0[part], q1[part], q2[part], h):
+            G = basis.gradients(X)
+            rows = rows + wq * G[:, :n] + wv * G[:, n:]
+        out[part] = rows
+    return out.reshape(-1, basis.size)
 
 
 def del_forces(system: MechanicalSystem, rule: str, Q: np.ndarray, U: np.ndarray, h: float):
@@ -289,6 +297,13 @@ class LSIModel(ModelFamily):
         Q, U = snapshots(data, s.nq)
         pairs = pair_midpoints(Q, h)
         basis = self._basis(pairs)
+        advice = (
+            f"set model.centres (now {self.centres}: a kernel at every one of the "
+            f"{len(pairs)} pairs) to keep fewer kernels, or fit on fewer trajectories"
+        )
+        check_dense_size("lsi", Q.shape[0] * (Q.shape[1] - 2) * s.nq + 2, basis.size, advice)
+        if self.distil:
+            check_dense_size("lsi (distil)", len(pairs) * (1 + s.nq), basis.size, advice)
         rows = del_rows(self.rule, Q, h, basis)
         self.forced_ = bool(np.any(U != 0))
         rhs = -del_forces(s, self.rule, Q, U, h) if self.forced_ else np.zeros(len(rows))
