@@ -6,7 +6,7 @@ over training seeds, from committed ``clnn_chain.py`` tables, paired by seed.
         [--paper-constrained 1.14e-4] [--system 2-pendulum] [--table NAME]
 
 The defaults: HNN (3e-3, the paper's text) over CLNN (1e-2, the authors' code) on the
-2-pendulum at the paper's budget, from the committed tables of seeds 0 and 1, and the
+2-pendulum at the paper's budget, from the committed tables of seeds 0, 1 and 2, and the
 paper's errors for them.
 
 Each table is a ``clnn_chain.py`` CSV whose record (``<table>.md.provenance.json``) names
@@ -43,12 +43,12 @@ from _tables import write_table  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[2] / "results" / "clnn"
 #: the defaults: the 2-pendulum at the paper's budget, each family at its own learning rate
-BASELINE = ["hnn", str(OUT / "chain_paper_n2_seed0.csv"), str(OUT / "chain_paper_n2_seed1_hnn.csv")]
-CONSTRAINED = [
-    "clnn",
-    str(OUT / "chain_paper_n2_seed0_lr1e-2.csv"),
-    str(OUT / "chain_paper_n2_seed1_lr1e-2.csv"),
+BASELINE = [
+    "hnn",
+    str(OUT / "chain_paper_n2_seed0.csv"),
+    *[str(OUT / f"chain_paper_n2_seed{s}_hnn.csv") for s in (1, 2)],
 ]
+CONSTRAINED = ["clnn", *[str(OUT / f"chain_paper_n2_seed{s}_lr1e-2.csv") for s in (0, 1, 2)]]
 
 #: the two ratios: name, the baseline's column, the constrained family's column
 RATIOS = (
