@@ -168,8 +168,8 @@ def test_kernel_derivatives_in_chunks_are_the_same_numbers(monkeypatch, reversib
         basis.hessians(X),
         del_rows("midpoint", Q, h, basis),
     )
-    monkeypatch.setattr(_kernel_lagrangian, "CHUNK_BYTES", 8 * 3 * 4 * 40 * 5)  # 5 rows
-    monkeypatch.setattr(lsi_module, "CHUNK_BYTES", 8 * 2 * n * 40 * 3)  # 3 triples
+    # at once: 20 points' values, 5 points' gradients, 1 point's Hessians, 10 triples' rows
+    monkeypatch.setattr(_kernel_lagrangian, "CHUNK_BYTES", 8 * 3 * 4 * 40 * 5)
     parts = (
         basis.features(X),
         basis.gradients(X),

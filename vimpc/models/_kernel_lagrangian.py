@@ -51,7 +51,7 @@ CHUNK_BYTES = 2**27
 DENSE_SHARE = 0.5
 
 
-def _in_chunks(X: np.ndarray, width: int, evaluate: Callable[[np.ndarray], np.ndarray]):
+def in_chunks(X: np.ndarray, width: int, evaluate: Callable[[np.ndarray], np.ndarray]):
     """``evaluate(X)``, by chunks of rows whose largest temporary (``width`` floats a
     row) stays within :data:`CHUNK_BYTES`; rows are independent, so the result is the
     same."""
@@ -147,7 +147,7 @@ class KernelBasis:
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """``k_j(X_i)``, ``(N, M)``, for rows ``(q, v)``."""
-        return _in_chunks(X, 3 * self.size, self._features_all)
+        return in_chunks(X, 3 * self.size, self._features_all)
 
     def _features_all(self, X: np.ndarray) -> np.ndarray:
         return sum(self._features(self._mirrored(X, s)) for s in self._signs())
@@ -165,7 +165,7 @@ class KernelBasis:
     def gradients(self, X: np.ndarray) -> np.ndarray:
         """``d k_j(X_i) / d (q, v)``, ``(N, 2 n, M)``."""
         width = 3 * self.centres.shape[1] * self.size
-        return _in_chunks(X, width, self._gradients_all)
+        return in_chunks(X, width, self._gradients_all)
 
     def _gradients_all(self, X: np.ndarray) -> np.ndarray:
         return sum(
@@ -178,7 +178,7 @@ class KernelBasis:
         if self.angles:
             raise InputError("kernel Hessians are offered without an angle embedding only")
         width = 3 * self.centres.shape[1] ** 2 * self.size
-        return _in_chunks(X, width, self._hessians_all)
+        return in_chunks(X, width, self._hessians_all)
 
     def _hessians_all(self, X: np.ndarray) -> np.ndarray:
         inv2 = self._inverse_lengths() ** 2

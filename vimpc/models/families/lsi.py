@@ -56,7 +56,6 @@ from vimpc.models import _features
 from vimpc.models._gp import support_points
 from vimpc.models._integrated import integrator_model
 from vimpc.models._kernel_lagrangian import (
-    CHUNK_BYTES,
     NEWTON_LEVEL,
     Collocation,
     KernelBasis,
@@ -65,6 +64,7 @@ from vimpc.models._kernel_lagrangian import (
     check_dense_size,
     check_regularity,
     embed,
+    in_chunks,
     solve,
 )
 from vimpc.models.base import ModelFamily
@@ -158,18 +158,17 @@ def del_rows(rule: str, Q: np.ndarray, h: float, basis: KernelBasis) -> np.ndarr
     """The rows of the discrete Euler–Lagrange equations (divided by ``h``) on every triple
     of the trajectories ``Q`` ``(N, T + 1, n)``: ``(n K, M)`` for ``K`` triples."""
     n = Q.shape[2]
-    q0, q1, q2 = (Q[:, i : Q.shape[1] - 2 + i].reshape(-1, n) for i in range(3))
-    out = np.empty((len(q0), n, basis.size))
-    # by chunks of triples, so that the gradients' temporaries stay within CHUNK_BYTES
-    chunk = max(1, CHUNK_BYTES // (8 * 2 * n * basis.size))
-    for start in range(0, len(q0), chunk):
-        part = slice(start, start + chunk)
-        rows = 0.0
-        for X, wq, wv in _rule_points(rule, q0[part], q1[part], q2[part], h):
+    triples = np.hstack([Q[:, i : Q.shape[1] - 2 + i].reshape(-1, n) for i in range(3)])
+
+    def rows(T: np.ndarray) -> np.ndarray:
+        out = 0.0
+        for X, wq, wv in _rule_points(rule, T[:, :n], T[:, n : 2 * n], T[:, 2 * n :], h):
             G = basis.gradients(X)
-            rows = rows + wq * G[:, :n] + wv * G[:, n:]
-        out[part] = rows
-    return out.reshape(-1, basis.size)
+            out = out + wq * G[:, :n] + wv * G[:, n:]
+        return out
+
+    # by chunks of triples, so that the sums' temporaries stay within CHUNK_BYTES too
+    return np.asarray(in_chunks(triples, 3 * n * basis.size, rows)).reshape(-1, basis.size)
 
 
 def del_forces(system: MechanicalSystem, rule: str, Q: np.ndarray, U: np.ndarray, h: float):
@@ -297,9 +296,14 @@ class LSIModel(ModelFamily):
         Q, U = snapshots(data, s.nq)
         pairs = pair_midpoints(Q, h)
         basis = self._basis(pairs)
+        kept = (
+            f"a kernel at every one of the {len(pairs)} pairs"
+            if basis.size == len(pairs)
+            else f"{basis.size} of the {len(pairs)} pairs"
+        )
         advice = (
-            f"set model.centres (now {self.centres}: a kernel at every one of the "
-            f"{len(pairs)} pairs) to keep fewer kernels, or fit on fewer trajectories"
+            f"set model.centres (now {self.centres}: {kept}) to keep fewer kernels, or fit "
+            "on fewer trajectories"
         )
         check_dense_size("lsi", Q.shape[0] * (Q.shape[1] - 2) * s.nq + 2, basis.size, advice)
         if self.distil:
