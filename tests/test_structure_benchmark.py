@@ -251,3 +251,32 @@ def test_a_failed_configuration_says_why_in_its_note(sb, tmp_path):
         "failed: ValueError: model.hidden: expected a list"
     )
     assert len(sb.failure_note("KeyError: " + "x" * 400)) == len("failed: ") + 160
+
+
+def test_the_two_worlds_pool_each_rate_over_the_plants_at_each_budget_multiple(sb):
+    def row(world, budget, plant, success, done, off=0.0):
+        r = {"system": "pendulum", "world": world, "family": "gp_vi", "budget": budget,
+             "plant": plant, "episodes": f"{done}/51"}  # fmt: skip
+        for metric, value in (("success", success), ("off_limits", off)):
+            r.update({metric: value, f"{metric}_lo": math.nan, f"{metric}_hi": math.nan})
+        return r
+
+    own = [row("vimpc", b, p, 1.0, 51) for b in (25, 100, 400) for p in (0, 1)]
+    # MuJoCo at its own budgets (x1 = 60): 51 + 20 finished episodes at x1, 40 of them
+    # successful; one plant of x4 with no episode yet
+    foreign = [
+        row("mujoco", 15, "a.xml", 1.0, 51), row("mujoco", 15, "b.xml", 1.0, 51),
+        row("mujoco", 60, "a.xml", 30 / 51, 51, off=1 / 51), row("mujoco", 60, "b.xml", 0.5, 20),
+        row("mujoco", 240, "a.xml", math.nan, 0), row("mujoco", 240, "b.xml", math.nan, 0),
+    ]  # fmt: skip
+    text = sb.worlds_text(own + foreign)
+    lines = {line.split(" | ")[2]: line for line in text.splitlines() if line.startswith("| pend")}
+    assert set(lines) == {"x0.25 (25 / 15)", "x1 (100 / 60)", "x4 (400 / 240)"}
+    rate, low, high, n = sb.pooled_rate([r for r in foreign if r["budget"] == 60], "success")
+    assert (n, rate) == (71, 40 / 71)
+    assert low < rate < high
+    assert f"{rate:.3g} [{low:.3g}, {high:.3g}] (n 71)" in lines["x1 (100 / 60)"]
+    assert sb.pooled_rate([r for r in foreign if r["budget"] == 60], "off_limits")[:1] == (1 / 71,)
+    assert "- (no episode)" in lines["x4 (400 / 240)"]
+    # a system run in one world alone has no section
+    assert sb.worlds_text(own) == ""

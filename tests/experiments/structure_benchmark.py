@@ -42,6 +42,11 @@ the black box's, *loses* where wholly on the worse side, and *ties* where they o
 missing interval is no verdict). The coverages are not scored (a wider bound covers more:
 they check the bound's promise), nor is ``nominal`` (the baseline, in the table).
 
+The section after it sets the two worlds side by side (:func:`worlds_text`): for each system
+and family run both on vimpc's own env and on the MuJoCo one, at each data budget as a
+multiple of its scenario's, the success rate and the share of episodes off the safety limits
+over the finished episodes of both plants, with their Wilson intervals.
+
 ``--keep TABLE``: the rows of an earlier ``structure_benchmark.csv`` for the configurations
 the folders lack (or hold with no finished episode), so that a table summarised from sweep
 folders that no longer exist grows by the configurations run since; the table says how many
@@ -538,6 +543,80 @@ def _cells(rows: Sequence[dict[str, Any]]) -> set[tuple[int, int]]:
     return {(r["budget"], r["plant"]) for r in rows}
 
 
+#: the data budgets of a system's sweep, smallest first, as multiples of its scenario's own
+BUDGET_MULTIPLES = ("x0.25", "x1", "x4")
+#: the rates :func:`worlds_text` pools over a cell's plants
+WORLD_RATES = ("success", "off_limits")
+
+
+def pooled_rate(rows: Sequence[dict[str, Any]], metric: str) -> tuple[float, float, float, int]:
+    """``(rate, low, high, n)``: the rate ``metric`` over every finished episode of ``rows``
+    (each row's rate times its finished episodes, ``episodes = "k/n"``), with its Wilson
+    interval; NaN where no row has a finished episode with the rate."""
+    hits, n = 0, 0
+    for r in rows:
+        done = int(str(r["episodes"]).split("/")[0])
+        if done and np.isfinite(r[metric]):
+            hits += round(r[metric] * done)
+            n += done
+    return (*wilson(hits, n), n)
+
+
+def worlds_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The section that sets the two worlds side by side: for every system and family run in
+    both (vimpc's own env and the MuJoCo one), at each data budget as a multiple of its
+    scenario's (:data:`BUDGET_MULTIPLES`; the worlds' trajectory counts differ), each rate of
+    :data:`WORLD_RATES` pooled over the plants (``""``: no system in both worlds yet)."""
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    budgets: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        budgets.setdefault((r["system"], r["world"]), []).append(int(r["budget"]))
+    for r in rows:
+        ranks = sorted(set(budgets[(r["system"], r["world"])]))
+        if len(ranks) != len(BUDGET_MULTIPLES):
+            continue
+        multiple = BUDGET_MULTIPLES[ranks.index(int(r["budget"]))]
+        by.setdefault((r["system"], r["family"], multiple), []).append(r)
+    table = []
+    systems = dict.fromkeys(r["system"] for r in rows)
+    for system in systems:
+        for family in FAMILY_ORDER:
+            for multiple in BUDGET_MULTIPLES:
+                mine = by.get((system, family, multiple), [])
+                own = [r for r in mine if r["world"] == "vimpc"]
+                foreign = [r for r in mine if r["world"] == "mujoco"]
+                if not (own and foreign):
+                    continue
+                cells = [
+                    f"{system} | {family} | {multiple} ({own[0]['budget']} / "
+                    f"{foreign[0]['budget']})"
+                ]
+                for metric in WORLD_RATES:
+                    for world in (own, foreign):
+                        rate, low, high, n = pooled_rate(world, metric)
+                        cells.append(
+                            f"{_shown(rate, low, high)} (n {n})" if n else "- (no episode)"
+                        )
+                table.append(f"| {' | '.join(cells)} |")
+    if not table:
+        return ""
+    heads = [f"{METRICS[m][0]}, {world}" for m in WORLD_RATES for world in ("own env", "MuJoCo")]
+    return "\n".join(
+        [
+            "## The two worlds",
+            "",
+            "Every system and family run on vimpc's own env and on the MuJoCo one, at each "
+            "data budget as a multiple of its scenario's (the trajectory counts, own / "
+            "MuJoCo, in brackets): each rate over the finished episodes of both plants "
+            "together, with its Wilson 95 % interval (n: episodes).",
+            "",
+            f"| system | family | budget | {' | '.join(heads)} |",
+            "|" + "---|" * (3 + len(heads)),
+            *table,
+        ]
+    )
+
+
 # -- writing -----------------------------------------------------------------------------------------
 
 
@@ -668,7 +747,8 @@ def summarise(
     headers = {**{m: METRICS[m][0] for m in METRICS}, "note": "note"}
     write_table(
         out, NAME, "Structure benchmark: structure-preserving models against black boxes",
-        cmd, intro, markdown_rows(rows), headers=headers, after=verdict_text(rows),
+        cmd, intro, markdown_rows(rows), headers=headers,
+        after="\n\n".join(t for t in (verdict_text(rows), worlds_text(rows)) if t),
         outputs=figures,
     )  # fmt: skip
     # write_table's CSV has the markdown's cells: the CSV keeps every interval end instead
