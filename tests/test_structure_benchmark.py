@@ -280,3 +280,26 @@ def test_the_two_worlds_pool_each_rate_over_the_plants_at_each_budget_multiple(s
     assert "- (no episode)" in lines["x4 (400 / 240)"]
     # a system run in one world alone has no section
     assert sb.worlds_text(own) == ""
+
+
+def test_a_failure_since_is_not_hidden_by_a_kept_row_without_episodes(sb, tmp_path):
+    # an earlier table holds a configuration not yet begun (0 episodes, no note) and one with
+    # episodes; a later folder's run of each failed before its first episode: the first
+    # row is the folder's, with its note, the second the earlier table's
+    error = "ConfigError: fitting model.family = 'dlnn': the model's step failed"
+    cells = [
+        {"family": "dlnn", "budget": b, "plant": 0, "episodes": [], "requested": 4,
+         "complete": False, "fits": [], "error": error}
+        for b in (10, 40)
+    ]  # fmt: skip
+    later = sb.synthetic_sweep(tmp_path / "later", "benchmark_pendulum", "vimpc/Pendulum-v0", cells)
+    rows = sb.table_rows(sb.read_sweeps([later]))
+    earlier = [dict(r) for r in rows]
+    for r in earlier:
+        r["note"] = ""
+    earlier[1].update(episodes="4/4", fits=1, success=0.5)
+    table = tmp_path / "earlier.csv"
+    sb.write_csv_rows(tmp_path, earlier)
+    (tmp_path / "structure_benchmark.csv").rename(table)
+    kept = sb.kept_rows(table, rows)
+    assert [(r["budget"], r["episodes"]) for r in kept] == [(40, "4/4")]

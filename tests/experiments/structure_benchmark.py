@@ -377,10 +377,16 @@ KEY = ("system", "world", "family", "budget", "plant")
 
 def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of the CSV ``table`` (a ``structure_benchmark.csv``) whose configuration
-    (:data:`KEY`) is not among ``rows`` with a finished episode, read back to their types."""
+    (:data:`KEY`) is not among ``rows`` with a finished episode, read back to their types; a
+    kept row without a finished episode does not replace a row of ``rows`` that says why its
+    configuration failed."""
     import csv
 
-    have = {tuple(str(r[k]) for k in KEY) for r in rows if not r["episodes"].startswith("0/")}
+    def cell(r: dict[str, Any]) -> tuple[str, ...]:
+        return tuple(str(r[k]) for k in KEY)
+
+    have = {cell(r) for r in rows if not r["episodes"].startswith("0/")}
+    failed = {cell(r) for r in rows if r["note"]}
     with open(table, newline="", encoding="utf-8") as f:
         found = list(csv.DictReader(f))
     for r in found:  # a table made before the note column: no failure was noted
@@ -390,7 +396,7 @@ def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
         raise SystemExit(f"--keep {table}: not a structure benchmark table (columns {missing})")
     out = []
     for r in found:
-        if tuple(r[k] for k in KEY) in have:
+        if cell(r) in have or (cell(r) in failed and r["episodes"].startswith("0/")):
             continue
         row: dict[str, Any] = dict(r)
         row["budget"], row["fits"] = int(r["budget"]), int(r["fits"])
