@@ -48,9 +48,10 @@ multiple of its scenario's, the success rate and the share of episodes off the s
 over the finished episodes of both plants, with their Wilson intervals.
 
 ``--keep TABLE``: the rows of an earlier ``structure_benchmark.csv`` for the configurations
-the folders lack (or hold with no finished episode), so that a table summarised from sweep
-folders that no longer exist grows by the configurations run since; the table says how many
-rows it kept, from which file and commit (:func:`kept_rows`).
+the folders lack (or hold with no finished episode; a kept row without one never hides a
+failure the folders note), so that a table summarised from sweep folders that no longer
+exist grows by the configurations run since; the table says how many rows it kept, from
+which file and commit (:func:`kept_rows`).
 
 ``--quick --out DIR``: a synthetic sweep folder of two systems (made by
 :func:`synthetic_sweep`, its numbers invented), summarised end to end.
@@ -375,6 +376,12 @@ def _order(row: dict[str, Any]):
 KEY = ("system", "world", "family", "budget", "plant")
 
 
+def cell_of(row: dict[str, Any]) -> tuple[str, ...]:
+    """A row's configuration (:data:`KEY`), as text: a row read back from a CSV compares
+    equal to the one it was written from."""
+    return tuple(str(row[k]) for k in KEY)
+
+
 def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of the CSV ``table`` (a ``structure_benchmark.csv``) whose configuration
     (:data:`KEY`) is not among ``rows`` with a finished episode, read back to their types; a
@@ -382,11 +389,8 @@ def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
     configuration failed."""
     import csv
 
-    def cell(r: dict[str, Any]) -> tuple[str, ...]:
-        return tuple(str(r[k]) for k in KEY)
-
-    have = {cell(r) for r in rows if not r["episodes"].startswith("0/")}
-    failed = {cell(r) for r in rows if r["note"]}
+    have = {cell_of(r) for r in rows if not r["episodes"].startswith("0/")}
+    failed = {cell_of(r) for r in rows if r["note"]}
     with open(table, newline="", encoding="utf-8") as f:
         found = list(csv.DictReader(f))
     for r in found:  # a table made before the note column: no failure was noted
@@ -396,7 +400,7 @@ def kept_rows(table: Path, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
         raise SystemExit(f"--keep {table}: not a structure benchmark table (columns {missing})")
     out = []
     for r in found:
-        if cell(r) in have or (cell(r) in failed and r["episodes"].startswith("0/")):
+        if cell_of(r) in have or (cell_of(r) in failed and r["episodes"].startswith("0/")):
             continue
         row: dict[str, Any] = dict(r)
         row["budget"], row["fits"] = int(r["budget"]), int(r["fits"])
@@ -573,16 +577,20 @@ def worlds_text(rows: Sequence[dict[str, Any]]) -> str:
     both (vimpc's own env and the MuJoCo one), at each data budget as a multiple of its
     scenario's (:data:`BUDGET_MULTIPLES`; the worlds' trajectory counts differ), each rate of
     :data:`WORLD_RATES` pooled over the plants (``""``: no system in both worlds yet)."""
+    budgets: dict[tuple[str, str], set[int]] = {}
+    for r in rows:
+        budgets.setdefault((r["system"], r["world"]), set()).add(int(r["budget"]))
+    multiples = {
+        (*where, budget): multiple
+        for where, sizes in budgets.items()
+        if len(sizes) == len(BUDGET_MULTIPLES)
+        for budget, multiple in zip(sorted(sizes), BUDGET_MULTIPLES, strict=True)
+    }
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    budgets: dict[tuple[str, str], list[int]] = {}
     for r in rows:
-        budgets.setdefault((r["system"], r["world"]), []).append(int(r["budget"]))
-    for r in rows:
-        ranks = sorted(set(budgets[(r["system"], r["world"])]))
-        if len(ranks) != len(BUDGET_MULTIPLES):
-            continue
-        multiple = BUDGET_MULTIPLES[ranks.index(int(r["budget"]))]
-        by.setdefault((r["system"], r["family"], multiple), []).append(r)
+        multiple = multiples.get((r["system"], r["world"], int(r["budget"])))
+        if multiple is not None:
+            by.setdefault((r["system"], r["family"], multiple), []).append(r)
     table = []
     systems = dict.fromkeys(r["system"] for r in rows)
     for system in systems:
@@ -723,8 +731,8 @@ def summarise(
     rows = table_rows(configurations)
     kept = kept_rows(keep, rows) if keep is not None else []
     if kept:
-        have = {tuple(str(k[c]) for c in KEY) for k in kept}
-        rows = [r for r in rows if tuple(str(r[c]) for c in KEY) not in have]
+        have = {cell_of(k) for k in kept}
+        rows = [r for r in rows if cell_of(r) not in have]
         rows = sorted([*rows, *kept], key=_order)
     out.mkdir(parents=True, exist_ok=True)
     figures = []
