@@ -385,21 +385,39 @@ def test_a_real_time_iteration_whose_qp_fails_applies_the_fallback():
 def test_hpipm_takes_the_stages_as_laid_out_and_agrees_with_qrqp(transcription):
     """HPIPM is given the stage sizes of the layout (states; inputs, next-state copies and
     slacks as its controls; the other rows as its constraints) and finds qrqp's plan, with a
-    hard path constraint active; with soft bounds the terminal stage has slacks, which
-    CasADi's HPIPM interface cannot take: refused, naming the option."""
+    hard path constraint active. With soft bounds, the implicit transcription lays the
+    terminal stage's slacks out with stage N-1 (its rows on the copy z_{N-1}), so HPIPM
+    takes them and agrees with qrqp with the soft bound active at every stage to the end;
+    on the step transcription the terminal stage has slacks, which CasADi's HPIPM interface
+    cannot take: refused, naming the option."""
     model, _, _ = _linear_model(implicit=transcription == "implicit")
     obs = ca.SX.sym("obs", 2)
     wall = ca.Function("wall", [obs], [0.6 - obs[0]])  # s <= 0.6
     cons = Constraints(u_min=[-0.5], u_max=[0.5], path=[PathConstraint("wall", wall)])
     cost = Cost(Q=[10.0, 0.1], R=[1e-3], reference=[1.0, 0.0])
+    soft = Constraints(
+        u_min=[-0.5], u_max=[0.5], obs_max=[0.6, np.inf], soft_bounds=True, bound_weight=1e3
+    )
     plans = {}
     for qpsol in ("qrqp", "hpipm"):
         ctrl = MPC(model, 20, cost, cons, qpsol=qpsol, transcription=transcription, tol=1e-9)
         result = ctrl(np.array([0.0, 0.3]))
         assert result.status.ok, (qpsol, result.status)
         plans[qpsol] = result.x
+        if transcription == "implicit":
+            ctrl = MPC(model, 20, cost, soft, qpsol=qpsol, transcription="implicit", tol=1e-9)
+            assert ctrl._tr.layout.ocp_structure()["nu"][-1] == 0  # the terminal stage: states
+            result = ctrl(np.array([0.0, 0.3]))
+            assert result.status.ok, (qpsol, "soft", result.status)
+            plans[qpsol, "soft"] = result.x
     assert plans["qrqp"][:, 0].max() == pytest.approx(0.6, abs=1e-6)  # the wall is active
     np.testing.assert_allclose(plans["hpipm"], plans["qrqp"], atol=1e-6)
-    soft = Constraints(u_min=[-0.5], u_max=[0.5], obs_max=[0.6, np.inf], soft_bounds=True)
-    with pytest.raises(InputError, match="qpsol='hpipm' cannot solve this problem: it has soft"):
-        MPC(model, 10, cost, soft, qpsol="hpipm", transcription=transcription)
+    if transcription == "implicit":
+        # the exact penalty holds the soft bound to the end of the horizon, terminal included
+        assert plans["qrqp", "soft"][-1, 0] == pytest.approx(0.6, abs=1e-3)
+        np.testing.assert_allclose(plans["hpipm", "soft"], plans["qrqp", "soft"], atol=1e-6)
+    else:
+        with pytest.raises(
+            InputError, match="qpsol='hpipm' cannot solve this problem: it has soft"
+        ):
+            MPC(model, 10, cost, soft, qpsol="hpipm", transcription=transcription)

@@ -210,11 +210,26 @@ def test_a_scenario_refuses_rti_options_with_another_solver(tmp_path):
         )
 
 
-def test_hpipm_is_refused_for_the_condensed_qp_before_anything_runs():
-    # CasADi's HPIPM interface takes only stage-structured QPs; on the dense condensed QP
-    # it crashed the process, so the controller refuses it by name
-    with pytest.raises(InputError, match="qpsol='hpipm' cannot solve the real-time"):
-        _pendulum_controller(qpsol="hpipm")
+def test_hpipm_runs_the_iteration_on_the_sparse_qp_and_agrees_with_the_condensed_one():
+    # CasADi's HPIPM interface takes only stage-structured QPs (on the dense condensed QP it
+    # crashed the process): with qpsol = "hpipm" the iteration solves the sparse QP in the
+    # call, the same Gauss-Newton step as the condensed QP's (daqp) from the same guess
+    from vimpc.mpc.solvers import SparseRealTimeIteration
+
+    runs = {}
+    for qpsol in ("auto", "hpipm"):
+        ctrl = _pendulum_controller(qpsol=qpsol, rti_start="fatrop")
+        x, us = np.array([0.1, 0.0]), []
+        for k in range(10):
+            result = ctrl(x, k * 0.05)
+            assert result.status.ok or k > 0, result.status
+            us.append(result.u.copy())
+            x = np.asarray(ctrl.model.step(x, result.u, ctrl.model.p_default)).reshape(-1)
+        runs[qpsol] = np.array(us)
+        sparse = isinstance(ctrl._solving.solver, SparseRealTimeIteration)
+        assert sparse == (qpsol == "hpipm")
+        assert np.isnan(result.preparation_time) == sparse  # nothing prepared ahead
+    np.testing.assert_allclose(runs["hpipm"], runs["auto"], atol=1e-5)
 
 
 def test_with_a_tube_the_iteration_waits_for_the_state_on_the_sparse_qp():

@@ -34,6 +34,20 @@ def qp_solver(qpsol: str, condensed: bool = False) -> str:
     return AUTO_QPSOL["rti" if condensed else "sqpmethod"]
 
 
+#: HPIPM's interior point: its ``robust`` mode, to residuals (equality, bounds, dual,
+#: complementarity) of 1e-6 each. At HPIPM's own tolerances (1e-8) the real-time
+#: iteration's QP of cartpole_clnn_safe ended at the iteration limit in every mode, 50
+#: iterations from its answer (qrqp's, within 6e-9) or past it; at 1e-6 ``robust`` stopped
+#: after 16 iterations within 6e-9 of it.
+HPIPM_OPTIONS = {
+    "mode": "robust",
+    "res_g_max": 1e-6,
+    "res_b_max": 1e-6,
+    "res_d_max": 1e-6,
+    "res_m_max": 1e-6,
+}
+
+
 def qp_options(qpsol: str) -> dict[str, Any]:
     """Quiet, non-raising options of the CasADi conic ``qpsol`` (not ``"auto"``)."""
     qp_opts: dict[str, Any] = {"error_on_fail": False}
@@ -44,7 +58,7 @@ def qp_options(qpsol: str) -> dict[str, Any]:
     elif qpsol == "qpoases":
         qp_opts.update(printLevel="none")
     elif qpsol == "hpipm":
-        qp_opts.update(hpipm={"warm_start": True})
+        qp_opts.update(hpipm={**HPIPM_OPTIONS, "warm_start": True})
     return qp_opts
 
 
@@ -72,9 +86,10 @@ def nlpsol_options(
     ``fatrop`` detects the stage structure from the stage-wise variable layout;
     it needs ``equality``, one flag per constraint row. HPIPM is given the stage sizes
     ``structure`` (:meth:`~vimpc.mpc.transcription.Layout.ocp_structure`) rather than
-    left to CasADi's detection from the sparsity, which misreads the terminal stage's
-    slacks; since CasADi's interface has no variables but the states at the terminal stage,
-    a problem with terminal slacks is refused for HPIPM.
+    left to CasADi's detection from the sparsity; since CasADi's interface has no variables
+    but the states at the terminal stage, a problem with terminal slacks (soft constraints
+    on the ``step`` transcription; the ``implicit`` one lays them out with stage ``N-1``)
+    is refused for HPIPM.
     """
     _checks.one_of("solver", solver, SOLVERS)
     if solver == "condensed":
@@ -91,8 +106,9 @@ def nlpsol_options(
                 raise InputError(
                     "qpsol='hpipm' cannot solve this problem: it has soft constraints at the "
                     f"terminal stage ({structure['nu'][-1]} slacks), and CasADi's HPIPM "
-                    "interface takes no variables besides the states there; use qpsol='qrqp' "
-                    "or solver='fatrop', or hard bounds (soft_bounds=false)"
+                    "interface takes no variables besides the states there; use "
+                    "transcription='implicit' (it lays them out with the stage before), "
+                    "qpsol='qrqp', solver='fatrop', or hard bounds (soft_bounds=false)"
                 )
             qp_opts.update(structure)
         _checks.one_of("hessian", hessian, HESSIANS)

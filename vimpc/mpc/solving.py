@@ -334,9 +334,9 @@ class InteriorPoint(Solver):
 class RealTime(Solver):
     """``solver = "rti"``: the real-time iteration
     (:class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton linearisation and one
-    condensed QP per call, split into :meth:`prepare` and a feedback phase; with a tube the
-    sparse QP of :class:`~vimpc.mpc.solvers.SparseRealTimeIteration`, both phases in the
-    call) where it applies, else ``sqpmethod`` stopped after one iteration; ``rti_start``
+    condensed QP per call, split into :meth:`prepare` and a feedback phase; with a tube, or
+    with ``qpsol = "hpipm"``, the sparse QP of
+    :class:`~vimpc.mpc.solvers.SparseRealTimeIteration`, both phases in the call) where it applies, else ``sqpmethod`` stopped after one iteration; ``rti_start``
     the solver of its cold starts."""
 
     def __init__(self, name: str, checked: Mapping[str, Any], given: Mapping[str, Any]) -> None:
@@ -345,6 +345,7 @@ class RealTime(Solver):
         self.rti_regularization = checked["rti_regularization"]
         self.start: Any = None  # rti_start's solver (None for "none")
         self.split = False  # True where it runs as RealTimeIteration
+        self.sparse = False  # True where its QP is the sparse one, both phases in the call
         self._rti_qp: str | None = None
         self._ready: tuple[float, bytes] | None = None  # (t, p) of the prepared iteration
 
@@ -386,10 +387,12 @@ class RealTime(Solver):
         and in :attr:`start` the solver ``rti_start`` of its cold starts."""
         tr, L, qpsol, given = ctl._tr, ctl._tr.layout, self.checked["qpsol"], self.given
         function_options = _jit.options() if ctl.jit == "nlp" else None
-        if ctl._tightening.active:
+        if ctl._tightening.active or qpsol == "hpipm":
             # the tube needs the measured state, so the linearisation follows it in the call:
             # the sparse QP (qrqp by default), without the condensing that is worth it only
-            # when prepared ahead (the DLNN cart-pole's balance: ~2 ms against ~45 ms)
+            # when prepared ahead (the DLNN cart-pole's balance: ~2 ms against ~45 ms); HPIPM
+            # takes the sparse QP stage by stage alone
+            self.sparse = True
             self._rti_qp = rti_qp = qp_solver(qpsol)
             rti: RealTimeIteration | SparseRealTimeIteration = SparseRealTimeIteration(
                 tr.nlp,
@@ -403,13 +406,6 @@ class RealTime(Solver):
             self._build_start(ctl, opts)
             return rti
         self._rti_qp = rti_qp = qp_solver(qpsol, condensed=True)
-        if rti_qp == "hpipm":  # CasADi's HPIPM interface crashes on a dense QP
-            raise InputError(
-                "qpsol='hpipm' cannot solve the real-time iteration's QP: it is condensed onto "
-                "the inputs and slacks (dense), and CasADi's HPIPM interface takes only QPs "
-                "laid out as [x0 u0 x1 u1 ...] stage by stage; use qpsol='auto' (daqp) or "
-                "'qpoases'"
-            )
         rti = RealTimeIteration(
             tr.nlp,
             tr.gauss_newton,
@@ -451,7 +447,7 @@ class RealTime(Solver):
     def prepare(self, ctl: MPC, t: float, p: Any) -> float:
         """Linearise at the previous plan shifted by one stage (its predicted initial state)
         and condense the QP for the call at ``t`` with ``p``: see :meth:`MPC.prepare`."""
-        if not self.split or ctl._tightening.active or ctl._w0 is None:
+        if not self.split or self.sparse or ctl._w0 is None:
             return 0.0
         t = _checks.finite_number(
             "t", t, "a finite number of seconds (the time of the call it prepares)"
@@ -480,7 +476,7 @@ class RealTime(Solver):
             self.stepper = self.start
             return self.start(**args)
         self.stepper = self.solver
-        if ctl._tightening.active or ctl._w0 is None:
+        if self.sparse or ctl._w0 is None:
             return self.solver(**args)
         if ready != (t, np.asarray(p, np.float64).tobytes()) or not self.solver.prepared:
             self.prepare(ctl, t, p)

@@ -13,7 +13,10 @@ stages off this layout.
 the integrator's equations ``residual(x_k, u_k, z_k) = 0`` are a stage
 constraint. Without the copy the residual would couple neighbouring stages in
 the Hessian of the Lagrangian, which then has no block structure for SQP
-convexification or for FATROP's Riccati recursion.
+convexification or for FATROP's Riccati recursion. The terminal stage's path
+constraints are written on ``z_{N-1}`` and its slacks sit with stage ``N-1``,
+``w = (..., x_{N-1}, u_{N-1}, z_{N-1}, s_{N-1}, s_N, x_N)``: the terminal stage is its
+states alone, the form HPIPM takes.
 
 The NLP parameter vector is ``(x_init, reference_0..N, u_prev, p)``, followed with
 ``tightened=True`` by the tightening ``t_k`` of the safety rows at stages ``1..N``
@@ -62,10 +65,10 @@ class Layout:
         """The stage sizes of the NLP's QP as a structured QP solver reads them (HPIPM's
         ``N, nx, nu, ng``): the states of each stage, everything else of the stage (inputs,
         next-state copies, slacks) as its controls, the non-gap rows as its constraints."""
-        N = self.u.shape[0]
-        nx = [self.x.shape[1]] * (N + 1)
-        nu = [self.u.shape[1] + self.z.shape[1] + self.s.shape[1]] * N + [self.s.shape[1]]
-        return {"N": N, "nx": nx, "nu": nu, "ng": list(self.stage_rows)}
+        N, n = self.u.shape[0], self.x.shape[1]
+        starts = [*self.x[:, 0].tolist(), self.n_w]
+        nu = [starts[k + 1] - starts[k] - n for k in range(N + 1)]
+        return {"N": N, "nx": [n] * (N + 1), "nu": nu, "ng": list(self.stage_rows)}
 
 
 @dataclass(frozen=True)
@@ -246,13 +249,47 @@ def transcribe(
     S = [ca.MX.sym(f"s{k}", ns) for k in range(N + 1)]
     residual = residual_function(model) if implicit else None
     residuals, J, inequality = [], 0, []
+    # implicit: the terminal stage's path rows are written on the copy z_{N-1} (= x_N by
+    # the linear gap) and its slacks laid out with stage N-1, so that the terminal stage has
+    # its states alone, as structured QP solvers (HPIPM) take it
+    terminal_in_last = implicit and N > 0
     for k in range(N + 1):
         add(X[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_x)
         if k < N:
             add(U[k], cons.u_min, cons.u_max, idx_u)
             if implicit:
                 add(Z[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_z)
-        add(S[k], np.zeros(ns), np.full(ns, np.inf), idx_s)
+        if k < N or not terminal_in_last:
+            add(S[k], np.zeros(ns), np.full(ns, np.inf), idx_s)
+        if terminal_in_last and k == N - 1:
+            add(S[N], np.zeros(ns), np.full(ns, np.inf), idx_s)
+
+    def path_rows(obs, k, rows_g, rows_lb, rows_ub):
+        """The path constraints of stage ``k >= 1`` on its observation ``obs``."""
+        if hard_lo.size or hard_hi.size:
+            rows_g.append(
+                ca.vertcat(
+                    tight(obs[hard_lo.tolist()], k, safety.lower_rows),
+                    tight(obs[hard_hi.tolist()], k, safety.upper_rows, +1.0),
+                )
+            )
+            rows_lb.append(np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)]))
+            rows_ub.append(np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]]))
+        for c, rows in hard_path:
+            rows_g.append(tight(c.function(obs), k, rows))
+            rows_lb.append(np.zeros(c.function.numel_out(0)))
+            rows_ub.append(np.full(c.function.numel_out(0), np.inf))
+        if ns_obs:
+            soft = [
+                obs[soft_lo.tolist()] - cons.obs_min[soft_lo],
+                cons.obs_max[soft_hi] - obs[soft_hi.tolist()],
+            ]
+            soft += [c.function(obs) for c in soft_path]
+            rows_g.append(
+                tight(ca.vertcat(*soft) + ca.mtimes(slack_map, S[k][:ns_obs]), k, safety.soft_rows)
+            )
+            rows_lb.append(np.zeros(len(slack_of_row)))
+            rows_ub.append(np.full(len(slack_of_row), np.inf))
 
     for k in range(N + 1):
         obs = model.to_obs(X[k])
@@ -269,37 +306,8 @@ def transcribe(
             rows_g.append(residual(X[k], U[k], Z[k], p))
             rows_lb.append(np.zeros(nx))
             rows_ub.append(np.zeros(nx))
-        if k > 0:  # the initial state is given: no path constraints on it
-            if hard_lo.size or hard_hi.size:
-                rows_g.append(
-                    ca.vertcat(
-                        tight(obs[hard_lo.tolist()], k, safety.lower_rows),
-                        tight(obs[hard_hi.tolist()], k, safety.upper_rows, +1.0),
-                    )
-                )
-                rows_lb.append(
-                    np.concatenate([cons.obs_min[hard_lo], np.full(hard_hi.size, -np.inf)])
-                )
-                rows_ub.append(
-                    np.concatenate([np.full(hard_lo.size, np.inf), cons.obs_max[hard_hi]])
-                )
-            for c, rows in hard_path:
-                rows_g.append(tight(c.function(obs), k, rows))
-                rows_lb.append(np.zeros(c.function.numel_out(0)))
-                rows_ub.append(np.full(c.function.numel_out(0), np.inf))
-            if ns_obs:
-                soft = [
-                    obs[soft_lo.tolist()] - cons.obs_min[soft_lo],
-                    cons.obs_max[soft_hi] - obs[soft_hi.tolist()],
-                ]
-                soft += [c.function(obs) for c in soft_path]
-                rows_g.append(
-                    tight(
-                        ca.vertcat(*soft) + ca.mtimes(slack_map, S[k][:ns_obs]), k, safety.soft_rows
-                    )
-                )
-                rows_lb.append(np.zeros(len(slack_of_row)))
-                rows_ub.append(np.full(len(slack_of_row), np.inf))
+        if k > 0 and not (terminal_in_last and k == N):  # the initial state is given
+            path_rows(obs, k, rows_g, rows_lb, rows_ub)
         if tube_u is not None and 0 < k < N:  # the feedback's share of the inputs, soft
             t = tube_u[:, k]
             rows_g.append(
@@ -311,6 +319,8 @@ def transcribe(
             )
             rows_lb.append(np.zeros(len(u_lo) + len(u_hi)))
             rows_ub.append(np.full(len(u_lo) + len(u_hi), np.inf))
+        if terminal_in_last and k == N - 1:
+            path_rows(model.to_obs(Z[k]), N, rows_g, rows_lb, rows_ub)
         if ns:
             # exact L1 penalty plus a small quadratic that keeps the Hessian regular
             J += ca.dot(slack_weights, S[k])
