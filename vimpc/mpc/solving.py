@@ -336,8 +336,9 @@ class RealTime(Solver):
     (:class:`~vimpc.mpc.solvers.RealTimeIteration`: one Gauss–Newton linearisation and one
     condensed QP per call, split into :meth:`prepare` and a feedback phase; with a tube, or
     with ``qpsol = "hpipm"``, the sparse QP of
-    :class:`~vimpc.mpc.solvers.SparseRealTimeIteration`, both phases in the call) where it applies, else ``sqpmethod`` stopped after one iteration; ``rti_start``
-    the solver of its cold starts."""
+    :class:`~vimpc.mpc.solvers.SparseRealTimeIteration`, both phases in the call) where it
+    applies, else ``sqpmethod`` stopped after one iteration; ``rti_start`` the solver of its
+    cold starts."""
 
     def __init__(self, name: str, checked: Mapping[str, Any], given: Mapping[str, Any]) -> None:
         super().__init__(name, checked, given)

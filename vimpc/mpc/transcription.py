@@ -249,19 +249,19 @@ def transcribe(
     S = [ca.MX.sym(f"s{k}", ns) for k in range(N + 1)]
     residual = residual_function(model) if implicit else None
     residuals, J, inequality = [], 0, []
-    # implicit: the terminal stage's path rows are written on the copy z_{N-1} (= x_N by
-    # the linear gap) and its slacks laid out with stage N-1, so that the terminal stage has
-    # its states alone, as structured QP solvers (HPIPM) take it
-    terminal_in_last = implicit and N > 0
+    # the stage whose block holds the terminal stage's path rows and slacks: implicit, stage
+    # N-1 (its rows on the copy z_{N-1} = x_N by the linear gap), so that the terminal stage
+    # is its states alone, as structured QP solvers (HPIPM) take it
+    last = N - 1 if implicit else N
     for k in range(N + 1):
         add(X[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_x)
         if k < N:
             add(U[k], cons.u_min, cons.u_max, idx_u)
             if implicit:
                 add(Z[k], np.full(nx, -np.inf), np.full(nx, np.inf), idx_z)
-        if k < N or not terminal_in_last:
+        if k < N:
             add(S[k], np.zeros(ns), np.full(ns, np.inf), idx_s)
-        if terminal_in_last and k == N - 1:
+        if k == last:
             add(S[N], np.zeros(ns), np.full(ns, np.inf), idx_s)
 
     def path_rows(obs, k, rows_g, rows_lb, rows_ub):
@@ -306,7 +306,7 @@ def transcribe(
             rows_g.append(residual(X[k], U[k], Z[k], p))
             rows_lb.append(np.zeros(nx))
             rows_ub.append(np.zeros(nx))
-        if k > 0 and not (terminal_in_last and k == N):  # the initial state is given
+        if 0 < k < N:  # the initial state is given: no path constraints on it
             path_rows(obs, k, rows_g, rows_lb, rows_ub)
         if tube_u is not None and 0 < k < N:  # the feedback's share of the inputs, soft
             t = tube_u[:, k]
@@ -319,8 +319,8 @@ def transcribe(
             )
             rows_lb.append(np.zeros(len(u_lo) + len(u_hi)))
             rows_ub.append(np.full(len(u_lo) + len(u_hi), np.inf))
-        if terminal_in_last and k == N - 1:
-            path_rows(model.to_obs(Z[k]), N, rows_g, rows_lb, rows_ub)
+        if k == last:
+            path_rows(model.to_obs(Z[k]) if implicit else obs, N, rows_g, rows_lb, rows_ub)
         if ns:
             # exact L1 penalty plus a small quadratic that keeps the Hessian regular
             J += ca.dot(slack_weights, S[k])
